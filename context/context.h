@@ -1,0 +1,104 @@
+// context/context.h: weft's stackful context switch. The lowest layer of the runtime and usable
+// alone: create an execution context on a stack you provide, switch to it passing a value, get a
+// value back when something switches to you, and switch while running a function on top of the
+// target (to release a lock only once you are no longer running). Boost.Context's fcontext shape,
+// plus a per-context record that makes the switch visible to AddressSanitizer and
+// ThreadSanitizer.
+//
+// Defines: weft::Context, weft::StackSpan, weft::Transfer, weft::ContextEntry, weft::OnTopFn and
+// the functions make_context, jump_context, jump_context_ontop, exit_context, discard_context,
+// current_context, set_context_name, context_name.
+//
+// Backends (chosen at build time, see docs/context.md): hand-written assembly for x86-64 SysV
+// ELF; ucontext elsewhere or with --define=weft_context=ucontext. Stacks with guard pages and
+// pooling are in context/stack.h; this header needs none of that.
+//
+// Non-goals: the signal mask is not switched (use the ucontext backend if you need that); a
+// context is not tied to a thread, so code that caches thread-local addresses across a switch
+// (errno included) must re-read them if contexts migrate between threads.
+
+#ifndef WEFT_CONTEXT_CONTEXT_H_
+#define WEFT_CONTEXT_CONTEXT_H_
+
+#include <cstddef>
+#include <string_view>
+
+#include "base/result.h"
+
+namespace weft {
+
+namespace context_internal {
+struct ContextRecord;
+}  // namespace context_internal
+
+// Context: a handle to an execution context (a stack and where it stopped). A suspended context
+// is resumed by switching to its handle; the handle stays the same across suspensions, and
+// switching to it while the context runs is an error caught at once. A thread's original
+// stack has a Context too (current_context()), so it can be switched back to like any other.
+using Context = context_internal::ContextRecord*;
+
+// StackSpan: the memory a context runs on, [base, base + size); it grows down from the top.
+struct StackSpan {
+  void* base = nullptr;
+  std::size_t size = 0;
+};
+
+// Transfer: what a switch delivers to the side that resumes: the context that switched away
+// (now suspended, resumable through this handle) and the data word it passed.
+struct Transfer {
+  Context from;
+  void* data;
+};
+
+// ContextEntry: the function a new context starts in. It must never return: it ends by
+// exit_context() (or by switching away and never being resumed). Returning aborts the process
+// with a message; an exception escaping it calls std::terminate.
+using ContextEntry = void (*)(Transfer);
+
+// OnTopFn: runs on the target's stack right after a switch, before the target resumes; its result
+// is what the target's pending jump_context* call returns.
+using OnTopFn = Transfer (*)(Transfer);
+
+// kMinContextStackSize: the smallest StackSpan make_context accepts. Real fibers want 16 KiB+.
+inline constexpr std::size_t kMinContextStackSize = 4096;
+
+// make_context: prepares a new context on `stack` that will call `entry` on the first switch to
+// it. The context's record (128 bytes) takes the top of the stack. Does not switch; any thread.
+// Errors: EINVAL for a null entry, a null base, or a span under kMinContextStackSize.
+Result<Context> make_context(StackSpan stack, ContextEntry entry) noexcept;
+
+// jump_context: suspends the calling context and resumes `to`, delivering {caller, data} to it.
+// Returns when some context switches back to the caller, with what that switch delivered.
+// Precondition: `to` is suspended (fresh, or switched away from and not resumed since);
+// switching to a running context (another thread's, or the caller itself) aborts with a message.
+// Any thread: contexts may migrate between threads, one thread at a time.
+inline Transfer jump_context(Context to, void* data = nullptr) noexcept;
+
+// jump_context_ontop: as jump_context, but once the caller is suspended, fn({caller, data}) runs
+// on `to`'s stack, and `to` resumes with fn's result. The way to park: fn publishes the caller's
+// handle (or unlocks the lock guarding it) after the caller can no longer be running.
+inline Transfer jump_context_ontop(Context to, void* data, OnTopFn fn) noexcept;
+
+// exit_context: the last switch of a context that has finished: like jump_context_ontop, but the
+// caller is never resumed; its sanitizer state is released before fn runs, so fn may free the
+// caller's stack (Transfer::from names it; discard it, never resume it).
+[[noreturn]] void exit_context(Context to, void* data, OnTopFn fn) noexcept;
+
+// discard_context: releases the sanitizer state of a context that will never run again (fresh,
+// or suspended for good) so that its stack can be reused. The handle is dead afterwards.
+void discard_context(Context context) noexcept;
+
+// current_context: the running context of the calling thread (its own record if no weft context
+// is running). Valid to pass to other contexts, which may switch back to it once it is suspended.
+Context current_context() noexcept;
+
+// set_context_name / context_name: a label (truncated to 31 bytes) shown in diagnostics such as
+// the stack-overflow message. Any thread, but not concurrently with another set on the same one.
+void set_context_name(Context context, std::string_view name) noexcept;
+std::string_view context_name(Context context) noexcept;
+
+}  // namespace weft
+
+#include "context/internal/context_inl.h"  // IWYU pragma: export
+
+#endif  // WEFT_CONTEXT_CONTEXT_H_

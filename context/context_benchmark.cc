@@ -1,0 +1,98 @@
+// Context-switch benchmarks, with their baselines in the same binary:
+//   BM_JumpContext      weft::jump_context round trip (two switches), the public API
+//   BM_RawJump          the backend's weft_context_jump alone (no record bookkeeping): the floor
+//   BM_SwapContext      POSIX swapcontext round trip: the baseline to beat
+//   BM_MakeAndFinish    make_context + first switch + exit_context on a pooled stack
+// Each reports `ns_per_switch` (per one-way switch). Run with:
+//   ./bazelw run -c opt //context:context_benchmark -- --benchmark_format=json
+
+#include <ucontext.h>
+
+#include <cstdint>
+
+#include "benchmark/benchmark.h"
+#include "context/context.h"
+#include "context/internal/raw.h"
+#include "context/stack.h"
+
+namespace weft {
+namespace {
+
+void SetSwitchCounter(benchmark::State& state, std::int64_t switches_per_iteration) {
+  state.counters["ns_per_switch"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * switches_per_iteration),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+Stack BenchStack() {
+  return std::move(StackPool::default_pool().allocate({.size = 64 << 10})).value();
+}
+
+void BM_JumpContext(benchmark::State& state) {
+  Stack stack = BenchStack();
+  Context fiber = *make_context(stack.span(), [](Transfer t) {
+    for (;;) t = jump_context(t.from);  // bounce straight back, forever
+  });
+  for (auto _ : state) {
+    fiber = jump_context(fiber).from;
+  }
+  SetSwitchCounter(state, 2);
+  discard_context(fiber);
+}
+BENCHMARK(BM_JumpContext);
+
+// The raw fiber bounces back forever, storing its fresh handle in g_raw_fiber each time.
+void* g_raw_main;
+void* g_raw_fiber;
+void RawBounce(void*, void*, void*) {
+  for (;;) weft_context_jump(g_raw_main, &g_raw_fiber, nullptr, nullptr);
+}
+
+void BM_RawJump(benchmark::State& state) {
+  Stack stack = BenchStack();
+  StackSpan span = stack.span();
+  g_raw_fiber = weft_context_make(span.base, static_cast<char*>(span.base) + span.size - 64,
+                                  &RawBounce, nullptr);
+  for (auto _ : state) {
+    weft_context_jump(g_raw_fiber, &g_raw_main, nullptr, nullptr);
+  }
+  SetSwitchCounter(state, 2);
+}
+BENCHMARK(BM_RawJump);
+
+ucontext_t g_uc_main, g_uc_fiber;
+void UcBounce() {
+  for (;;) swapcontext(&g_uc_fiber, &g_uc_main);
+}
+
+void BM_SwapContext(benchmark::State& state) {
+  Stack stack = BenchStack();
+  getcontext(&g_uc_fiber);
+  g_uc_fiber.uc_stack.ss_sp = stack.span().base;
+  g_uc_fiber.uc_stack.ss_size = stack.span().size;
+  g_uc_fiber.uc_link = nullptr;
+  makecontext(&g_uc_fiber, &UcBounce, 0);
+  for (auto _ : state) {
+    swapcontext(&g_uc_main, &g_uc_fiber);
+  }
+  SetSwitchCounter(state, 2);
+}
+BENCHMARK(BM_SwapContext);
+
+void BM_MakeAndFinish(benchmark::State& state) {
+  Stack stack = BenchStack();
+  for (auto _ : state) {
+    Context c = *make_context(stack.span(), [](Transfer t) {
+      exit_context(t.from, nullptr, [](Transfer in) {
+        discard_context(in.from);
+        return in;
+      });
+    });
+    jump_context(c);
+  }
+  SetSwitchCounter(state, 2);
+}
+BENCHMARK(BM_MakeAndFinish);
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,314 @@
+// Tests of the context switch alone: switch order, values both ways, on-top functions, stack
+// alignment at entry, FP control state per context, deep recursion, migration between threads,
+// and misuse that must fail loudly. Runs against whichever backend the build selected.
+
+#include "context/context.h"
+
+#include <cfenv>
+#include <cstdint>
+#include <latch>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "context/stack.h"
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace {
+
+// A fiber for tests: a pooled stack plus the context made on it.
+struct TestFiber {
+  Stack stack;
+  Context context = nullptr;
+
+  explicit TestFiber(ContextEntry entry, std::size_t size = 64 << 10) {
+    Result<Stack> s = StackPool::default_pool().allocate({.size = size});
+    EXPECT_TRUE(s.ok());
+    stack = std::move(s).value();
+    Result<Context> c = make_context(stack.span(), entry);
+    EXPECT_TRUE(c.ok());
+    context = *c;
+  }
+};
+
+// Exits the calling context into `to`; the on-top function only clears the caller's handle.
+[[noreturn]] void Finish(Context to, void* data = nullptr) {
+  exit_context(to, data, [](Transfer t) {
+    discard_context(t.from);
+    return Transfer{nullptr, t.data};
+  });
+}
+
+std::vector<int>* g_log;
+
+TEST(ContextTest, SwitchOrder) {
+  std::vector<int> log;
+  g_log = &log;
+  TestFiber fiber([](Transfer t) {
+    g_log->push_back(1);
+    t = jump_context(t.from);
+    g_log->push_back(3);
+    Finish(t.from);
+  });
+  Transfer back = jump_context(fiber.context);
+  log.push_back(2);
+  back = jump_context(back.from);
+  log.push_back(4);
+  EXPECT_EQ(back.from, nullptr);  // set by Finish's on-top function
+  EXPECT_EQ(log, (std::vector<int>{1, 2, 3, 4}));
+}
+
+TEST(ContextTest, ValuesBothWays) {
+  // The fiber doubles every integer it is sent until it gets a null.
+  TestFiber fiber([](Transfer t) {
+    while (t.data != nullptr) {
+      auto* value = static_cast<std::int64_t*>(t.data);
+      *value *= 2;
+      t = jump_context(t.from, value);
+    }
+    Finish(t.from, reinterpret_cast<void*>(std::uintptr_t{0xdead}));
+  });
+  Context next = fiber.context;
+  for (std::int64_t i = 1; i <= 100; ++i) {
+    std::int64_t v = i;
+    Transfer t = jump_context(next, &v);
+    EXPECT_EQ(t.data, &v);
+    EXPECT_EQ(v, 2 * i);
+    next = t.from;
+  }
+  Transfer last = jump_context(next, nullptr);
+  EXPECT_EQ(last.data, reinterpret_cast<void*>(std::uintptr_t{0xdead}));
+}
+
+struct OnTopSeen {
+  Context from = nullptr;
+  Context running = nullptr;
+  void* data = nullptr;
+};
+OnTopSeen g_ontop;
+
+TEST(ContextTest, OnTopRunsOnTargetBeforeItResumes) {
+  g_ontop = {};
+  TestFiber fiber([](Transfer t) {
+    // Resumed through jump_context_ontop: by now the on-top function has run, and what it
+    // returned is what this jump returns.
+    Transfer r = jump_context(t.from, reinterpret_cast<void*>(std::uintptr_t{1}));
+    EXPECT_EQ(r.data, reinterpret_cast<void*>(std::uintptr_t{42}));
+    EXPECT_EQ(g_ontop.running, current_context());
+    Finish(r.from);
+  });
+  Context main_context = current_context();
+  Transfer t = jump_context(fiber.context);
+  Context fiber_context = t.from;
+  jump_context_ontop(fiber_context, reinterpret_cast<void*>(std::uintptr_t{7}), [](Transfer in) {
+    g_ontop.from = in.from;
+    g_ontop.data = in.data;
+    g_ontop.running = current_context();
+    return Transfer{in.from, reinterpret_cast<void*>(std::uintptr_t{42})};
+  });
+  EXPECT_EQ(g_ontop.from, main_context);
+  EXPECT_EQ(g_ontop.data, reinterpret_cast<void*>(std::uintptr_t{7}));
+  EXPECT_EQ(g_ontop.running, fiber_context);
+}
+
+TEST(ContextTest, OnTopIntoFreshContext) {
+  // The first switch into a context may carry an on-top function too; the entry then receives
+  // that function's result.
+  TestFiber fiber([](Transfer t) {
+    EXPECT_EQ(t.data, reinterpret_cast<void*>(std::uintptr_t{2}));
+    Finish(t.from);
+  });
+  jump_context_ontop(fiber.context, reinterpret_cast<void*>(std::uintptr_t{1}), [](Transfer in) {
+    return Transfer{in.from,
+                    reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(in.data) + 1)};
+  });
+}
+
+// Frame pointer at function entry: rsp % 16 == 8 after the call, so the pushed rbp is 16-aligned.
+bool FrameAligned() {
+  auto fp = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  return fp % 16 == 0;
+}
+
+TEST(ContextTest, StackAlignedAtEntryAndOnTop) {
+  static bool entry_aligned = false;
+  static bool ontop_aligned = false;
+  TestFiber fiber([](Transfer t) {
+    entry_aligned = FrameAligned();
+    t = jump_context(t.from);
+    Finish(t.from);
+  });
+  Transfer t = jump_context(fiber.context);
+  jump_context_ontop(t.from, nullptr, [](Transfer in) {
+    ontop_aligned = FrameAligned();
+    return in;
+  });
+  EXPECT_TRUE(entry_aligned);
+  EXPECT_TRUE(ontop_aligned);
+}
+
+#if defined(__x86_64__)
+std::uint32_t Mxcsr() {
+  std::uint32_t v;
+  asm volatile("stmxcsr %0" : "=m"(v));
+  return v;
+}
+std::uint16_t X87ControlWord() {
+  std::uint16_t v;
+  asm volatile("fnstcw %0" : "=m"(v));
+  return v;
+}
+#endif
+
+TEST(ContextTest, FloatingPointControlStateIsPerContext) {
+  static int fiber_mode_after_switch = -1;
+  ASSERT_EQ(std::fegetround(), FE_TONEAREST);
+  TestFiber fiber([](Transfer t) {
+    std::fesetround(FE_TOWARDZERO);  // sets both the x87 control word and MXCSR
+    t = jump_context(t.from);
+    fiber_mode_after_switch = std::fegetround();
+    std::fesetround(FE_TONEAREST);
+    Finish(t.from);
+  });
+#if defined(__x86_64__)
+  const std::uint32_t mxcsr = Mxcsr();
+  const std::uint16_t x87 = X87ControlWord();
+#endif
+  Transfer t = jump_context(fiber.context);
+  EXPECT_EQ(std::fegetround(), FE_TONEAREST);  // the fiber's rounding mode did not leak out
+#if defined(__x86_64__)
+  EXPECT_EQ(Mxcsr(), mxcsr);
+  EXPECT_EQ(X87ControlWord(), x87);
+#endif
+  jump_context(t.from);
+  EXPECT_EQ(fiber_mode_after_switch, FE_TOWARDZERO);  // and ours did not leak in
+  EXPECT_EQ(std::fegetround(), FE_TONEAREST);
+}
+
+[[gnu::noinline]] std::uint64_t SumDown(std::uint64_t n) {
+  volatile char pad[200];  // make each frame take real stack
+  pad[0] = static_cast<char>(n);
+  if (n == 0) return pad[0];
+  return n + SumDown(n - 1) + static_cast<std::uint64_t>(pad[0] - static_cast<char>(n));
+}
+
+TEST(ContextTest, DeepRecursionInsideAStack) {
+  static std::uint64_t result = 0;
+  TestFiber fiber(
+      [](Transfer t) {
+        result = SumDown(2000);  // ~2000 frames of 200+ bytes: well over 400 KiB
+        Finish(t.from);
+      },
+      std::size_t{4} << 20);
+  jump_context(fiber.context);
+  EXPECT_EQ(result, 2000ull * 2001 / 2);
+}
+
+TEST(ContextTest, ChainOfContexts) {
+  // Each fiber adds one and passes the counter to the next; the last returns to main.
+  constexpr int kFibers = 64;
+  static std::vector<Context> chain;
+  static Context main_context;
+  std::vector<std::unique_ptr<TestFiber>> fibers;
+  chain.clear();
+  for (int i = 0; i < kFibers; ++i) {
+    fibers.push_back(std::make_unique<TestFiber>([](Transfer t) {
+      auto* counter = static_cast<int*>(t.data);
+      int index = (*counter)++;
+      Context next = index + 1 < kFibers ? chain[index + 1] : main_context;
+      Finish(next, counter);
+    }));
+    chain.push_back(fibers.back()->context);
+  }
+  main_context = current_context();
+  int counter = 0;
+  Transfer t = jump_context(chain[0], &counter);
+  EXPECT_EQ(counter, kFibers);
+  EXPECT_EQ(t.data, &counter);
+}
+
+// ThreadId: the calling thread's id, read afresh. std::this_thread::get_id() is pthread_self(),
+// which glibc declares __attribute__((const)): the compiler may reuse one call's result across a
+// context switch, so a migrated fiber would see its old thread. The barrier forbids that.
+[[gnu::noinline]] std::thread::id ThreadId() {
+  asm volatile("" ::: "memory");
+  return std::this_thread::get_id();
+}
+
+TEST(ContextTest, MigratesBetweenThreads) {
+  // Started on one thread, suspended, resumed and finished on another while the first is still
+  // alive (so the two thread ids cannot be the same recycled id).
+  static std::thread::id first, second;
+  TestFiber fiber([](Transfer t) {
+    first = ThreadId();
+    t = jump_context(t.from);
+    second = ThreadId();
+    Finish(t.from);
+  });
+  Context suspended = nullptr;
+  std::latch resumed_elsewhere(1);
+  std::thread a([&] {
+    suspended = jump_context(fiber.context).from;
+    std::thread b([&] {
+      jump_context(suspended);
+      resumed_elsewhere.count_down();
+    });
+    resumed_elsewhere.wait();
+    b.join();
+  });
+  a.join();
+  EXPECT_NE(first, second);
+  EXPECT_NE(first, std::thread::id());
+  EXPECT_NE(second, std::thread::id());
+}
+
+TEST(ContextTest, NamesAreKeptAndTruncated) {
+  TestFiber fiber([](Transfer t) { Finish(t.from); });
+  set_context_name(fiber.context, "acceptor");
+  EXPECT_EQ(context_name(fiber.context), "acceptor");
+  set_context_name(fiber.context, std::string(100, 'x'));
+  EXPECT_EQ(context_name(fiber.context).size(), 31u);
+  jump_context(fiber.context);
+}
+
+TEST(ContextTest, MakeContextRejectsBadInput) {
+  alignas(64) static char small[1024];
+  Result<Context> r = make_context(StackSpan{small, sizeof small}, [](Transfer) {});
+  EXPECT_EQ(r.error(), std::errc::invalid_argument);
+  r = make_context(StackSpan{nullptr, 1 << 16}, [](Transfer) {});
+  EXPECT_EQ(r.error(), std::errc::invalid_argument);
+  alignas(64) static char big[16384];
+  r = make_context(StackSpan{big, sizeof big}, nullptr);
+  EXPECT_EQ(r.error(), std::errc::invalid_argument);
+  r = make_context(StackSpan{big, sizeof big}, [](Transfer) {});
+  ASSERT_TRUE(r.ok());
+  discard_context(*r);  // made but never run
+}
+
+class ContextDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(ContextDeathTest, ResumingARunningContextAborts) {
+  EXPECT_DEATH(jump_context(current_context()), "weft: jump to a context that is not suspended");
+  EXPECT_DEATH(
+      {
+        TestFiber fiber([](Transfer) { jump_context(current_context()); });
+        jump_context(fiber.context);
+      },
+      "weft: jump to a context that is not suspended");
+}
+
+TEST_F(ContextDeathTest, EntryReturningAborts) {
+  EXPECT_DEATH(
+      {
+        TestFiber fiber([](Transfer) {});
+        jump_context(fiber.context);
+      },
+      "weft: a context's entry function returned");
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,502 @@
+// context/stack.cc: StackPool (size classes, guarded and compact stacks, caching) and the
+// stack-overflow SIGSEGV handler with its registry of guard pages.
+//
+// Slot layout, for both protection classes (kPage = 4 KiB, S = the class's usable size):
+//
+//   lo                lo + kPage                                   lo + kPage + S
+//   | guard / red zone | usable stack (grows down) ... [record] |
+//
+// A guarded slot is its own mapping with the first page PROT_NONE (2 VMAs). A compact slot is
+// one of N = max(1, 4 MiB / (S + kPage)) slots in a shared chunk mapping.
+
+#include "context/stack.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "context/internal/record.h"
+
+namespace weft {
+namespace {
+
+constexpr std::size_t kPage = 4096;
+constexpr int kMinClassShift = 14;  // 16 KiB
+constexpr int kMaxClassShift = 26;  // 64 MiB
+constexpr int kNumClasses = kMaxClassShift - kMinClassShift + 1;
+constexpr std::size_t kCompactChunkBytes = std::size_t{4} << 20;
+constexpr std::size_t kRedZoneCheckBytes = 256;
+
+constexpr std::size_t ClassSize(int index) { return std::size_t{1} << (kMinClassShift + index); }
+constexpr std::size_t SlotSize(int index) { return ClassSize(index) + kPage; }
+
+int ClassIndex(std::size_t size) {
+  int index = 0;
+  while (ClassSize(index) < size) ++index;
+  return index;
+}
+
+// ---- Guard-page registry, read by the signal handler ----------------------------------------
+//
+// Open addressing over guard-page addresses. Slots hold 0 (never used), kTombstone (freed) or
+// the page address. The handler only reads; writers hold the registry mutex. A slot's usable
+// size is published before its address (release) and read after it (acquire), so the handler
+// never pairs an address with a stale size.
+constexpr std::size_t kRegistrySlots = std::size_t{1} << 17;
+constexpr std::uintptr_t kTombstone = 1;
+std::atomic<std::uintptr_t> g_guard_page[kRegistrySlots];
+std::atomic<std::size_t> g_guard_usable[kRegistrySlots];
+std::size_t g_registry_used = 0;  // under g_registry_mu; includes tombstones
+std::mutex g_registry_mu;
+
+std::size_t RegistryHash(std::uintptr_t page) {
+  return static_cast<std::size_t>((page >> 12) * 0x9E3779B97F4A7C15ull >> 47) &
+         (kRegistrySlots - 1);
+}
+
+void RegisterGuard(std::byte* page, std::size_t usable) {
+  auto key = reinterpret_cast<std::uintptr_t>(page);
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  if (g_registry_used >= kRegistrySlots / 4 * 3)
+    return;  // full: the stack still works,
+             // its overflow message is generic
+  for (std::size_t i = RegistryHash(key);; i = (i + 1) & (kRegistrySlots - 1)) {
+    // relaxed: writers are serialised by g_registry_mu.
+    std::uintptr_t v = g_guard_page[i].load(std::memory_order_relaxed);
+    if (v == 0 || v == kTombstone) {
+      if (v == 0) ++g_registry_used;
+      // relaxed: ordered before the address by the release store below.
+      g_guard_usable[i].store(usable, std::memory_order_relaxed);
+      // release: a handler that sees the address also sees the size stored above.
+      g_guard_page[i].store(key, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+void UnregisterGuard(std::byte* page) {
+  auto key = reinterpret_cast<std::uintptr_t>(page);
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  for (std::size_t i = RegistryHash(key);; i = (i + 1) & (kRegistrySlots - 1)) {
+    // relaxed: writers are serialised by g_registry_mu.
+    std::uintptr_t v = g_guard_page[i].load(std::memory_order_relaxed);
+    if (v == 0) return;  // not registered (registry was full)
+    if (v == key) {
+      // relaxed: the handler tolerates a stale view; the page is unmapped after this anyway.
+      g_guard_page[i].store(kTombstone, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+// LookupGuard: async-signal-safe (atomic loads only).
+bool LookupGuard(std::uintptr_t page, std::size_t* usable) {
+  for (std::size_t i = RegistryHash(page), n = 0; n < kRegistrySlots;
+       i = (i + 1) & (kRegistrySlots - 1), ++n) {
+    // acquire: pairs with RegisterGuard's release, so the size read below is the one for page.
+    std::uintptr_t v = g_guard_page[i].load(std::memory_order_acquire);
+    if (v == 0) return false;
+    if (v == page) {
+      // relaxed: ordered by the acquire above.
+      *usable = g_guard_usable[i].load(std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---- Overflow diagnostics (async-signal-safe output) ----------------------------------------
+
+struct Line {
+  char buf[512];
+  std::size_t n = 0;
+  void Add(const char* s) {
+    while (*s != '\0' && n < sizeof buf - 1) buf[n++] = *s++;
+  }
+  void Hex(std::uintptr_t v) {
+    char digits[2 + 16];
+    int i = 0;
+    for (int shift = 60; shift >= 0; shift -= 4) {
+      int d = static_cast<int>((v >> shift) & 0xf);
+      if (i == 0 && d == 0 && shift != 0) continue;
+      digits[i++] = static_cast<char>(d < 10 ? '0' + d : 'a' + d - 10);
+    }
+    digits[i] = '\0';
+    Add("0x");
+    Add(digits);
+  }
+  void Dec(std::size_t v) {
+    char digits[24];
+    int i = sizeof digits - 1;
+    digits[i] = '\0';
+    do {
+      digits[--i] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v != 0);
+    Add(digits + i);
+  }
+  void Write() {
+    buf[n] = '\0';
+    ssize_t ignored = ::write(STDERR_FILENO, buf, n);
+    (void)ignored;
+  }
+};
+
+// DescribeStack: "fiber stack [lo, hi) (N bytes usable), context "name"".
+void DescribeStack(Line& line, std::uintptr_t usable_lo, std::size_t usable) {
+  line.Add("fiber stack [");
+  line.Hex(usable_lo);
+  line.Add(", ");
+  line.Hex(usable_lo + usable);
+  line.Add(") (");
+  line.Dec(usable);
+  line.Add(" bytes usable)");
+  // make_context puts the record at the aligned top: name it if it is there.
+  using context_internal::ContextRecord;
+  using context_internal::kRecordAlignment;
+  std::uintptr_t top = (usable_lo + usable) & ~std::uintptr_t{kRecordAlignment - 1};
+  auto* record = reinterpret_cast<const ContextRecord*>((top - sizeof(ContextRecord)) &
+                                                        ~std::uintptr_t{kRecordAlignment - 1});
+  if (record->magic == context_internal::kRecordMagic && record->name[0] != '\0') {
+    char name[context_internal::kNameCapacity];
+    std::memcpy(name, record->name, sizeof name);
+    name[sizeof name - 1] = '\0';
+    line.Add(", context \"");
+    line.Add(name);
+    line.Add("\"");
+  }
+}
+
+struct sigaction g_previous_segv;
+
+void OnSegv(int sig, siginfo_t* info, void* ucontext) {
+  auto addr = reinterpret_cast<std::uintptr_t>(info->si_addr);
+  std::size_t usable = 0;
+  if (LookupGuard(addr & ~std::uintptr_t{kPage - 1}, &usable)) {
+    Line line;
+    line.Add("weft: fiber stack overflow: fault at ");
+    line.Hex(addr);
+    line.Add(" in the guard page of ");
+    DescribeStack(line, (addr & ~std::uintptr_t{kPage - 1}) + kPage, usable);
+    line.Add(". Give the fiber a larger stack (StackOptions::size) or make it use less.\n");
+    line.Write();
+    // Back to the default action: the faulting instruction runs again and kills the process
+    // with SIGSEGV, so exit status and core dumps stay what tools expect.
+    signal(SIGSEGV, SIG_DFL);
+    return;
+  }
+  // Not ours: hand over to whoever was installed before us.
+  if ((g_previous_segv.sa_flags & SA_SIGINFO) != 0 && g_previous_segv.sa_sigaction != nullptr) {
+    g_previous_segv.sa_sigaction(sig, info, ucontext);
+  } else if (g_previous_segv.sa_handler != SIG_DFL && g_previous_segv.sa_handler != SIG_IGN) {
+    g_previous_segv.sa_handler(sig);
+  } else {
+    signal(SIGSEGV, SIG_DFL);  // re-fault into the default action
+  }
+}
+
+// Per-thread alternate signal stack, removed at thread exit.
+struct AltStack {
+  void* memory = nullptr;
+  std::size_t size = 0;
+  ~AltStack() {
+    if (memory == nullptr) return;
+    stack_t off{};
+    off.ss_flags = SS_DISABLE;
+    sigaltstack(&off, nullptr);
+    munmap(memory, size);
+  }
+};
+thread_local AltStack t_alt_stack;
+thread_local bool t_thread_ready = false;
+
+bool InstallAltStackForThread() {
+  stack_t current{};
+  if (sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE) == 0) return true;
+  long min = sysconf(_SC_SIGSTKSZ);
+  std::size_t size = std::max<std::size_t>(64 << 10, min > 0 ? static_cast<std::size_t>(min) : 0);
+  void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return false;
+  stack_t ss{};
+  ss.ss_sp = memory;
+  ss.ss_size = size;
+  if (sigaltstack(&ss, nullptr) != 0) {
+    munmap(memory, size);
+    return false;
+  }
+  t_alt_stack.memory = memory;
+  t_alt_stack.size = size;
+  return true;
+}
+
+std::size_t DefaultGuardedBudget() {
+  std::size_t max_map_count = 65530;
+  int fd = open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[32] = {};
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    if (n > 0) max_map_count = std::strtoull(buf, nullptr, 10);
+    close(fd);
+  }
+  return max_map_count / 2;
+}
+
+}  // namespace
+
+bool install_stack_overflow_handler() {
+  if (t_thread_ready) return true;
+  static std::once_flag once;
+  static bool installed = false;
+  std::call_once(once, [] {
+    struct sigaction action {};
+    action.sa_sigaction = &OnSegv;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    installed = sigaction(SIGSEGV, &action, &g_previous_segv) == 0;
+  });
+  t_thread_ready = installed && InstallAltStackForThread();
+  return t_thread_ready;
+}
+
+// ---- StackPool --------------------------------------------------------------------------------
+
+struct StackPool::State {
+  struct Class {
+    std::vector<std::byte*> guarded_free;
+    std::vector<std::byte*> compact_free;
+    std::byte* carve_next = nullptr;  // unused compact slots of the newest chunk
+    std::size_t carve_left = 0;
+  };
+  StackPoolOptions options;
+  mutable std::mutex mu;
+  Class classes[kNumClasses];
+  std::vector<std::pair<std::byte*, std::size_t>> chunks;
+  std::size_t cached_bytes = 0;
+  std::size_t guarded_mappings = 0;  // 2 per guarded stack in existence (live or cached)
+  StackPoolStats counts;
+};
+
+StackPool::StackPool(StackPoolOptions options) : state_(std::make_unique<State>()) {
+  if (options.guarded_mapping_budget == 0) {
+    options.guarded_mapping_budget = DefaultGuardedBudget();
+  }
+  state_->options = options;
+  state_->counts.guarded_mapping_budget = options.guarded_mapping_budget;
+}
+
+StackPool::~StackPool() {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.counts.live_guarded + s.counts.live_compact != 0) {
+    std::fprintf(stderr, "weft: StackPool destroyed with %zu live stacks; leaking them\n",
+                 s.counts.live_guarded + s.counts.live_compact);
+    return;
+  }
+  for (int c = 0; c < kNumClasses; ++c) {
+    for (std::byte* lo : s.classes[c].guarded_free) {
+      UnregisterGuard(lo);
+      munmap(lo, SlotSize(c));
+    }
+  }
+  for (auto& [chunk, bytes] : s.chunks) munmap(chunk, bytes);
+}
+
+StackPool& StackPool::default_pool() {
+  static StackPool* pool = new StackPool();
+  return *pool;
+}
+
+Result<Stack> StackPool::allocate(const StackOptions& options) {
+  if (options.size == 0 || options.size > ClassSize(kNumClasses - 1)) {
+    return std::errc::invalid_argument;
+  }
+  install_stack_overflow_handler();
+  const int c = ClassIndex(options.size);
+  State& s = *state_;
+  Stack stack;
+  stack.pool_ = this;
+  stack.class_index_ = static_cast<std::uint8_t>(c);
+
+  std::unique_lock<std::mutex> lock(s.mu);
+  State::Class& cls = s.classes[c];
+  const bool want_guarded =
+      options.protection == StackProtection::kGuarded ||
+      (options.protection == StackProtection::kAuto &&
+       (!cls.guarded_free.empty() || s.guarded_mappings + 2 <= s.options.guarded_mapping_budget));
+
+  if (want_guarded) {
+    if (!cls.guarded_free.empty()) {
+      stack.lo_ = cls.guarded_free.back();
+      cls.guarded_free.pop_back();
+      s.cached_bytes -= ClassSize(c);
+      --s.counts.cached_guarded;
+    } else {
+      s.guarded_mappings += 2;  // reserve before dropping the lock for the system calls
+      lock.unlock();
+      void* lo = mmap(nullptr, SlotSize(c), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+      bool ok = lo != MAP_FAILED;
+      if (ok && mprotect(lo, kPage, PROT_NONE) != 0) {
+        munmap(lo, SlotSize(c));
+        ok = false;
+      }
+      lock.lock();
+      if (!ok) {
+        s.guarded_mappings -= 2;
+        if (options.protection == StackProtection::kGuarded) return std::errc::not_enough_memory;
+      } else {
+        stack.lo_ = static_cast<std::byte*>(lo);
+        s.counts.mappings += 2;                  // the stack and its guard page are two VMAs
+        RegisterGuard(stack.lo_, ClassSize(c));  // lock order: pool mutex, then registry's
+      }
+    }
+    if (stack.lo_ != nullptr) {
+      stack.protection_ = StackProtection::kGuarded;
+      ++s.counts.live_guarded;
+      return stack;
+    }
+  }
+
+  // Compact: a cached slot, else carve one, else map a new chunk.
+  if (!cls.compact_free.empty()) {
+    stack.lo_ = cls.compact_free.back();
+    cls.compact_free.pop_back();
+    s.cached_bytes -= std::min(s.cached_bytes, ClassSize(c));
+    --s.counts.cached_compact;
+  } else {
+    if (cls.carve_left == 0) {
+      std::size_t slots = std::max<std::size_t>(1, kCompactChunkBytes / SlotSize(c));
+      std::size_t bytes = slots * SlotSize(c);
+      void* chunk = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+      if (chunk == MAP_FAILED) return std::errc::not_enough_memory;
+      s.chunks.emplace_back(static_cast<std::byte*>(chunk), bytes);
+      ++s.counts.mappings;
+      cls.carve_next = static_cast<std::byte*>(chunk);
+      cls.carve_left = slots;
+    }
+    stack.lo_ = cls.carve_next;
+    cls.carve_next += SlotSize(c);
+    --cls.carve_left;
+  }
+  stack.protection_ = StackProtection::kCompact;
+  ++s.counts.live_compact;
+  return stack;
+}
+
+bool StackPool::check_red_zone(const Stack& stack) {
+  if (stack.protection_ != StackProtection::kCompact || stack.lo_ == nullptr) return true;
+  // Reading a never-written anonymous page maps the shared zero page: no memory is spent.
+  const std::byte* probe = stack.lo_ + kPage - kRedZoneCheckBytes;
+  for (std::size_t i = 0; i < kRedZoneCheckBytes; ++i) {
+    if (probe[i] != std::byte{0}) return false;
+  }
+  return true;
+}
+
+void StackPool::release(Stack& stack) noexcept {
+  State& s = *state_;
+  const int c = stack.class_index_;
+  if (!check_red_zone(stack)) {
+    Line line;
+    line.Add("weft: fiber stack overflow detected: the red zone below compact ");
+    DescribeStack(line, reinterpret_cast<std::uintptr_t>(stack.lo_) + kPage, ClassSize(c));
+    line.Add(" was written. Memory below it may be corrupt; aborting.\n");
+    line.Write();
+    std::abort();
+  }
+  std::unique_lock<std::mutex> lock(s.mu);
+  State::Class& cls = s.classes[c];
+  const bool keep = s.cached_bytes + ClassSize(c) <= s.options.max_cached_bytes;
+  if (stack.protection_ == StackProtection::kGuarded) {
+    --s.counts.live_guarded;
+    if (keep) {
+      cls.guarded_free.push_back(stack.lo_);
+      s.cached_bytes += ClassSize(c);
+      ++s.counts.cached_guarded;
+    } else {
+      s.guarded_mappings -= 2;
+      s.counts.mappings -= 2;
+      lock.unlock();
+      UnregisterGuard(stack.lo_);
+      munmap(stack.lo_, SlotSize(c));
+    }
+  } else {
+    --s.counts.live_compact;
+    if (keep) {
+      s.cached_bytes += ClassSize(c);
+    } else {
+      madvise(stack.lo_ + kPage, ClassSize(c), MADV_DONTNEED);  // keep the address range
+    }
+    cls.compact_free.push_back(stack.lo_);
+    ++s.counts.cached_compact;
+  }
+}
+
+void StackPool::trim() {
+  State& s = *state_;
+  std::vector<std::pair<std::byte*, int>> unmap;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (int c = 0; c < kNumClasses; ++c) {
+      State::Class& cls = s.classes[c];
+      for (std::byte* lo : cls.guarded_free) unmap.emplace_back(lo, c);
+      s.guarded_mappings -= 2 * cls.guarded_free.size();
+      s.counts.mappings -= 2 * cls.guarded_free.size();
+      s.counts.cached_guarded -= cls.guarded_free.size();
+      cls.guarded_free.clear();
+      for (std::byte* lo : cls.compact_free) madvise(lo + kPage, ClassSize(c), MADV_DONTNEED);
+    }
+    s.cached_bytes = 0;
+  }
+  for (auto& [lo, c] : unmap) {
+    UnregisterGuard(lo);
+    munmap(lo, SlotSize(c));
+  }
+}
+
+StackPoolStats StackPool::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->counts;
+}
+
+// ---- Stack ------------------------------------------------------------------------------------
+
+Stack& Stack::operator=(Stack&& other) noexcept {
+  if (this != &other) {
+    reset();
+    pool_ = other.pool_;
+    lo_ = other.lo_;
+    class_index_ = other.class_index_;
+    protection_ = other.protection_;
+    other.pool_ = nullptr;
+    other.lo_ = nullptr;
+  }
+  return *this;
+}
+
+StackSpan Stack::span() const {
+  if (pool_ == nullptr) return {};
+  return StackSpan{lo_ + kPage, ClassSize(class_index_)};
+}
+
+std::size_t Stack::size() const { return pool_ == nullptr ? 0 : ClassSize(class_index_); }
+
+void Stack::reset() noexcept {
+  if (pool_ == nullptr) return;
+  pool_->release(*this);
+  pool_ = nullptr;
+  lo_ = nullptr;
+}
+
+}  // namespace weft

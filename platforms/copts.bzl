@@ -1,0 +1,40 @@
+"""Compiler options and rule wrappers that every weft target uses.
+
+The language standard (-std=c++20) and the opt/dbg/asan/tsan/ubsan configs are in //:.bazelrc, so
+that a consuming monorepo's own .bazelrc decides them; the warnings and wrappers below travel with
+weft's BUILD files.
+"""
+
+WEFT_COPTS = [
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-Wshadow",
+    "-Wnon-virtual-dtor",
+]
+
+WEFT_TEST_COPTS = WEFT_COPTS
+
+def weft_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = WEFT_COPTS + copts, **kwargs)
+
+def weft_cc_test(name, size = "small", copts = [], deps = [], **kwargs):
+    """A GoogleTest cc_test; gtest_main is linked unless the test brings its own main."""
+    native.cc_test(
+        name = name,
+        size = size,
+        copts = WEFT_TEST_COPTS + copts,
+        deps = deps + ["@com_google_googletest//:gtest_main"],
+        **kwargs
+    )
+
+def weft_cc_benchmark(name, copts = [], deps = [], tags = [], **kwargs):
+    """A Google Benchmark binary: testonly, tagged `benchmark`; run it with `bazel run -c opt`."""
+    native.cc_binary(
+        name = name,
+        testonly = True,
+        copts = WEFT_COPTS + copts,
+        deps = deps + ["@com_github_google_benchmark//:benchmark_main"],
+        tags = tags + ["benchmark"],
+        **kwargs
+    )

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# tools/test_all.sh: runs every weft test in every configuration CI checks, then prints one line
+# "N passed, M failed" counting test cases (GoogleTest cases from each test's XML; a test binary
+# that produced no result counts as one failure). Exit status is non-zero on any failure.
+#
+#   tools/test_all.sh                      # default, asan, tsan, ubsan, ucontext
+#   WEFT_TEST_CONFIGS="default tsan" tools/test_all.sh
+#   WEFT_STRESS_SCALE=10 tools/test_all.sh # stress tests run 10x longer
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+read -r -a configs <<<"${WEFT_TEST_CONFIGS:-default asan tsan ubsan ucontext}"
+passed=0
+failed=0
+status=0
+
+./bazelw version >/dev/null || exit 1  # installs what is missing, once
+targets=$(./bazelw query 'tests(//...)' 2>/dev/null) || { echo "0 passed, 1 failed"; exit 1; }
+
+for config in "${configs[@]}"; do
+  args=()
+  [ "$config" = default ] || args=(--config="$config")
+  echo "=== weft tests: $config"
+  env_args=()
+  [ -n "${WEFT_STRESS_SCALE:-}" ] && env_args=(--test_env=WEFT_STRESS_SCALE="$WEFT_STRESS_SCALE")
+  ./bazelw test "${args[@]}" "${env_args[@]}" //... || status=1
+  testlogs=$(./bazelw info "${args[@]}" bazel-testlogs 2>/dev/null)
+  for label in $targets; do
+    path=${label#//}
+    xml="$testlogs/${path/://}/test.xml"
+    if [ ! -f "$xml" ]; then
+      echo "no result: $label ($config)"
+      failed=$((failed + 1))
+      continue
+    fi
+    # The first element carrying the totals: <testsuites ...> from GoogleTest, <testsuite ...>
+    # from Bazel when the binary died before writing its own.
+    head=$(grep -o -m1 '<testsuites\{0,1\} [^>]*tests="[0-9]*"[^>]*' "$xml")
+    get() { sed -n "s/.* $1=\"\([0-9]*\)\".*/\1/p" <<<"$head"; }
+    tests=$(get tests)
+    bad=$(($(get failures || echo 0) + $(get errors || echo 0)))
+    disabled=$(get disabled)
+    passed=$((passed + ${tests:-0} - bad - ${disabled:-0}))
+    failed=$((failed + bad))
+    [ "$bad" -eq 0 ] || echo "failed: $label ($config)"
+  done
+done
+
+[ "$failed" -eq 0 ] || status=1
+echo "$passed passed, $failed failed"
+exit "$status"
