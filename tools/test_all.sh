@@ -14,8 +14,8 @@ passed=0
 failed=0
 status=0
 
-./bazelw version >/dev/null || exit 1  # installs what is missing, once
-targets=$(./bazelw query 'tests(//...)' 2>/dev/null) || { echo "0 passed, 1 failed"; exit 1; }
+# The first ./bazelw call installs what is missing.
+targets=$(./bazelw query 'tests(//...)') || { echo "0 passed, 1 failed"; exit 1; }
 
 for config in "${configs[@]}"; do
   args=()
