@@ -18,6 +18,9 @@ WEFT_TEST_COPTS = WEFT_COPTS
 def weft_cc_library(name, copts = [], **kwargs):
     native.cc_library(name = name, copts = WEFT_COPTS + copts, **kwargs)
 
+def weft_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = WEFT_COPTS + copts, **kwargs)
+
 def weft_cc_test(name, size = "small", copts = [], deps = [], **kwargs):
     """A GoogleTest cc_test; gtest_main is linked unless the test brings its own main."""
     native.cc_test(

@@ -31,16 +31,10 @@
 
     .text
 
-/* WeftRawTransfer weft_context_jump(void* to    = rdi,
- *                                   void** save = rsi,
- *                                   void* tag   = rdx,
- *                                   void* data  = rcx);                                        */
-    .globl  weft_context_jump
-    .type   weft_context_jump, @function
-    .align  16
-weft_context_jump:
-    .cfi_startproc
-    endbr64                                   /* IBT landing pad */
+/* WEFT_SAVE_FRAME: pushes the frame of the table above below the return address, leaving rsp at
+ * offset 0 (the handle). WEFT_RESTORE_FRAME: loads a frame at rsp, leaving rsp where it is.
+ * Both switch paths (jump and on-top) use the pair, so the layout lives in one place. */
+.macro WEFT_SAVE_FRAME
     leaq    -WEFT_FRAME_RIP(%rsp), %rsp       /* room for the frame below the return address */
     .cfi_adjust_cfa_offset WEFT_FRAME_RIP
     stmxcsr WEFT_FRAME_MXCSR(%rsp)            /* save SSE control/status */
@@ -51,9 +45,9 @@ weft_context_jump:
     movq    %r15, WEFT_FRAME_R15(%rsp)
     movq    %rbx, WEFT_FRAME_RBX(%rsp)
     movq    %rbp, WEFT_FRAME_RBP(%rsp)
-    movq    %rsp, (%rsi)                      /* *save = our handle; nothing reads our stack after */
+.endm
 
-    movq    %rdi, %rsp                        /* switch to the target's stack */
+.macro WEFT_RESTORE_FRAME
     ldmxcsr WEFT_FRAME_MXCSR(%rsp)            /* restore the target's SSE control */
     fldcw   WEFT_FRAME_X87CW(%rsp)            /* restore the target's x87 control word */
     movq    WEFT_FRAME_R12(%rsp), %r12        /* restore callee-saved GPRs */
@@ -62,6 +56,23 @@ weft_context_jump:
     movq    WEFT_FRAME_R15(%rsp), %r15
     movq    WEFT_FRAME_RBX(%rsp), %rbx
     movq    WEFT_FRAME_RBP(%rsp), %rbp
+.endm
+
+/* WeftRawTransfer weft_context_jump(void* to    = rdi,
+ *                                   void** save = rsi,
+ *                                   void* tag   = rdx,
+ *                                   void* data  = rcx);                                        */
+    .globl  weft_context_jump
+    .type   weft_context_jump, @function
+    .align  16
+weft_context_jump:
+    .cfi_startproc
+    endbr64                                   /* IBT landing pad */
+    WEFT_SAVE_FRAME                           /* push the frame (table above) */
+    movq    %rsp, (%rsi)                      /* *save = our handle; nothing reads our stack after */
+
+    movq    %rdi, %rsp                        /* switch to the target's stack */
+    WEFT_RESTORE_FRAME                        /* load the target's frame, rsp unchanged */
     movq    WEFT_FRAME_RIP(%rsp), %r8         /* resume address (r8 is caller-saved: free) */
     leaq    WEFT_FRAME_SIZE(%rsp), %rsp       /* pop the frame: rsp is the target's pre-call rsp */
     movq    %rdx, %rax                        /* return value, first word: tag */
@@ -82,27 +93,11 @@ weft_context_jump:
 weft_context_ontop:
     .cfi_startproc
     endbr64                                   /* IBT landing pad */
-    leaq    -WEFT_FRAME_RIP(%rsp), %rsp       /* room for the frame below the return address */
-    .cfi_adjust_cfa_offset WEFT_FRAME_RIP
-    stmxcsr WEFT_FRAME_MXCSR(%rsp)            /* save SSE control/status */
-    fnstcw  WEFT_FRAME_X87CW(%rsp)            /* save x87 control word */
-    movq    %r12, WEFT_FRAME_R12(%rsp)        /* save callee-saved GPRs */
-    movq    %r13, WEFT_FRAME_R13(%rsp)
-    movq    %r14, WEFT_FRAME_R14(%rsp)
-    movq    %r15, WEFT_FRAME_R15(%rsp)
-    movq    %rbx, WEFT_FRAME_RBX(%rsp)
-    movq    %rbp, WEFT_FRAME_RBP(%rsp)
+    WEFT_SAVE_FRAME                           /* push the frame (table above) */
     movq    %rsp, (%rsi)                      /* *save = our handle */
 
     movq    %rdi, %rsp                        /* switch to the target's stack */
-    ldmxcsr WEFT_FRAME_MXCSR(%rsp)            /* restore the target's SSE control */
-    fldcw   WEFT_FRAME_X87CW(%rsp)            /* restore the target's x87 control word */
-    movq    WEFT_FRAME_R12(%rsp), %r12        /* restore callee-saved GPRs */
-    movq    WEFT_FRAME_R13(%rsp), %r13
-    movq    WEFT_FRAME_R14(%rsp), %r14
-    movq    WEFT_FRAME_R15(%rsp), %r15
-    movq    WEFT_FRAME_RBX(%rsp), %rbx
-    movq    WEFT_FRAME_RBP(%rsp), %rbp
+    WEFT_RESTORE_FRAME                        /* load the target's frame, rsp unchanged */
     leaq    WEFT_FRAME_RIP(%rsp), %rsp        /* leave the resume address as fn's return address:
                                                  fn "returns" into the target, rax:rdx = result;
                                                  rsp % 16 == 8 here, as at any function entry */
