@@ -8,6 +8,7 @@ upstream source archives (see README, "Using weft from another monorepo"):
   @com_google_googletest//:gtest, :gtest_main   libgtest-dev + libgmock-dev (static archives)
   @com_github_google_benchmark//:benchmark, :benchmark_main   libbenchmark-dev
   @liburing//:liburing                    liburing-dev, link flags from pkg-config
+  @oneapi_tbb//:tbb                       libtbb-dev (oneTBB; benchmark baselines only)
 
 Headers come from /usr/include (a builtin include directory of the host compiler), so the
 generated targets carry only link flags. Debian's abseil is built with ABSL_OPTION_USE_STD_*=0:
@@ -151,6 +152,13 @@ def weft_debian_dependencies():
             debian_package = "liburing-dev",
             headers = {"/usr/include/liburing.h": "liburing-dev"},
             pkg_config_targets = {"liburing": "liburing"},
+        )
+    if "oneapi_tbb" not in existing:
+        _debian_library(
+            name = "oneapi_tbb",
+            debian_package = "libtbb-dev",
+            headers = {"/usr/include/oneapi/tbb.h": "libtbb-dev"},
+            pkg_config_targets = {"tbb": "tbb"},
         )
 
 def weft_offline_toolchain_repositories(weft_path = "."):
