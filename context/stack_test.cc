@@ -12,6 +12,7 @@
 
 #include "context/context.h"
 #include "gmock/gmock.h"
+#include "base/stress_scale.h"
 #include "gtest/gtest.h"
 
 namespace weft {
@@ -30,11 +31,7 @@ constexpr bool kTsan = false;
 #endif
 
 // WEFT_STRESS_SCALE multiplies the sizes of the stress tests (default 1).
-int StressScale() {
-  const char* s = std::getenv("WEFT_STRESS_SCALE");
-  int v = s != nullptr ? std::atoi(s) : 1;
-  return v > 0 ? v : 1;
-}
+using ::weft::testing::StressScale;
 
 class StackPoolTest : public ::testing::Test {
  protected:

@@ -11,16 +11,13 @@
 #include <thread>
 #include <vector>
 
+#include "base/stress_scale.h"
 #include "gtest/gtest.h"
 
 namespace weft {
 namespace {
 
-int StressScale() {
-  const char* s = std::getenv("WEFT_STRESS_SCALE");
-  int v = s != nullptr ? std::atoi(s) : 1;
-  return v > 0 ? v : 1;
-}
+using ::weft::testing::StressScale;
 
 TEST(ChaseLevTest, OwnerPopsLifo) {
   ChaseLevDeque<std::uint64_t> d;
