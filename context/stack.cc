@@ -499,4 +499,52 @@ void Stack::reset() noexcept {
   lo_ = nullptr;
 }
 
+// ---- StackCache -------------------------------------------------------------------------------
+
+static_assert(kNumClasses == 13, "StackCache::kClasses must match the pool's size classes");
+
+StackCache::StackCache(StackPool& pool, std::size_t per_class)
+    : pool_(&pool), per_class_(per_class) {}
+
+StackCache::~StackCache() = default;  // the cached Stacks return themselves to the pool
+
+Result<Stack> StackCache::allocate(const StackOptions& options) {
+  if (options.size == 0 || options.size > ClassSize(kNumClasses - 1)) {
+    return std::errc::invalid_argument;
+  }
+  const int c = ClassIndex(options.size);
+  std::vector<Stack>* order[2] = {&guarded_[c], &compact_[c]};
+  if (options.protection == StackProtection::kCompact) std::swap(order[0], order[1]);
+  const int tries = options.protection == StackProtection::kAuto ? 2 : 1;
+  for (int i = 0; i < tries; ++i) {
+    if (!order[i]->empty()) {
+      Stack stack = std::move(order[i]->back());
+      order[i]->pop_back();
+      return stack;
+    }
+  }
+  return pool_->allocate(options);
+}
+
+void StackCache::recycle(Stack&& stack) {
+  if (!stack || stack.pool_ != pool_) {
+    stack.reset();
+    return;
+  }
+  std::vector<Stack>& bin = stack.protection_ == StackProtection::kGuarded
+                                ? guarded_[stack.class_index_]
+                                : compact_[stack.class_index_];
+  if (bin.size() >= per_class_) {
+    stack.reset();
+    return;
+  }
+  bin.push_back(std::move(stack));
+}
+
+std::size_t StackCache::cached() const {
+  std::size_t n = 0;
+  for (int c = 0; c < kClasses; ++c) n += guarded_[c].size() + compact_[c].size();
+  return n;
+}
+
 }  // namespace weft

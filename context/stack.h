@@ -15,7 +15,7 @@
 //             kernel; the first ~16,000 of them have hard guard pages.
 //
 // Defines: weft::StackProtection, weft::StackOptions, weft::Stack, weft::StackPoolOptions,
-// weft::StackPoolStats, weft::StackPool, weft::install_stack_overflow_handler.
+// weft::StackPoolStats, weft::StackPool, weft::StackCache, weft::install_stack_overflow_handler.
 
 #ifndef WEFT_CONTEXT_STACK_H_
 #define WEFT_CONTEXT_STACK_H_
@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "base/result.h"
 #include "context/context.h"
@@ -59,6 +60,7 @@ class Stack {
 
  private:
   friend class StackPool;
+  friend class StackCache;
   StackPool* pool_ = nullptr;
   std::byte* lo_ = nullptr;  // start of the slot: guard or red-zone page, then the usable span
   std::uint8_t class_index_ = 0;
@@ -115,6 +117,32 @@ class StackPool {
   struct State;
   void release(Stack& stack) noexcept;
   std::unique_ptr<State> state_;
+};
+
+// StackCache: one thread's (a worker's) cache of stacks in front of a StackPool, per size class
+// and protection: taking and recycling stacks takes no lock until the cache is empty or full.
+// Owner thread only. Destroying it returns the cached stacks to the pool.
+class StackCache {
+ public:
+  explicit StackCache(StackPool& pool = StackPool::default_pool(), std::size_t per_class = 32);
+  ~StackCache();
+  StackCache(const StackCache&) = delete;
+  StackCache& operator=(const StackCache&) = delete;
+
+  // allocate: a cached stack of the right class (and protection, unless kAuto), else one from
+  // the pool. Errors as StackPool::allocate.
+  Result<Stack> allocate(const StackOptions& options = {});
+  // recycle: keeps `stack` for reuse, or returns it to its pool when this class is full (or the
+  // stack belongs to another pool).
+  void recycle(Stack&& stack);
+  std::size_t cached() const;
+
+ private:
+  static constexpr int kClasses = 13;  // 16 KiB .. 64 MiB
+  StackPool* pool_;
+  std::size_t per_class_;
+  std::vector<Stack> guarded_[kClasses];
+  std::vector<Stack> compact_[kClasses];
 };
 
 // install_stack_overflow_handler: installs weft's SIGSEGV handler (once per process; faults that

@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/stress_scale.h"
 #include "context/context.h"
 #include "gmock/gmock.h"
-#include "base/stress_scale.h"
 #include "gtest/gtest.h"
 
 namespace weft {
@@ -192,6 +192,43 @@ TEST(StackPoolConcurrencyTest, ThreadsAllocateAndReleaseConcurrently) {
   a.join();
   b.join();
   StackPoolStats st = pool.stats();
+  EXPECT_EQ(st.live_guarded + st.live_compact, 0u);
+}
+
+TEST(StackCacheTest, RecycledStacksComeBackWithoutThePool) {
+  StackPool pool({.guarded_mapping_budget = 4});  // two guarded, then compact
+  {
+    StackCache cache(pool, /*per_class=*/2);
+    Result<Stack> a = cache.allocate({.size = 16 << 10});
+    ASSERT_TRUE(a.ok());
+    void* base = a->span().base;
+    cache.recycle(std::move(a).value());
+    EXPECT_EQ(cache.cached(), 1u);
+    Result<Stack> again = cache.allocate({.size = 16 << 10});
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->span().base, base);  // the same stack, no trip to the pool
+    EXPECT_EQ(cache.cached(), 0u);
+
+    // A compact request is not served a guarded stack, and vice versa.
+    cache.recycle(std::move(again).value());
+    Result<Stack> compact =
+        cache.allocate({.size = 16 << 10, .protection = StackProtection::kCompact});
+    ASSERT_TRUE(compact.ok());
+    EXPECT_EQ(compact->protection(), StackProtection::kCompact);
+    EXPECT_EQ(cache.cached(), 1u);
+
+    // Past per_class (per class and protection), stacks go back to the pool.
+    std::vector<Stack> many;
+    for (int i = 0; i < 4; ++i) {
+      many.push_back(
+          std::move(cache.allocate({.size = 32 << 10, .protection = StackProtection::kCompact}))
+              .value());
+    }
+    for (Stack& s : many) cache.recycle(std::move(s));
+    EXPECT_EQ(cache.cached(), 1u + 2u);
+    EXPECT_EQ(cache.allocate({.size = 0}).error(), std::errc::invalid_argument);
+  }
+  StackPoolStats st = pool.stats();  // the cache's destruction returned everything
   EXPECT_EQ(st.live_guarded + st.live_compact, 0u);
 }
 
