@@ -23,7 +23,7 @@
 #include <pthread.h>
 #endif
 
-#include "deque/internal/futex.h"
+#include "base/futex.h"
 
 namespace weft {
 namespace fork_join_internal {
@@ -165,13 +165,13 @@ void ForkJoinPool::WakeOne() {
   if (sleepers_.load(std::memory_order_relaxed) == 0) return;
   // release: a woken worker that reads the new value sees our work.
   wake_word_.fetch_add(1, std::memory_order_release);
-  deque_internal::FutexWake(wake_word_, 1);
+  base_internal::FutexWake(wake_word_, 1);
 }
 
 void ForkJoinPool::WakeAll() {
   // release: as in WakeOne.
   wake_word_.fetch_add(1, std::memory_order_release);
-  deque_internal::FutexWake(wake_word_, 1 << 30);
+  base_internal::FutexWake(wake_word_, 1 << 30);
 }
 
 void ForkJoinPool::WorkerLoop(unsigned index) {
@@ -216,7 +216,7 @@ void ForkJoinPool::WorkerLoop(unsigned index) {
     if (!work_seen) {
       // relaxed: a statistic.
       self.sleeps_.fetch_add(1, std::memory_order_relaxed);
-      deque_internal::FutexWait(wake_word_, word, sleep_for);
+      base_internal::FutexWait(wake_word_, word, sleep_for);
       sleep_for = std::min(sleep_for * 2, kSleepMax);
     }
     // relaxed: only a count of sleepers; wakers tolerate a stale view (timeouts bound it).

@@ -1,13 +1,13 @@
-// deque/internal/futex_linux.cc: FutexWait/FutexWake on Linux futex(2), process-private.
+// base/internal/futex_linux.cc: FutexWait/FutexWake on Linux futex(2), process-private.
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "deque/internal/futex.h"
+#include "base/futex.h"
 
-namespace weft::deque_internal {
+namespace weft::base_internal {
 
 void FutexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
                std::chrono::microseconds timeout) {
@@ -24,4 +24,4 @@ void FutexWake(std::atomic<std::uint32_t>& word, int count) {
           nullptr, 0);
 }
 
-}  // namespace weft::deque_internal
+}  // namespace weft::base_internal

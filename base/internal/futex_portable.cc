@@ -1,13 +1,13 @@
-// deque/internal/futex_portable.cc: FutexWait/FutexWake where no futex is wired up yet: a short
+// base/internal/futex_portable.cc: FutexWait/FutexWake where no futex is wired up yet: a short
 // sleep bounded by the timeout, and std::atomic notification. Correct (callers re-check their
 // condition after every wait), only less prompt than a real futex.
 
 #include <algorithm>
 #include <thread>
 
-#include "deque/internal/futex.h"
+#include "base/futex.h"
 
-namespace weft::deque_internal {
+namespace weft::base_internal {
 
 void FutexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
                std::chrono::microseconds timeout) {
@@ -24,4 +24,4 @@ void FutexWake(std::atomic<std::uint32_t>& word, int count) {
   }
 }
 
-}  // namespace weft::deque_internal
+}  // namespace weft::base_internal

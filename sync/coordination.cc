@@ -1,0 +1,174 @@
+// sync/coordination.cc: Semaphore, WaitGroup, Event and Barrier over one WaitList each.
+
+#include "sync/coordination.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace weft {
+
+using sync_internal::Grant;
+using sync_internal::kGranted;
+using sync_internal::kWaiting;
+using sync_internal::Park;
+using sync_internal::ParkResult;
+using sync_internal::WaitNode;
+
+WaitList::~WaitList() {
+  lock_.lock();
+  bool waiting = !queue_.empty();
+  lock_.unlock();
+  if (waiting) {
+    std::fputs(
+        "weft: a Semaphore/WaitGroup/Event/Barrier was destroyed while something waits on it\n",
+        stderr);
+    std::abort();
+  }
+}
+
+template <typename OnAbort>
+Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) {
+  WaitNode node;
+  node.waiter = &current_waiter();
+  queue_.push_back(&node);
+  lock_.unlock();
+  ParkResult r = Park(
+      *node.waiter, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; },
+      options);
+  if (r == ParkResult::kWoken) return {};
+  lock_.lock();
+  if (node.state.load(std::memory_order_relaxed) == kWaiting) {
+    queue_.remove(&node);
+    on_abort();
+    lock_.unlock();
+    return sync_internal::ErrorOf(r);
+  }
+  lock_.unlock();
+  return {};  // granted as we gave up: it stands
+}
+
+void WaitList::WakeAllAndUnlock() {
+  std::vector<Waiter*> wake;
+  while (WaitNode* n = queue_.pop_front()) wake.push_back(Grant(n, kGranted));
+  lock_.unlock();
+  for (Waiter* w : wake) w->notify();
+}
+
+// ---- Semaphore ----
+
+Result<void> Semaphore::acquire(const WaitOptions& options) {
+  lock_.lock();
+  if (count_ > 0) {
+    --count_;
+    lock_.unlock();
+    return {};
+  }
+  // A permit released to us is handed over directly (release skips count_), so aborting has
+  // nothing to undo.
+  return WaitQueued(options, [] {});
+}
+
+bool Semaphore::try_acquire() {
+  lock_.lock();
+  bool ok = count_ > 0;
+  if (ok) --count_;
+  lock_.unlock();
+  return ok;
+}
+
+void Semaphore::release(std::int64_t n) {
+  std::vector<Waiter*> wake;
+  lock_.lock();
+  while (n > 0 && !queue_.empty()) {
+    wake.push_back(Grant(queue_.pop_front(), kGranted));
+    --n;
+  }
+  count_ += n;
+  lock_.unlock();
+  for (Waiter* w : wake) w->notify();
+}
+
+std::int64_t Semaphore::available() const {
+  auto& self = const_cast<Semaphore&>(*this);
+  self.lock_.lock();
+  std::int64_t c = count_;
+  self.lock_.unlock();
+  return c;
+}
+
+// ---- WaitGroup ----
+
+Result<void> WaitGroup::add(std::int64_t n) {
+  lock_.lock();
+  if (count_ + n < 0) {
+    lock_.unlock();
+    return std::errc::invalid_argument;
+  }
+  count_ += n;
+  if (count_ == 0) {
+    WakeAllAndUnlock();
+  } else {
+    lock_.unlock();
+  }
+  return {};
+}
+
+Result<void> WaitGroup::wait(const WaitOptions& options) {
+  lock_.lock();
+  if (count_ == 0) {
+    lock_.unlock();
+    return {};
+  }
+  return WaitQueued(options, [] {});
+}
+
+std::int64_t WaitGroup::count() const {
+  auto& self = const_cast<WaitGroup&>(*this);
+  self.lock_.lock();
+  std::int64_t c = count_;
+  self.lock_.unlock();
+  return c;
+}
+
+// ---- Event ----
+
+void Event::set() {
+  lock_.lock();
+  set_ = true;
+  WakeAllAndUnlock();
+}
+
+bool Event::is_set() const {
+  auto& self = const_cast<Event&>(*this);
+  self.lock_.lock();
+  bool s = set_;
+  self.lock_.unlock();
+  return s;
+}
+
+Result<void> Event::wait(const WaitOptions& options) {
+  lock_.lock();
+  if (set_) {
+    lock_.unlock();
+    return {};
+  }
+  return WaitQueued(options, [] {});
+}
+
+// ---- Barrier ----
+
+Result<bool> Barrier::arrive_and_wait(const WaitOptions& options) {
+  lock_.lock();
+  if (++arrived_ == parties_) {
+    arrived_ = 0;
+    ++generation_;
+    WakeAllAndUnlock();
+    return true;
+  }
+  Result<void> r = WaitQueued(options, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { --arrived_; });
+  if (!r) return r.error();
+  return false;
+}
+
+}  // namespace weft

@@ -1,0 +1,94 @@
+// sync/coordination.h: counting and signalling primitives that park fibers (or block threads).
+//
+// Defines: weft::Semaphore, weft::WaitGroup, weft::Event, weft::Barrier.
+//
+// Every wait takes WaitOptions (deadline, cancellation) and reports timed_out or
+// operation_canceled; a wait that is satisfied just as it gives up reports success. Destroying
+// any of them while something waits aborts with a message.
+
+#ifndef WEFT_SYNC_COORDINATION_H_
+#define WEFT_SYNC_COORDINATION_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/result.h"
+#include "sync/cancellation.h"
+#include "sync/internal/spin_lock.h"
+#include "sync/internal/wait_queue.h"
+
+namespace weft {
+
+// WaitList: the lock and queue the primitives below share, with the common wait.
+class WaitList {
+ protected:
+  WaitList() = default;
+  ~WaitList();
+  // WaitQueued: the caller holds lock_ and has decided to wait: queues, unlocks, parks. `on_abort`
+  // runs under lock_ if the wait gives up while still queued (to undo bookkeeping).
+  template <typename OnAbort>
+  Result<void> WaitQueued(const WaitOptions& options, OnAbort on_abort);
+  // WakeAll / WakeOne: the caller holds lock_; returns after unlocking and notifying.
+  void WakeAllAndUnlock();
+
+  sync_internal::SpinLock lock_;
+  sync_internal::WaitQueue queue_ ABSL_GUARDED_BY(lock_);
+};
+
+// Semaphore: a count of permits. acquire waits for one; release adds (handing them to waiters
+// first, in FIFO order).
+class Semaphore : private WaitList {
+ public:
+  explicit Semaphore(std::int64_t initial) : count_(initial) {}
+  Result<void> acquire(const WaitOptions& options = {});
+  bool try_acquire();
+  void release(std::int64_t n = 1);
+  std::int64_t available() const;
+
+ private:
+  std::int64_t count_ ABSL_GUARDED_BY(lock_);
+};
+
+// WaitGroup: wait() returns once the count reaches zero. add(n) with n < 0 below zero is EINVAL.
+class WaitGroup : private WaitList {
+ public:
+  Result<void> add(std::int64_t n);
+  void done() { (void)add(-1); }
+  Result<void> wait(const WaitOptions& options = {});
+  std::int64_t count() const;
+
+ private:
+  std::int64_t count_ ABSL_GUARDED_BY(lock_) = 0;
+};
+
+// Event: one-shot. wait() returns once set() has been called (ever).
+class Event : private WaitList {
+ public:
+  void set();
+  bool is_set() const;
+  Result<void> wait(const WaitOptions& options = {});
+
+ private:
+  bool set_ ABSL_GUARDED_BY(lock_) = false;
+};
+
+// Barrier: `parties` executions meet; each arrive_and_wait returns once all have arrived, and the
+// barrier resets for the next round. A generation count plays the role of the sense flag of a
+// sense-reversing barrier (Lace's): a waiter is released when the generation moves past the one
+// it arrived in. One arrival per round reports is_leader (the last to arrive). A participant that
+// times out or is cancelled before the round completes withdraws its arrival.
+class Barrier : private WaitList {
+ public:
+  explicit Barrier(std::size_t parties) : parties_(parties == 0 ? 1 : parties) {}
+  // arrive_and_wait: true for the round's last arrival (the leader).
+  Result<bool> arrive_and_wait(const WaitOptions& options = {});
+
+ private:
+  std::size_t parties_;
+  std::size_t arrived_ ABSL_GUARDED_BY(lock_) = 0;
+  std::uint64_t generation_ ABSL_GUARDED_BY(lock_) = 0;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_SYNC_COORDINATION_H_

@@ -1,0 +1,146 @@
+// sync/waiter.cc: the thread Waiter (a futex word with three states) and the per-thread provider.
+//
+//   kEmpty --wait--> kParked --notify--> kNotified --wait returns--> kEmpty
+//   kEmpty --notify--> kNotified --wait (consumes)--> kEmpty
+// notify wakes the futex only if it found kParked: an uncontended notify is one exchange.
+
+#include "sync/waiter.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "base/futex.h"
+
+namespace weft {
+namespace {
+
+class ThreadWaiter final : public Waiter {
+ public:
+  bool wait(std::optional<SyncClock::time_point> deadline) override {
+    // acquire (here and below): pairs with notify's release; what the notifier did before is
+    // visible once we consume its permit.
+    if (state_.exchange(kEmpty, std::memory_order_acquire) == kNotified) return true;
+    for (;;) {
+      std::uint32_t expected = kEmpty;
+      if (!state_.compare_exchange_strong(expected, kParked, std::memory_order_acquire)) {
+        return Consume();  // only notify moves kEmpty elsewhere: it is kNotified
+      }
+      auto timeout = std::chrono::microseconds(1000000);
+      if (deadline) {
+        auto left = *deadline - SyncClock::now();
+        if (left <= SyncClock::duration::zero()) return Withdraw();
+        timeout = std::min(timeout, std::chrono::ceil<std::chrono::microseconds>(left));
+      }
+      base_internal::FutexWait(state_, kParked, timeout);
+      // Every way out of kParked that is ours is a CAS from kParked, so a notify racing us is
+      // never overwritten.
+      expected = kParked;
+      if (!state_.compare_exchange_strong(expected, kEmpty, std::memory_order_acquire)) {
+        return Consume();
+      }
+      // Timeout or spurious wake, back to kEmpty: park again (the deadline is checked above).
+    }
+  }
+
+  int spins_before_park() const override { return 2000; }  // ~20 us of pause on this machine
+
+  void notify() override {
+    // release: publishes what we did before notifying. The futex is woken only if the waiter
+    // is (or is about to be) asleep on it.
+    if (state_.exchange(kNotified, std::memory_order_release) == kParked) {
+      base_internal::FutexWake(state_, 1);
+    }
+  }
+
+ private:
+  // Consume: the state is kNotified (only notify sets it); take the permit.
+  bool Consume() {
+    // relaxed: the acquire that observed kNotified already ordered us after the notifier.
+    state_.store(kEmpty, std::memory_order_relaxed);
+    return true;
+  }
+  // Withdraw: the deadline passed while kParked. A notify that got in first still counts.
+  bool Withdraw() {
+    std::uint32_t expected = kParked;
+    // acquire: pairs with notify's release when we lose to it.
+    if (state_.compare_exchange_strong(expected, kEmpty, std::memory_order_acquire)) return false;
+    return Consume();
+  }
+
+  static constexpr std::uint32_t kEmpty = 0;
+  static constexpr std::uint32_t kNotified = 1;
+  static constexpr std::uint32_t kParked = 2;
+  std::atomic<std::uint32_t> state_{kEmpty};
+};
+
+// Thread waiters are never destroyed: a notifier may still be calling notify() on a waiter whose
+// thread has just exited (it took the Waiter* under a primitive's lock and notifies after
+// unlocking). An exiting thread hands its waiter to a free list for the next thread; a late
+// notify then leaves a stale permit there, which every wait tolerates (waits re-check their
+// condition). The pool is as large as the most threads ever alive at once.
+class WaiterPool {
+ public:
+  ThreadWaiter* Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) return new ThreadWaiter();  // never deleted, see above
+    ThreadWaiter* w = free_.back();
+    free_.pop_back();
+    return w;
+  }
+  void Give(ThreadWaiter* w) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(w);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<ThreadWaiter*> free_;
+};
+
+WaiterPool& Pool() {
+  static WaiterPool* pool = new WaiterPool();  // outlives every thread
+  return *pool;
+}
+
+struct ThreadWaiterHolder {
+  ThreadWaiter* waiter = Pool().Take();
+  ~ThreadWaiterHolder();
+};
+
+// The fast path reads a plain pointer (constant-initialised: no TLS init guard per access); the
+// holder, whose destructor recycles the waiter at thread exit, is touched once per thread.
+constinit thread_local ThreadWaiter* t_waiter = nullptr;
+thread_local ThreadWaiterHolder t_holder;
+constinit thread_local WaiterProvider t_provider = nullptr;
+constinit thread_local void* t_provider_arg = nullptr;
+
+ThreadWaiterHolder::~ThreadWaiterHolder() {
+  t_waiter = nullptr;
+  Pool().Give(waiter);
+}
+
+[[gnu::noinline]] Waiter& InitThreadWaiter() {
+  t_waiter = t_holder.waiter;
+  return *t_waiter;
+}
+
+}  // namespace
+
+Waiter& current_waiter() {
+  if (t_provider != nullptr) [[unlikely]] {
+    if (Waiter* w = t_provider(t_provider_arg)) return *w;
+  }
+  if (ThreadWaiter* w = t_waiter) [[likely]]
+    return *w;
+  return InitThreadWaiter();
+}
+
+void set_waiter_provider(WaiterProvider provider, void* arg) {
+  t_provider = provider;
+  t_provider_arg = arg;
+}
+
+}  // namespace weft

@@ -1,0 +1,56 @@
+// sync/waiter.h: the park/unpark seam between weft's synchronisation primitives and whatever runs
+// the code that waits. A primitive asks for the current Waiter, queues it, and waits on it; the
+// side that releases it calls notify(). On a plain thread the Waiter blocks the thread (futex);
+// a fiber scheduler installs a provider on its worker threads whose Waiters park the running
+// fiber instead. sync depends on this interface only, never on a scheduler.
+//
+// Defines: weft::Waiter, weft::SyncClock, weft::current_waiter, weft::WaiterProvider,
+// weft::set_waiter_provider.
+
+#ifndef WEFT_SYNC_WAITER_H_
+#define WEFT_SYNC_WAITER_H_
+
+#include <chrono>
+#include <optional>
+
+namespace weft {
+
+using SyncClock = std::chrono::steady_clock;
+
+// Waiter: one execution (a thread or a fiber) that can block. A permit model, like a binary
+// semaphore: notify() leaves a permit (at most one), wait() consumes it or blocks for one, so a
+// notify that comes before the wait is not lost.
+//
+// Lifetime contract: a Waiter must stay a live object until every notify() that may target it
+// has returned, even after its owner stopped waiting. Thread waiters are never destroyed (an
+// exiting thread's waiter is recycled for the next thread; a late notify is a stale permit,
+// which waits tolerate). Fiber schedulers must keep the same promise for fiber waiters.
+class Waiter {
+ public:
+  virtual ~Waiter() = default;
+  // wait: the owning execution only. Returns true when a permit was consumed, false when the
+  // deadline passed first. Callers re-check their condition: a permit may be stale.
+  virtual bool wait(std::optional<SyncClock::time_point> deadline) = 0;
+  // notify: any thread.
+  virtual void notify() = 0;
+  // spins_before_park: how many pause iterations a primitive may spin re-checking its condition
+  // before calling wait(). Threads spin (a futex sleep and wake cost tens of microseconds);
+  // fibers should not (spinning holds up the other fibers of the worker).
+  virtual int spins_before_park() const { return 0; }
+};
+
+// current_waiter: the Waiter of the calling execution: the fiber's, if the thread's provider
+// returns one, else the thread's own. Any thread.
+Waiter& current_waiter();
+
+// WaiterProvider: returns the running fiber's Waiter, or null when no fiber runs (then the
+// thread's own is used).
+using WaiterProvider = Waiter* (*)(void* arg);
+
+// set_waiter_provider: installs `provider` for the calling thread (a scheduler's worker does this
+// once); null removes it.
+void set_waiter_provider(WaiterProvider provider, void* arg);
+
+}  // namespace weft
+
+#endif  // WEFT_SYNC_WAITER_H_
