@@ -1,0 +1,54 @@
+// reactor/reactor.cc: Reactor::create: the backend choice. Explicit requests are honoured or fail;
+// kAuto (and WEFT_REACTOR) prefer io_uring and fall back to epoll when the kernel refuses it
+// (ENOSYS: too old or seccomp; EPERM: kernel.io_uring_disabled or a container profile; ENOMEM:
+// a small RLIMIT_MEMLOCK on kernels before 5.12), saying why once per process.
+
+#include "reactor/reactor.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+
+#include "reactor/internal/backends.h"
+
+namespace weft {
+
+std::string_view Reactor::backend_name() const {
+  return backend() == ReactorBackend::kIoUring ? "io_uring" : "epoll";
+}
+
+Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& options) {
+  ReactorBackend want = options.backend;
+  if (want == ReactorBackend::kAuto) {
+    if (const char* env = std::getenv("WEFT_REACTOR")) {
+      std::string_view v(env);
+      if (v == "io_uring") {
+        want = ReactorBackend::kIoUring;
+      } else if (v == "epoll") {
+        want = ReactorBackend::kEpoll;
+      } else if (!v.empty()) {
+        static std::once_flag once;
+        std::call_once(once, [&] {
+          std::fprintf(stderr, "weft: ignoring WEFT_REACTOR=%s (want io_uring or epoll)\n", env);
+        });
+      }
+    }
+  }
+  if (want == ReactorBackend::kEpoll) return reactor_internal::MakeEpollReactor(options);
+#if defined(WEFT_HAVE_IO_URING)
+  Result<std::unique_ptr<Reactor>> uring = reactor_internal::MakeIoUringReactor(options);
+  if (uring.ok() || want == ReactorBackend::kIoUring) return uring;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr, "weft: io_uring is not available (%s); using epoll\n",
+                 std::strerror(uring.error_code().value()));
+  });
+#else
+  if (want == ReactorBackend::kIoUring) return std::errc::invalid_argument;  // compiled out
+#endif
+  return reactor_internal::MakeEpollReactor(options);
+}
+
+}  // namespace weft

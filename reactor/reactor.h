@@ -1,0 +1,150 @@
+// reactor/reactor.h: weft's I/O engine: asynchronous operations on file descriptors, completed
+// through callbacks, with one backend per OS behind one interface. Usable alone as an event loop;
+// the scheduler parks fibers on it.
+//
+// Defines: weft::IoOp, weft::ReactorBackend, weft::ReactorOptions, weft::Reactor.
+//
+// Two faces:
+//   - the seam a scheduler needs: poll(deadline) runs completions until the deadline (or until
+//     at least one completion), and wake(), callable from any thread, makes a blocked poll return;
+//   - the operations API: read, write, readv, writev, recv, send, accept (also multishot),
+//     connect, poll for readiness, a timeout, cancel, and close (which fails the fd's pending
+//     operations first).
+//
+// Every operation completes exactly once (multishot accept: once per connection, the last without
+// kMore), with a result >= 0 or -errno, also when cancelled (-ECANCELED), past its deadline
+// (-ETIMEDOUT) or when its fd is closed through close() (-ECANCELED). Completions are delivered
+// only from poll(), never from inside the call that submits, so a callback may submit freely.
+// Bad input (a bad fd, a null buffer) completes with -EBADF / -EINVAL like any other error.
+//
+// Threads: one Reactor per worker thread. Only wake() may be called from another thread; all
+// other calls, and all callbacks, happen on the thread that calls poll().
+//
+// Backends: io_uring (liburing) where the kernel allows it, else epoll; see reactor/README in
+// docs/reactor.md for the rules and the WEFT_REACTOR environment override.
+
+#ifndef WEFT_REACTOR_REACTOR_H_
+#define WEFT_REACTOR_REACTOR_H_
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "base/result.h"
+#include "timer/timer_heap.h"
+
+namespace weft {
+
+using ReactorClock = std::chrono::steady_clock;
+
+// IoOp: one operation in flight. Owned by the caller (typically on a fiber's stack); must stay
+// alive and unmoved from submission until its (final) completion.
+struct IoOp {
+  // on_complete: called on the poll() thread with the result (>= 0, or -errno) and flags.
+  static constexpr unsigned kMore = 1;  // multishot: more completions will follow
+  void (*on_complete)(IoOp& op, std::int64_t result, unsigned flags) = nullptr;
+  void* user = nullptr;
+  // deadline: if set before submission, the operation fails with -ETIMEDOUT once it passes.
+  std::optional<ReactorClock::time_point> deadline;
+
+  // ---- Backend state (do not touch) ----
+  enum class Kind : std::uint8_t {
+    kNone,
+    kRead,
+    kWrite,
+    kReadv,
+    kWritev,
+    kRecv,
+    kSend,
+    kAccept,
+    kAcceptMulti,
+    kConnect,
+    kPollIn,
+    kTimeout
+  };
+  Kind kind = Kind::kNone;
+  bool pending = false;
+  bool cancel_requested = false;
+  bool timed_out = false;
+  int fd = -1;
+  int msg_flags = 0;
+  std::uint32_t poll_events = 0;
+  void* buf = nullptr;
+  std::size_t len = 0;
+  const iovec* iov = nullptr;
+  int iovcnt = 0;
+  std::int64_t offset = -1;
+  sockaddr* addr = nullptr;
+  socklen_t* addrlen = nullptr;
+  socklen_t connect_len = 0;
+  std::int64_t result = 0;
+  IoOp* next = nullptr;  // backend lists
+  IoOp* prev = nullptr;
+  TimerNode timer;  // the deadline, in backends that keep their own timers
+  std::int64_t timespec_storage[2] = {0, 0};  // io_uring timeouts read it at submission
+};
+
+enum class ReactorBackend : std::uint8_t { kAuto, kIoUring, kEpoll };
+
+struct ReactorOptions {
+  // backend: kAuto probes io_uring and falls back to epoll (logging why, once per process).
+  // The environment variable WEFT_REACTOR=io_uring|epoll overrides kAuto.
+  ReactorBackend backend = ReactorBackend::kAuto;
+  unsigned entries = 256;  // io_uring submission queue size
+};
+
+class Reactor {
+ public:
+  // create: EINVAL for a backend that is not compiled in; ENOSYS/EPERM/ENOMEM/... from the
+  // kernel when an explicitly requested backend cannot start.
+  static Result<std::unique_ptr<Reactor>> create(const ReactorOptions& options = {});
+  virtual ~Reactor() = default;
+
+  virtual ReactorBackend backend() const = 0;
+  std::string_view backend_name() const;
+
+  // ---- The scheduler's seam ----
+  // poll: submits what is queued, then waits until at least one completion was delivered, the
+  // deadline passed (nullopt: no deadline; a past deadline: do not block) or wake() was called.
+  // Returns how many completions it delivered.
+  virtual Result<int> poll(std::optional<ReactorClock::time_point> deadline) = 0;
+  // wake: any thread. A concurrent or the next poll() returns promptly.
+  virtual void wake() = 0;
+
+  // ---- Operations (poll()'s thread) ----
+  // offset -1: the file's current position (pipes and sockets).
+  virtual void read(IoOp& op, int fd, void* buf, std::size_t len, std::int64_t offset = -1) = 0;
+  virtual void write(IoOp& op, int fd, const void* buf, std::size_t len,
+                     std::int64_t offset = -1) = 0;
+  virtual void readv(IoOp& op, int fd, const iovec* iov, int iovcnt) = 0;
+  virtual void writev(IoOp& op, int fd, const iovec* iov, int iovcnt) = 0;
+  virtual void recv(IoOp& op, int fd, void* buf, std::size_t len, int flags = 0) = 0;
+  virtual void send(IoOp& op, int fd, const void* buf, std::size_t len, int flags = 0) = 0;
+  // accept: result is the new fd (close-on-exec, non-blocking).
+  virtual void accept(IoOp& op, int fd, sockaddr* addr = nullptr, socklen_t* addrlen = nullptr) = 0;
+  // accept_multishot: one completion per accepted connection, flags & kMore while it continues.
+  virtual void accept_multishot(IoOp& op, int fd) = 0;
+  virtual void connect(IoOp& op, int fd, const sockaddr* addr, socklen_t addrlen) = 0;
+  // poll_readiness: result is the ready events (POLLIN, POLLOUT, POLLERR, POLLHUP...).
+  virtual void poll_readiness(IoOp& op, int fd, std::uint32_t events) = 0;
+  // timeout: completes with 0 at `when`.
+  virtual void timeout(IoOp& op, ReactorClock::time_point when) = 0;
+  // cancel: `op` completes with -ECANCELED unless it already completed (or completes first).
+  virtual void cancel(IoOp& op) = 0;
+  // close: fails every pending operation on fd with -ECANCELED, then closes it. Use this, not
+  // ::close, for fds with operations in flight (a plain close leaves them pending).
+  virtual void close(int fd) = 0;
+
+  // pending_ops: operations submitted and not yet completed (for tests and dumps).
+  virtual std::size_t pending_ops() const = 0;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_REACTOR_REACTOR_H_

@@ -1,0 +1,404 @@
+// The reactor conformance suite, run against every backend present (io_uring when the kernel
+// allows it, epoll always). Every operation must complete exactly once: each test's ops count
+// their completions, and the fixture checks that nothing is left pending at teardown.
+
+#include "reactor/reactor.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Op: an IoOp that records its completions.
+struct Op : IoOp {
+  int completions = 0;
+  int final_completions = 0;
+  std::int64_t last = 0;
+  std::vector<std::int64_t> results;
+  Op() {
+    on_complete = [](IoOp& op, std::int64_t result, unsigned flags) {
+      auto& self = static_cast<Op&>(op);
+      ++self.completions;
+      if ((flags & IoOp::kMore) == 0) ++self.final_completions;
+      self.last = result;
+      self.results.push_back(result);
+    };
+  }
+  bool done() const { return final_completions > 0; }
+  // Reset: for reuse once completed (an IoOp is reusable after its final completion).
+  void Reset() {
+    completions = final_completions = 0;
+    results.clear();
+  }
+};
+
+class ReactorTest : public ::testing::TestWithParam<ReactorBackend> {
+ protected:
+  void SetUp() override {
+    Result<std::unique_ptr<Reactor>> r = Reactor::create({.backend = GetParam()});
+    if (!r.ok()) {
+      GTEST_SKIP() << "backend not available here: " << r.error_code().message();
+    }
+    reactor_ = std::move(r).value();
+  }
+  void TearDown() override {
+    if (reactor_ != nullptr) EXPECT_EQ(reactor_->pending_ops(), 0u) << "operations left pending";
+    for (int fd : fds_) ::close(fd);
+  }
+
+  // RunUntil: polls until pred() holds. The 10 s limit only turns a hang into a failure.
+  template <typename Pred>
+  void RunUntil(Pred pred) {
+    auto give_up = ReactorClock::now() + 10s;
+    while (!pred()) {
+      ASSERT_LT(ReactorClock::now(), give_up) << "the reactor stopped making progress";
+      ASSERT_TRUE(reactor_->poll(ReactorClock::now() + 100ms).ok());
+    }
+  }
+  std::pair<int, int> SocketPair() {
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    fds_.push_back(sv[0]);
+    fds_.push_back(sv[1]);
+    return {sv[0], sv[1]};
+  }
+  int Listener(sockaddr_in* addr) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_GE(fd, 0);
+    *addr = sockaddr_in{};
+    addr->sin_family = AF_INET;
+    addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(addr), sizeof *addr), 0);
+    socklen_t len = sizeof *addr;
+    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(addr), &len), 0);
+    EXPECT_EQ(listen(fd, 128), 0);
+    fds_.push_back(fd);
+    return fd;
+  }
+  int Tcp() {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fds_.push_back(fd);
+    return fd;
+  }
+
+  std::unique_ptr<Reactor> reactor_;
+  std::vector<int> fds_;
+};
+
+TEST_P(ReactorTest, ReportsItsBackend) {
+  EXPECT_EQ(reactor_->backend(), GetParam());
+  EXPECT_EQ(reactor_->backend_name(),
+            GetParam() == ReactorBackend::kIoUring ? "io_uring" : "epoll");
+}
+
+TEST_P(ReactorTest, SocketPairReadWrite) {
+  auto [a, b] = SocketPair();
+  Op w, r;
+  char in[16] = {};
+  reactor_->write(w, a, "hello", 5);
+  reactor_->read(r, b, in, sizeof in);
+  RunUntil([&] { return w.done() && r.done(); });
+  EXPECT_EQ(w.last, 5);
+  EXPECT_EQ(r.last, 5);
+  EXPECT_EQ(std::string(in, 5), "hello");
+  EXPECT_EQ(w.completions, 1);
+  EXPECT_EQ(r.completions, 1);
+}
+
+TEST_P(ReactorTest, PipeEndOfFile) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  fds_.push_back(p[0]);
+  Op r;
+  char buf[8];
+  reactor_->read(r, p[0], buf, sizeof buf);
+  ::close(p[1]);
+  RunUntil([&] { return r.done(); });
+  EXPECT_EQ(r.last, 0);  // end of file
+}
+
+TEST_P(ReactorTest, LargeTransfersCompleteThroughPartialWrites) {
+  auto [a, b] = SocketPair();
+  std::vector<unsigned char> out(4 << 20), in(out.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<unsigned char>(i * 31 + 7);
+  std::size_t sent = 0, received = 0;
+  Op w, r;
+  bool writing = false, reading = false;
+  int partial_writes = 0;
+  RunUntil([&] {
+    if (w.done() && writing) {
+      EXPECT_GT(w.last, 0);
+      if (w.last <= 0) return true;
+      if (static_cast<std::size_t>(w.last) < out.size() - sent) ++partial_writes;
+      sent += static_cast<std::size_t>(w.last);
+      writing = false;
+    }
+    if (r.done() && reading) {
+      EXPECT_GT(r.last, 0);
+      if (r.last <= 0) return true;
+      received += static_cast<std::size_t>(r.last);
+      reading = false;
+    }
+    if (!writing && sent < out.size()) {
+      w.Reset();
+      reactor_->write(w, a, out.data() + sent, out.size() - sent);
+      writing = true;
+    }
+    if (!reading && received < in.size()) {
+      r.Reset();
+      reactor_->read(r, b, in.data() + received, in.size() - received);
+      reading = true;
+    }
+    return sent == out.size() && received == in.size();
+  });
+  EXPECT_EQ(in, out);
+  EXPECT_GT(partial_writes, 0);  // 4 MiB does not fit a socket buffer in one write
+}
+
+TEST_P(ReactorTest, ReadvAndWritev) {
+  auto [a, b] = SocketPair();
+  char x[] = "ab", y[] = "cde", z[] = "f";
+  iovec out[3] = {{x, 2}, {y, 3}, {z, 1}};
+  char p[3] = {}, q[3] = {};
+  iovec in[2] = {{p, 3}, {q, 3}};
+  Op w, r;
+  reactor_->writev(w, a, out, 3);
+  RunUntil([&] { return w.done(); });
+  reactor_->readv(r, b, in, 2);
+  RunUntil([&] { return r.done(); });
+  EXPECT_EQ(w.last, 6);
+  EXPECT_EQ(r.last, 6);
+  EXPECT_EQ(std::string(p, 3) + std::string(q, 3), "abcdef");
+}
+
+TEST_P(ReactorTest, TcpAcceptConnectEcho) {
+  sockaddr_in addr;
+  int listener = Listener(&addr);
+  int client = Tcp();
+  Op acc, con;
+  reactor_->accept(acc, listener);
+  reactor_->connect(con, client, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  RunUntil([&] { return acc.done() && con.done(); });
+  ASSERT_EQ(con.last, 0);
+  ASSERT_GE(acc.last, 0);
+  int server = static_cast<int>(acc.last);
+  fds_.push_back(server);
+  Op s1, r1, s2, r2;
+  char buf[8] = {}, back[8] = {};
+  reactor_->send(s1, client, "ping", 4);
+  reactor_->recv(r1, server, buf, sizeof buf);
+  RunUntil([&] { return s1.done() && r1.done(); });
+  ASSERT_EQ(r1.last, 4);
+  reactor_->send(s2, server, buf, 4);
+  reactor_->recv(r2, client, back, sizeof back);
+  RunUntil([&] { return s2.done() && r2.done(); });
+  EXPECT_EQ(std::string(back, 4), "ping");
+}
+
+TEST_P(ReactorTest, ConnectToAClosedPortIsRefused) {
+  sockaddr_in addr;
+  int l = Listener(&addr);
+  ::close(l);  // the port is free again: nobody listens
+  fds_.erase(std::find(fds_.begin(), fds_.end(), l));
+  Op con;
+  reactor_->connect(con, Tcp(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  RunUntil([&] { return con.done(); });
+  EXPECT_EQ(con.last, -ECONNREFUSED);
+}
+
+TEST_P(ReactorTest, DeadlinesTimeoutsAndAnIdlePoll) {
+  auto [a, b] = SocketPair();
+  (void)a;
+  Result<int> idle = reactor_->poll(ReactorClock::now() + 5ms);  // nothing to do: returns
+  ASSERT_TRUE(idle.ok());
+  EXPECT_EQ(*idle, 0);
+  Op r, t;
+  char buf[4];
+  r.deadline = ReactorClock::now() + 10ms;
+  reactor_->read(r, b, buf, sizeof buf);
+  reactor_->timeout(t, ReactorClock::now() + 5ms);
+  RunUntil([&] { return r.done() && t.done(); });
+  EXPECT_EQ(r.last, -ETIMEDOUT);
+  EXPECT_EQ(t.last, 0);
+}
+
+TEST_P(ReactorTest, CancelAnInFlightRead) {
+  auto [a, b] = SocketPair();
+  (void)a;
+  Op r, t;
+  char buf[4];
+  reactor_->read(r, b, buf, sizeof buf);
+  ASSERT_TRUE(reactor_->poll(ReactorClock::now()).ok());  // it is in flight now
+  reactor_->cancel(r);
+  reactor_->cancel(r);  // twice: still one completion
+  reactor_->timeout(t, ReactorClock::now() + 1h);
+  reactor_->cancel(t);
+  RunUntil([&] { return r.done() && t.done(); });
+  EXPECT_EQ(r.last, -ECANCELED);
+  EXPECT_EQ(t.last, -ECANCELED);
+  EXPECT_EQ(r.completions, 1);
+}
+
+TEST_P(ReactorTest, WakeFromAnotherThread) {
+  std::atomic<bool> polled{false};
+  std::thread waker([&] {
+    while (!polled.load()) std::this_thread::yield();
+    reactor_->wake();
+  });
+  polled = true;
+  Result<int> r = reactor_->poll(std::nullopt);  // would block forever without the wake
+  waker.join();
+  ASSERT_TRUE(r.ok());
+  reactor_->wake();  // a wake with nobody polling makes the next poll return too
+  ASSERT_TRUE(reactor_->poll(std::nullopt).ok());
+}
+
+TEST_P(ReactorTest, CloseFailsOperationsInFlight) {
+  auto [a, b] = SocketPair();
+  (void)a;
+  Op r1, r2;
+  char buf[4];
+  reactor_->read(r1, b, buf, sizeof buf);
+  reactor_->poll_readiness(r2, b, POLLIN);
+  ASSERT_TRUE(reactor_->poll(ReactorClock::now()).ok());
+  reactor_->close(b);
+  fds_.erase(std::find(fds_.begin(), fds_.end(), b));
+  RunUntil([&] { return r1.done() && r2.done(); });
+  EXPECT_EQ(r1.last, -ECANCELED);
+  EXPECT_EQ(r2.last, -ECANCELED);
+}
+
+TEST_P(ReactorTest, BadFdsAndArgumentsAreErrors) {
+  Op a, b, c, d, e;
+  char buf[4];
+  reactor_->read(a, -1, buf, sizeof buf);
+  reactor_->read(b, 1000000, buf, sizeof buf);  // not an open fd
+  auto [x, y] = SocketPair();
+  (void)y;
+  reactor_->read(c, x, nullptr, 16);
+  reactor_->connect(d, Tcp(), nullptr, 0);
+  reactor_->poll_readiness(e, x, 0);
+  RunUntil([&] { return a.done() && b.done() && c.done() && d.done() && e.done(); });
+  EXPECT_EQ(a.last, -EBADF);
+  EXPECT_EQ(b.last, -EBADF);
+  EXPECT_EQ(c.last, -EINVAL);
+  EXPECT_EQ(d.last, -EINVAL);
+  EXPECT_EQ(e.last, -EINVAL);
+}
+
+TEST_P(ReactorTest, MultishotAccept) {
+  sockaddr_in addr;
+  int listener = Listener(&addr);
+  Op acc;
+  reactor_->accept_multishot(acc, listener);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(connect(Tcp(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  }
+  RunUntil([&] { return acc.completions >= 3; });
+  EXPECT_EQ(acc.final_completions, 0);  // still accepting
+  for (std::int64_t fd : acc.results) {
+    ASSERT_GE(fd, 0);
+    fds_.push_back(static_cast<int>(fd));
+  }
+  reactor_->cancel(acc);
+  RunUntil([&] { return acc.done(); });
+  EXPECT_EQ(acc.last, -ECANCELED);
+  EXPECT_EQ(acc.completions, 4);
+}
+
+TEST_P(ReactorTest, TenThousandFdsAtOnce) {
+  rlimit lim{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &lim), 0);
+  if (lim.rlim_max < 10200) GTEST_SKIP() << "RLIMIT_NOFILE hard limit " << lim.rlim_max;
+  rlimit raised = lim;
+  raised.rlim_cur = lim.rlim_max < 20000 ? lim.rlim_max : 20000;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &raised), 0);
+  constexpr int kPairs = 5000;
+  std::vector<Op> reads(kPairs);
+  std::vector<char> bufs(kPairs);
+  std::vector<int> writers;
+  for (int i = 0; i < kPairs; ++i) {
+    auto [a, b] = SocketPair();
+    writers.push_back(a);
+    reactor_->read(reads[i], b, &bufs[i], 1);
+  }
+  ASSERT_TRUE(reactor_->poll(ReactorClock::now()).ok());
+  EXPECT_EQ(reactor_->pending_ops(), static_cast<std::size_t>(kPairs));
+  for (int fd : writers) ASSERT_EQ(::write(fd, "x", 1), 1);
+  RunUntil([&] {
+    for (const Op& r : reads) {
+      if (!r.done()) return false;
+    }
+    return true;
+  });
+  for (const Op& r : reads) EXPECT_EQ(r.last, 1);
+  for (int fd : fds_) ::close(fd);
+  fds_.clear();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lim), 0);
+}
+
+TEST_P(ReactorTest, EmfileOnAcceptIsReportedAndTheListenerRecovers) {
+  sockaddr_in addr;
+  int listener = Listener(&addr);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(connect(Tcp(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  }
+  // No descriptor left: the highest open fd + 1 becomes the limit.
+  int probe = dup(listener);
+  ASSERT_GE(probe, 0);
+  ::close(probe);
+  rlimit lim{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &lim), 0);
+  rlimit tight = lim;
+  tight.rlim_cur = static_cast<rlim_t>(probe);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+  Op full;
+  reactor_->accept(full, listener);
+  RunUntil([&] { return full.done(); });
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lim), 0);
+  EXPECT_EQ(full.last, -EMFILE);
+  Op again;
+  reactor_->accept(again, listener);  // the same listener, now that fds are available
+  RunUntil([&] { return again.done(); });
+  ASSERT_GE(again.last, 0);
+  fds_.push_back(static_cast<int>(again.last));
+}
+
+std::vector<ReactorBackend> Backends() {
+  return {ReactorBackend::kIoUring, ReactorBackend::kEpoll};
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ReactorTest, ::testing::ValuesIn(Backends()),
+                         [](const auto& info) {
+                           return std::string(info.param == ReactorBackend::kIoUring ? "io_uring"
+                                                                                     : "epoll");
+                         });
+
+TEST(ReactorCreateTest, AutoPicksABackendAndTheEnvironmentOverridesIt) {
+  Result<std::unique_ptr<Reactor>> any = Reactor::create();
+  ASSERT_TRUE(any.ok());
+  setenv("WEFT_REACTOR", "epoll", 1);
+  Result<std::unique_ptr<Reactor>> forced = Reactor::create();
+  unsetenv("WEFT_REACTOR");
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ((*forced)->backend(), ReactorBackend::kEpoll);
+}
+
+}  // namespace
+}  // namespace weft
