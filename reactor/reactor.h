@@ -17,11 +17,12 @@
 // only from poll(), never from inside the call that submits, so a callback may submit freely.
 // Bad input (a bad fd, a null buffer) completes with -EBADF / -EINVAL like any other error.
 //
-// Threads: one Reactor per worker thread. Only wake() may be called from another thread; all
-// other calls, and all callbacks, happen on the thread that calls poll().
+// Threads: one Reactor per worker thread, created on that thread (the io_uring backend binds its
+// ring to the creating thread: IORING_SETUP_SINGLE_ISSUER). Only wake() may be called from
+// another thread; all other calls, and all callbacks, happen on the thread that calls poll().
 //
-// Backends: io_uring (liburing) where the kernel allows it, else epoll; see reactor/README in
-// docs/reactor.md for the rules and the WEFT_REACTOR environment override.
+// Backends: io_uring (liburing) where the kernel allows it, else epoll; see docs/reactor.md for
+// the rules and the WEFT_REACTOR environment override.
 
 #ifndef WEFT_REACTOR_REACTOR_H_
 #define WEFT_REACTOR_REACTOR_H_

@@ -48,7 +48,14 @@ class UringReactor final : public Reactor {
   }
 
   Result<void> Init(const ReactorOptions& options) {
-    int rc = io_uring_queue_init(options.entries < 8 ? 8 : options.entries, &ring_, 0);
+    // A reactor belongs to the thread that polls it: DEFER_TASKRUN (kernel 6.1+) runs completion
+    // work only when that thread enters the kernel to wait, instead of interrupting it, and
+    // SINGLE_ISSUER tells the kernel only one thread submits. Older kernels refuse the flags
+    // (EINVAL): fall back to a plain ring.
+    const unsigned entries = options.entries < 8 ? 8 : options.entries;
+    int rc = io_uring_queue_init(entries, &ring_,
+                                 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+    if (rc == -EINVAL) rc = io_uring_queue_init(entries, &ring_, 0);
     if (rc < 0) return static_cast<std::errc>(-rc);
     evfd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (evfd_ < 0) {
@@ -185,7 +192,8 @@ class UringReactor final : public Reactor {
       }
     }
     io_uring_cqe* cqe = nullptr;
-    int rc = wait_nr == 0 ? io_uring_submit(&ring_)
+    // wait_nr 0 still enters the kernel for events, so deferred completion work runs.
+    int rc = wait_nr == 0 ? io_uring_submit_and_get_events(&ring_)
                           : io_uring_submit_and_wait_timeout(&ring_, &cqe, wait_nr, tsp, nullptr);
     if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
       return static_cast<std::errc>(-rc);
