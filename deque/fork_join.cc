@@ -23,6 +23,7 @@
 #include <pthread.h>
 #endif
 
+#include "base/cpu_relax.h"
 #include "base/futex.h"
 
 namespace weft {
@@ -45,14 +46,6 @@ thread_local ForkJoinWorker* t_worker = nullptr;
 constexpr int kYieldRounds = 256;
 constexpr auto kSleepFirst = std::chrono::microseconds(100);
 constexpr auto kSleepMax = std::chrono::microseconds(10000);
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 }  // namespace
 

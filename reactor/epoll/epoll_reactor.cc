@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "reactor/internal/backends.h"
+#include "reactor/internal/op_list.h"
 
 namespace weft::reactor_internal {
 namespace {
@@ -44,32 +45,6 @@ bool IsWriteSide(const IoOp& op) {
 IoOp* OpOfTimer(TimerNode* node) {
   return reinterpret_cast<IoOp*>(reinterpret_cast<char*>(node) - offsetof(IoOp, timer));
 }
-
-struct OpList {
-  IoOp* head = nullptr;
-  IoOp* tail = nullptr;
-  bool empty() const { return head == nullptr; }
-  void push(IoOp* op) {
-    op->next = nullptr;
-    op->prev = tail;
-    if (tail != nullptr)
-      tail->next = op;
-    else
-      head = op;
-    tail = op;
-  }
-  void remove(IoOp* op) {
-    if (op->prev != nullptr)
-      op->prev->next = op->next;
-    else
-      head = op->next;
-    if (op->next != nullptr)
-      op->next->prev = op->prev;
-    else
-      tail = op->prev;
-    op->next = op->prev = nullptr;
-  }
-};
 
 struct FdState {
   OpList readers;

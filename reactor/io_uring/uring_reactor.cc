@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "reactor/internal/backends.h"
+#include "reactor/internal/op_list.h"
 
 namespace weft::reactor_internal {
 namespace {
@@ -206,31 +207,6 @@ class UringReactor final : public Reactor {
  private:
   // kImmediate: the op failed before reaching the ring; it waits in ready_.
   static constexpr std::int64_t kImmediate = INT64_MIN;
-
-  struct OpList {
-    IoOp* head = nullptr;
-    IoOp* tail = nullptr;
-    void push(IoOp* op) {
-      op->next = nullptr;
-      op->prev = tail;
-      if (tail != nullptr)
-        tail->next = op;
-      else
-        head = op;
-      tail = op;
-    }
-    void remove(IoOp* op) {
-      if (op->prev != nullptr)
-        op->prev->next = op->next;
-      else
-        head = op->next;
-      if (op->next != nullptr)
-        op->next->prev = op->prev;
-      else
-        tail = op->prev;
-      op->next = op->prev = nullptr;
-    }
-  };
 
   // Begin: bookkeeping; false if the op failed at once (delivered by the next poll).
   bool Begin(IoOp& op, Kind kind, int fd, bool bad_argument) {

@@ -8,16 +8,11 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "base/cpu_relax.h"
 
 namespace weft::sync_internal {
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
+using ::weft::CpuRelax;
 
 class ABSL_LOCKABLE SpinLock {
  public:
