@@ -1,0 +1,399 @@
+// sync/sync_suite.cc: the //sync tests, parameterised by a Runner (see sync_suite.h).
+// WEFT_STRESS_SCALE=N lengthens the stress tests.
+
+#include "sync/sync_suite.h"
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/stress_scale.h"
+#include "sync/cancellation.h"
+#include "sync/channel.h"
+#include "sync/coordination.h"
+#include "sync/mutex.h"
+
+namespace weft {
+namespace {
+
+using ::weft::testing::StressScale;
+using namespace std::chrono_literals;
+
+WaitOptions In(SyncClock::duration d) { return WaitOptions{SyncClock::now() + d, nullptr}; }
+
+// ---- Mutex -----------------------------------------------------------------------------------
+
+TEST_P(SyncTest, MutexBasics) {
+  Mutex m;
+  ASSERT_TRUE(m.lock().ok());
+  EXPECT_EQ(m.lock().error(), std::errc::resource_deadlock_would_occur);  // not recursive
+  EXPECT_FALSE(m.try_lock());
+  runner().Spawn([&] {
+    EXPECT_FALSE(m.try_lock());
+    EXPECT_EQ(m.unlock().error(), std::errc::operation_not_permitted);  // not the owner
+    EXPECT_EQ(m.lock(In(20ms)).error(), std::errc::timed_out);
+  });
+  runner().JoinAll();
+  ASSERT_TRUE(m.unlock().ok());
+  EXPECT_EQ(m.unlock().error(), std::errc::operation_not_permitted);  // not held any more
+  EXPECT_TRUE(m.try_lock());
+  ASSERT_TRUE(m.unlock().ok());
+}
+
+TEST_P(SyncTest, MutexLockIsCancellable) {
+  Mutex m;
+  ASSERT_TRUE(m.lock().ok());
+  CancellationSource source;
+  CancellationToken token = source.token();
+  std::atomic<bool> cancelled{false};
+  runner().Spawn([&] {
+    Result<void> r = m.lock({.cancel = &token});
+    EXPECT_EQ(r.error(), std::errc::operation_canceled);
+    cancelled = true;
+  });
+  source.cancel();
+  runner().JoinAll();
+  EXPECT_TRUE(cancelled);
+  ASSERT_TRUE(m.unlock().ok());
+}
+
+TEST_P(SyncTest, MutexGuardsANonAtomicCounter) {
+  Mutex m;
+  std::int64_t counter = 0;  // deliberately not atomic: TSan checks the mutex orders it
+  const int per = 20000 * StressScale();
+  constexpr int kTasks = 4;
+  for (int t = 0; t < kTasks; ++t) {
+    runner().Spawn([&] {
+      for (int i = 0; i < per; ++i) {
+        ASSERT_TRUE(m.lock().ok());
+        ++counter;
+        ASSERT_TRUE(m.unlock().ok());
+      }
+    });
+  }
+  runner().JoinAll();
+  EXPECT_EQ(counter, std::int64_t{per} * kTasks);
+}
+
+// ---- CondVar -----------------------------------------------------------------------------------
+
+TEST_P(SyncTest, CondVarSignalBroadcastAndTimeout) {
+  Mutex m;
+  CondVar cv;
+  int generation = 0;
+  std::atomic<int> woken{0};
+  for (int t = 0; t < 3; ++t) {
+    runner().Spawn([&] {
+      ASSERT_TRUE(m.lock().ok());
+      while (generation == 0) ASSERT_TRUE(cv.wait(m).ok());
+      woken.fetch_add(1);
+      ASSERT_TRUE(m.unlock().ok());
+    });
+  }
+  ASSERT_TRUE(m.lock().ok());
+  generation = 1;
+  ASSERT_TRUE(m.unlock().ok());
+  cv.broadcast();
+  runner().JoinAll();
+  EXPECT_EQ(woken.load(), 3);
+
+  // Timeout: the mutex is held again on return.
+  ASSERT_TRUE(m.lock().ok());
+  EXPECT_EQ(cv.wait(m, In(10ms)).error(), std::errc::timed_out);
+  EXPECT_TRUE(m.unlock().ok());  // proves we held it
+  // Waiting without holding the mutex is an error.
+  EXPECT_EQ(cv.wait(m).error(), std::errc::operation_not_permitted);
+}
+
+TEST_P(SyncTest, CondVarLosesNoWakeupsUnderTimeouts) {
+  // A producer hands items one at a time; consumers wait with short timeouts and re-check the
+  // predicate. Every item must be consumed exactly once.
+  Mutex m;
+  CondVar cv;
+  int items = 0;
+  int consumed = 0;
+  const int total = 2000 * StressScale();
+  for (int c = 0; c < 2; ++c) {
+    runner().Spawn([&] {
+      ASSERT_TRUE(m.lock().ok());
+      while (consumed < total) {
+        if (items > 0) {
+          --items;
+          ++consumed;
+          cv.broadcast();
+          continue;
+        }
+        Result<void> r = cv.wait(m, In(1ms));
+        ASSERT_TRUE(r.ok() || r.error() == std::errc::timed_out);
+      }
+      ASSERT_TRUE(m.unlock().ok());
+    });
+  }
+  for (int i = 0; i < total; ++i) {
+    ASSERT_TRUE(m.lock().ok());
+    while (items > 0) (void)cv.wait(m, In(1ms));
+    ++items;
+    ASSERT_TRUE(m.unlock().ok());
+    cv.signal();
+  }
+  runner().JoinAll();
+  EXPECT_EQ(consumed, total);
+}
+
+// ---- Channel -----------------------------------------------------------------------------------
+
+TEST_P(SyncTest, BufferedChannelIsFifoAndReportsFullAndEmpty) {
+  Channel<int> ch(3);
+  EXPECT_EQ(ch.try_recv().error(), std::errc::resource_unavailable_try_again);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ch.try_send(int(i)).ok());
+  EXPECT_EQ(ch.try_send(99).error(), std::errc::resource_unavailable_try_again);
+  EXPECT_EQ(ch.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*ch.recv(), i);
+  EXPECT_EQ(ch.recv(In(5ms)).error(), std::errc::timed_out);
+}
+
+TEST_P(SyncTest, UnbufferedChannelIsARendezvous) {
+  Channel<int> ch(0);
+  EXPECT_EQ(ch.try_send(1).error(), std::errc::resource_unavailable_try_again);  // nobody waits
+  runner().Spawn([&] { EXPECT_EQ(*ch.recv(), 7); });
+  ASSERT_TRUE(ch.send(7).ok());  // completes only when the receiver takes it
+  runner().JoinAll();
+  EXPECT_EQ(ch.send(8, In(5ms)).error(), std::errc::timed_out);
+}
+
+TEST_P(SyncTest, CloseDrainsThenReportsClosed) {
+  Channel<std::unique_ptr<int>> ch(4);
+  ASSERT_TRUE(ch.send(std::make_unique<int>(1)).ok());
+  ASSERT_TRUE(ch.send(std::make_unique<int>(2)).ok());
+  ch.close();
+  ch.close();  // idempotent
+  EXPECT_TRUE(ch.closed());
+  auto keep = std::make_unique<int>(3);
+  EXPECT_EQ(ch.send(std::move(keep)).error(), std::errc::broken_pipe);
+  ASSERT_NE(keep, nullptr);  // not consumed: still ours
+  EXPECT_EQ(**ch.recv(), 1);
+  EXPECT_EQ(**ch.recv(), 2);
+  EXPECT_EQ(ch.recv().error(), std::errc::broken_pipe);
+}
+
+TEST_P(SyncTest, CloseWakesBlockedSendersAndReceivers) {
+  Channel<int> in(0), out(0);
+  runner().Spawn([&] { EXPECT_EQ(in.recv().error(), std::errc::broken_pipe); });
+  runner().Spawn([&] { EXPECT_EQ(out.send(5).error(), std::errc::broken_pipe); });
+  while (in.waiters() + out.waiters() < 2) std::this_thread::yield();
+  in.close();
+  out.close();
+  runner().JoinAll();
+}
+
+TEST_P(SyncTest, ChannelWaitsAreCancellable) {
+  Channel<int> ch(1);
+  CancellationSource source;
+  CancellationToken token = source.token();
+  runner().Spawn(
+      [&] { EXPECT_EQ(ch.recv({.cancel = &token}).error(), std::errc::operation_canceled); });
+  while (ch.waiters() < 1) std::this_thread::yield();
+  source.cancel();
+  runner().JoinAll();
+  // An already-cancelled token fails a wait at once, but not an operation that is ready.
+  ASSERT_TRUE(ch.send(1).ok());
+  EXPECT_EQ(ch.send(2, {.cancel = &token}).error(), std::errc::operation_canceled);
+  EXPECT_EQ(*ch.recv({.cancel = &token}), 1);
+}
+
+TEST_P(SyncTest, ChannelStressExactDelivery) {
+  Channel<int> ch(8);
+  constexpr int kSenders = 3, kReceivers = 3;
+  const int per = 20000 * StressScale();
+  std::vector<std::atomic<int>> seen(static_cast<std::size_t>(per) * kSenders);
+  for (int s = 0; s < kSenders; ++s) {
+    runner().Spawn([&, s] {
+      for (int i = 0; i < per; ++i) ASSERT_TRUE(ch.send(s * per + i).ok());
+    });
+  }
+  std::atomic<int> received{0};
+  for (int r = 0; r < kReceivers; ++r) {
+    runner().Spawn([&] {
+      for (;;) {
+        Result<int> v = ch.recv();
+        if (!v) {
+          ASSERT_EQ(v.error(), std::errc::broken_pipe);
+          return;
+        }
+        seen[*v].fetch_add(1, std::memory_order_relaxed);
+        if (received.fetch_add(1) + 1 == per * kSenders) ch.close();
+      }
+    });
+  }
+  runner().JoinAll();
+  int wrong = 0;
+  for (auto& s : seen) wrong += s.load() != 1;
+  EXPECT_EQ(wrong, 0);
+}
+
+// ---- select ------------------------------------------------------------------------------------
+
+TEST_P(SyncTest, SelectPicksTheReadyCaseOrTheDefault) {
+  Channel<int> a(1), b(1);
+  int got = 0;
+  std::array<SelectCase, 2> cases{a.recv_case(got), b.recv_case(got)};
+  Result<SelectResult> r = select(cases, {}, /*has_default=*/true);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->index, -1);  // nothing ready: the default
+  ASSERT_TRUE(b.send(42).ok());
+  r = select(cases);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->index, 1);
+  EXPECT_TRUE(r->ok);
+  EXPECT_EQ(got, 42);
+  EXPECT_EQ(select(cases, In(5ms)).error(), std::errc::timed_out);
+  int v = 5;
+  std::array<SelectCase, 1> send{a.send_case(v)};
+  r = select(send);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*a.recv(), 5);
+  a.close();
+  r = select(cases);  // a closed channel's receive is ready, with ok == false
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->index, 0);
+  EXPECT_FALSE(r->ok);
+  EXPECT_EQ(select(std::span<const SelectCase>{}).error(), std::errc::invalid_argument);
+}
+
+TEST_P(SyncTest, SelectIsFairWhenSeveralAreReady) {
+  Channel<int> a(1), b(1);
+  int got = 0;
+  std::array<SelectCase, 2> cases{a.recv_case(got), b.recv_case(got)};
+  int counts[2] = {0, 0};
+  const int rounds = 10000;
+  for (int i = 0; i < rounds; ++i) {
+    (void)a.try_send(1);
+    (void)b.try_send(2);
+    Result<SelectResult> r = select(cases);
+    ASSERT_TRUE(r.ok());
+    ++counts[r->index];
+  }
+  EXPECT_GT(counts[0], rounds * 4 / 10);
+  EXPECT_GT(counts[1], rounds * 4 / 10);
+}
+
+TEST_P(SyncTest, SelectRacingCloseAndSendHasOneOutcome) {
+  const int rounds = 300 * StressScale();
+  for (int i = 0; i < rounds; ++i) {
+    Channel<int> a(0), b(0);
+    int got = -1;
+    std::array<SelectCase, 2> cases{a.recv_case(got), b.recv_case(got)};
+    std::atomic<bool> sent{false};
+    runner().Spawn([&] { sent = a.send(1).ok(); });
+    runner().Spawn([&] { b.close(); });
+    Result<SelectResult> r = select(cases);
+    ASSERT_TRUE(r.ok());
+    if (r->index == 0) {
+      EXPECT_TRUE(r->ok);
+      EXPECT_EQ(got, 1);
+    } else {
+      EXPECT_EQ(r->index, 1);
+      EXPECT_FALSE(r->ok);
+      EXPECT_EQ(*a.recv(), 1);  // the send did not happen through select: it is still pending
+    }
+    runner().JoinAll();
+    EXPECT_TRUE(sent);
+  }
+}
+
+TEST_P(SyncTest, SelectRacingCancelHasOneOutcome) {
+  const int rounds = 300 * StressScale();
+  for (int i = 0; i < rounds; ++i) {
+    Channel<int> a(1);
+    int got = -1;
+    std::array<SelectCase, 1> cases{a.recv_case(got)};
+    CancellationSource source;
+    CancellationToken token = source.token();
+    runner().Spawn([&] { (void)a.send(1); });
+    runner().Spawn([&] { source.cancel(); });
+    Result<SelectResult> r = select(cases, {.cancel = &token});
+    runner().JoinAll();
+    if (r.ok()) {
+      EXPECT_EQ(got, 1);
+      EXPECT_EQ(a.try_recv().error(), std::errc::resource_unavailable_try_again);
+    } else {
+      EXPECT_EQ(r.error(), std::errc::operation_canceled);
+      EXPECT_EQ(*a.recv(), 1);  // not consumed by the cancelled select
+    }
+  }
+}
+
+// ---- Cancellation, semaphore, wait group, event, barrier ----------------------------------------
+
+TEST_P(SyncTest, CancellationCallbacksRunOnce) {
+  CancellationSource source;
+  CancellationToken token = source.token();
+  int before = 0, removed = 0;
+  CancellationCallback a(token, [&] { ++before; });
+  {
+    CancellationCallback gone(token, [&] { ++removed; });
+  }
+  EXPECT_FALSE(token.is_cancelled());
+  source.cancel();
+  source.cancel();
+  EXPECT_TRUE(token.is_cancelled());
+  EXPECT_EQ(before, 1);
+  EXPECT_EQ(removed, 0);
+  int after = 0;
+  CancellationCallback late(token, [&] { ++after; });  // already cancelled: runs at once
+  EXPECT_EQ(after, 1);
+  EXPECT_FALSE(CancellationToken().is_cancelled());
+}
+
+TEST_P(SyncTest, SemaphoreWaitGroupEventBarrier) {
+  Semaphore sem(0);
+  WaitGroup wg;
+  Event event;
+  Barrier barrier(3);
+  std::atomic<int> leaders{0};
+  ASSERT_TRUE(wg.add(2).ok());
+  EXPECT_EQ(wg.add(-5).error(), std::errc::invalid_argument);
+  for (int t = 0; t < 2; ++t) {
+    runner().Spawn([&] {
+      ASSERT_TRUE(sem.acquire().ok());
+      ASSERT_TRUE(event.wait().ok());
+      for (int round = 0; round < 50; ++round) {
+        Result<bool> lead = barrier.arrive_and_wait();
+        ASSERT_TRUE(lead.ok());
+        if (*lead) leaders.fetch_add(1);
+      }
+      wg.done();
+    });
+  }
+  EXPECT_FALSE(sem.try_acquire());
+  sem.release(2);
+  EXPECT_EQ(wg.wait(In(5ms)).error(), std::errc::timed_out);  // they wait for the event
+  event.set();
+  EXPECT_TRUE(event.is_set());
+  for (int round = 0; round < 50; ++round) {
+    Result<bool> lead = barrier.arrive_and_wait();
+    ASSERT_TRUE(lead.ok());
+    if (*lead) leaders.fetch_add(1);
+  }
+  ASSERT_TRUE(wg.wait().ok());
+  runner().JoinAll();
+  EXPECT_EQ(leaders.load(), 50);  // one leader per round
+  EXPECT_EQ(wg.count(), 0);
+  EXPECT_EQ(sem.available(), 0);
+  EXPECT_EQ(sem.acquire(In(2ms)).error(), std::errc::timed_out);
+}
+
+TEST_P(SyncTest, BarrierWithdrawsATimedOutArrival) {
+  Barrier barrier(2);
+  EXPECT_EQ(barrier.arrive_and_wait(In(5ms)).error(), std::errc::timed_out);
+  // The withdrawn arrival does not count: two fresh arrivals complete the round.
+  runner().Spawn([&] { ASSERT_TRUE(barrier.arrive_and_wait().ok()); });
+  ASSERT_TRUE(barrier.arrive_and_wait().ok());
+  runner().JoinAll();
+}
+
+}  // namespace
+}  // namespace weft
