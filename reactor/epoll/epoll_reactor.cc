@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "reactor/internal/backends.h"
+#include "reactor/internal/eventfd_waker.h"
 #include "reactor/internal/op_list.h"
 
 namespace weft::reactor_internal {
@@ -57,22 +58,16 @@ struct FdState {
 
 class EpollReactor final : public Reactor {
  public:
-  EpollReactor(int epfd, int evfd) : epfd_(epfd), evfd_(evfd) {}
+  EpollReactor(int epfd, int evfd) : epfd_(epfd), waker_(evfd) {}
   ~EpollReactor() override {
-    ::close(evfd_);
+    ::close(waker_.fd());
     ::close(epfd_);
   }
 
   ReactorBackend backend() const override { return ReactorBackend::kEpoll; }
   std::size_t pending_ops() const override { return pending_; }
 
-  void wake() override {
-    // acq_rel: one write per batch of wakes; the poller's exchange(false) re-arms it.
-    if (wake_pending_.exchange(true, std::memory_order_acq_rel)) return;
-    std::uint64_t one = 1;
-    ssize_t ignored = ::write(evfd_, &one, sizeof one);
-    (void)ignored;
-  }
+  void wake() override { waker_.wake(); }
 
   void read(IoOp& op, int fd, void* buf, std::size_t len, std::int64_t offset) override {
     op.kind = Kind::kRead;
@@ -211,12 +206,11 @@ class EpollReactor final : public Reactor {
     if (n < 0 && errno != EINTR) return static_cast<std::errc>(errno);
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
-      if (fd == evfd_) {
+      if (fd == waker_.fd()) {
         std::uint64_t value;
-        ssize_t ignored = ::read(evfd_, &value, sizeof value);
+        ssize_t ignored = ::read(fd, &value, sizeof value);
         (void)ignored;
-        // release: a wake() after this point writes again.
-        wake_pending_.store(false, std::memory_order_release);
+        waker_.rearm();
         continue;
       }
       delivered += Drive(fd, events[i].events);
@@ -229,8 +223,8 @@ class EpollReactor final : public Reactor {
   bool Init() {
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = evfd_;
-    return epoll_ctl(epfd_, EPOLL_CTL_ADD, evfd_, &ev) == 0;
+    ev.data.fd = waker_.fd();
+    return epoll_ctl(epfd_, EPOLL_CTL_ADD, waker_.fd(), &ev) == 0;
   }
 
  private:
@@ -446,8 +440,7 @@ class EpollReactor final : public Reactor {
   }
 
   int epfd_;
-  int evfd_;
-  std::atomic<bool> wake_pending_{false};
+  EventfdWaker waker_;
   std::vector<FdState> fds_;
   std::vector<int> dirty_;
   OpList ready_;
