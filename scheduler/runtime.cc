@@ -31,7 +31,6 @@
 #include <thread>
 #include <vector>
 
-#include "base/cpu_relax.h"
 #include "base/futex.h"
 #include "context/context.h"
 #include "context/stack.h"

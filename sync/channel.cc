@@ -17,8 +17,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 namespace weft {
@@ -52,15 +50,8 @@ ChannelCore::ChannelCore(std::size_t capacity, const ElementOps* ops)
 }
 
 ChannelCore::~ChannelCore() {
-  lock_.lock();
-  bool waiting = !sendq_.empty() || !recvq_.empty();
+  AbortIfWaitedOn(lock_, {&sendq_, &recvq_}, "Channel");
   for (std::size_t i = 0; i < count_; ++i) ops_->destroy(Slot(i));
-  count_ = 0;
-  lock_.unlock();
-  if (waiting) {
-    std::fputs("weft: Channel destroyed while fibers or threads wait on it\n", stderr);
-    std::abort();
-  }
   if (buffer_ != nullptr) ::operator delete (buffer_, std::align_val_t{ops_->align});
 }
 
@@ -194,26 +185,23 @@ void ChannelCore::close() {
 }
 
 bool ChannelCore::closed() const {
-  auto& self = const_cast<ChannelCore&>(*this);
-  self.lock_.lock();
+  lock_.lock();
   bool c = closed_;
-  self.lock_.unlock();
+  lock_.unlock();
   return c;
 }
 
 std::size_t ChannelCore::size() const {
-  auto& self = const_cast<ChannelCore&>(*this);
-  self.lock_.lock();
+  lock_.lock();
   std::size_t n = count_;
-  self.lock_.unlock();
+  lock_.unlock();
   return n;
 }
 
 std::size_t ChannelCore::waiters() const {
-  auto& self = const_cast<ChannelCore&>(*this);
-  self.lock_.lock();
+  lock_.lock();
   std::size_t n = sendq_.size() + recvq_.size();
-  self.lock_.unlock();
+  lock_.unlock();
   return n;
 }
 

@@ -87,7 +87,7 @@ class ChannelCore {
   void Enqueue(ChannelNode* node, bool is_send);
   void Dequeue(ChannelNode* node, bool is_send);
 
-  SpinLock lock_;
+  mutable SpinLock lock_;  // mutable: const accessors (size, closed) take it too
 
  private:
   void* Slot(std::size_t i) { return buffer_ + ((head_ + i) % capacity_) * ops_->size; }

@@ -2,8 +2,6 @@
 
 #include "sync/coordination.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 namespace weft {
@@ -16,15 +14,7 @@ using sync_internal::ParkResult;
 using sync_internal::WaitNode;
 
 WaitList::~WaitList() {
-  lock_.lock();
-  bool waiting = !queue_.empty();
-  lock_.unlock();
-  if (waiting) {
-    std::fputs(
-        "weft: a Semaphore/WaitGroup/Event/Barrier was destroyed while something waits on it\n",
-        stderr);
-    std::abort();
-  }
+  sync_internal::AbortIfWaitedOn(lock_, {&queue_}, "a Semaphore, WaitGroup, Event or Barrier");
 }
 
 template <typename OnAbort>
@@ -90,10 +80,9 @@ void Semaphore::release(std::int64_t n) {
 }
 
 std::int64_t Semaphore::available() const {
-  auto& self = const_cast<Semaphore&>(*this);
-  self.lock_.lock();
+  lock_.lock();
   std::int64_t c = count_;
-  self.lock_.unlock();
+  lock_.unlock();
   return c;
 }
 
@@ -124,10 +113,9 @@ Result<void> WaitGroup::wait(const WaitOptions& options) {
 }
 
 std::int64_t WaitGroup::count() const {
-  auto& self = const_cast<WaitGroup&>(*this);
-  self.lock_.lock();
+  lock_.lock();
   std::int64_t c = count_;
-  self.lock_.unlock();
+  lock_.unlock();
   return c;
 }
 
@@ -140,10 +128,9 @@ void Event::set() {
 }
 
 bool Event::is_set() const {
-  auto& self = const_cast<Event&>(*this);
-  self.lock_.lock();
+  lock_.lock();
   bool s = set_;
-  self.lock_.unlock();
+  lock_.unlock();
   return s;
 }
 

@@ -31,7 +31,7 @@ class WaitList {
   // WakeAll / WakeOne: the caller holds lock_; returns after unlocking and notifying.
   void WakeAllAndUnlock();
 
-  sync_internal::SpinLock lock_;
+  mutable sync_internal::SpinLock lock_;  // mutable: const accessors take it too
   sync_internal::WaitQueue queue_ ABSL_GUARDED_BY(lock_);
 };
 

@@ -6,8 +6,6 @@
 #include "sync/mutex.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 namespace weft {
@@ -29,19 +27,9 @@ struct MutexNode : WaitNode {
   SyncClock::time_point since;
 };
 
-[[noreturn]] void Die(const char* what) {
-  std::fprintf(stderr, "weft: %s\n", what);
-  std::abort();
-}
-
 }  // namespace
 
-Mutex::~Mutex() {
-  queue_lock_.lock();
-  bool waiting = !queue_.empty();
-  queue_lock_.unlock();
-  if (waiting) Die("Mutex destroyed while fibers or threads wait on it");
-}
+Mutex::~Mutex() { sync_internal::AbortIfWaitedOn(queue_lock_, {&queue_}, "Mutex"); }
 
 bool Mutex::TryAcquire(Waiter* me) {
   // relaxed: only seeds the CAS.
@@ -172,12 +160,7 @@ void Mutex::WakeNext() {
 
 // ---- CondVar ------------------------------------------------------------------------------------
 
-CondVar::~CondVar() {
-  queue_lock_.lock();
-  bool waiting = !queue_.empty();
-  queue_lock_.unlock();
-  if (waiting) Die("CondVar destroyed while fibers or threads wait on it");
-}
+CondVar::~CondVar() { sync_internal::AbortIfWaitedOn(queue_lock_, {&queue_}, "CondVar"); }
 
 Result<void> CondVar::wait(Mutex& mutex, const WaitOptions& options) {
   Waiter* me = &current_waiter();

@@ -28,14 +28,21 @@ std::vector<std::int64_t> RandomOffsets(std::size_t n) {
   return v;
 }
 
+// Prefill: queues nodes[0..n) at the first n offsets.
+void Prefill(TimerHeap& heap, TimerNode* nodes, const std::vector<std::int64_t>& offsets,
+             std::size_t n) {
+  (void)heap.reserve(n + 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    (void)heap.insert(nodes[i], kT0 + std::chrono::nanoseconds(offsets[i]));
+  }
+}
+
 void BM_TimerHeap_InsertCancel(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   auto offsets = RandomOffsets(n + 4096);
-  auto nodes = std::make_unique<TimerNode[]>(n + 1);
+  auto nodes = std::make_unique<TimerNode[]>(n + 1);  // n queued, one spare
   TimerHeap heap;
-  (void)heap.reserve(n + 1);
-  for (std::size_t i = 0; i < n; ++i)
-    (void)heap.insert(nodes[i], kT0 + std::chrono::nanoseconds(offsets[i]));
+  Prefill(heap, nodes.get(), offsets, n);
   std::size_t k = 0;
   for (auto _ : state) {
     (void)heap.insert(nodes[n], kT0 + std::chrono::nanoseconds(offsets[n + (k++ & 4095)]));
@@ -79,11 +86,9 @@ void BM_LazyPriorityQueue_InsertCancel(benchmark::State& state) {
 void BM_TimerHeap_InsertPop(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   auto offsets = RandomOffsets(n + 4096);
-  auto nodes = std::make_unique<TimerNode[]>(n + 1);
+  auto nodes = std::make_unique<TimerNode[]>(n + 1);  // n queued, one spare
   TimerHeap heap;
-  (void)heap.reserve(n + 1);
-  for (std::size_t i = 0; i < n; ++i)
-    (void)heap.insert(nodes[i], kT0 + std::chrono::nanoseconds(offsets[i]));
+  Prefill(heap, nodes.get(), offsets, n);
   TimerNode* spare = &nodes[n];
   std::int64_t now = 0;
   std::size_t k = 0;

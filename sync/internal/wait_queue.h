@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <initializer_list>
 #include <system_error>
 
 #include "sync/cancellation.h"
@@ -122,6 +123,11 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, int spins
   if (cancel_state != nullptr) Deregister(cancel_state, &reg);
   return result;
 }
+
+// AbortIfWaitedOn: the destructor check of every primitive: destroying one while something waits
+// on it aborts with a message rather than leaving waiters on freed memory.
+void AbortIfWaitedOn(SpinLock& lock, std::initializer_list<const WaitQueue*> queues,
+                     const char* what);
 
 inline std::errc ErrorOf(ParkResult r) {
   return r == ParkResult::kTimedOut ? std::errc::timed_out : std::errc::operation_canceled;
