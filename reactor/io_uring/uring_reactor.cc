@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "reactor/internal/backends.h"
+#include "reactor/internal/eventfd_waker.h"
 #include "reactor/internal/op_list.h"
 
 namespace weft::reactor_internal {
@@ -45,7 +46,7 @@ class UringReactor final : public Reactor {
  public:
   ~UringReactor() override {
     io_uring_queue_exit(&ring_);
-    ::close(evfd_);
+    ::close(waker_.fd());
   }
 
   Result<void> Init(const ReactorOptions& options) {
@@ -58,8 +59,9 @@ class UringReactor final : public Reactor {
                                  IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
     if (rc == -EINVAL) rc = io_uring_queue_init(entries, &ring_, 0);
     if (rc < 0) return static_cast<std::errc>(-rc);
-    evfd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (evfd_ < 0) {
+    int evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    waker_.set_fd(evfd);
+    if (evfd < 0) {
       int err = errno;
       io_uring_queue_exit(&ring_);
       return static_cast<std::errc>(err);
@@ -71,13 +73,7 @@ class UringReactor final : public Reactor {
   ReactorBackend backend() const override { return ReactorBackend::kIoUring; }
   std::size_t pending_ops() const override { return pending_; }
 
-  void wake() override {
-    // acq_rel: one eventfd write per batch of wakes; re-armed when the read completes.
-    if (wake_pending_.exchange(true, std::memory_order_acq_rel)) return;
-    std::uint64_t one = 1;
-    ssize_t ignored = ::write(evfd_, &one, sizeof one);
-    (void)ignored;
-  }
+  void wake() override { waker_.wake(); }
 
   void read(IoOp& op, int fd, void* buf, std::size_t len, std::int64_t offset) override {
     if (!Begin(op, Kind::kRead, fd, buf == nullptr && len > 0)) return;
@@ -250,7 +246,7 @@ class UringReactor final : public Reactor {
 
   void ArmWake() {
     io_uring_sqe* sqe = RawSqe(1);
-    io_uring_prep_read(sqe, evfd_, &wake_value_, sizeof wake_value_, 0);
+    io_uring_prep_read(sqe, waker_.fd(), &wake_value_, sizeof wake_value_, 0);
     io_uring_sqe_set_data(sqe, &kWakeTag);
   }
 
@@ -285,8 +281,7 @@ class UringReactor final : public Reactor {
         std::int32_t res = cqes[i]->res;
         if (data == reinterpret_cast<std::uintptr_t>(&kCancelTag)) continue;
         if (data == reinterpret_cast<std::uintptr_t>(&kWakeTag)) {
-          // release: a wake() after this point writes the eventfd again.
-          wake_pending_.store(false, std::memory_order_release);
+          waker_.rearm();
           ArmWake();
           continue;
         }
@@ -319,9 +314,8 @@ class UringReactor final : public Reactor {
   }
 
   io_uring ring_{};
-  int evfd_ = -1;
   std::uint64_t wake_value_ = 0;
-  std::atomic<bool> wake_pending_{false};
+  EventfdWaker waker_;
   OpList ready_;
   OpList inflight_;
   std::size_t pending_ = 0;
