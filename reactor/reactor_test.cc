@@ -390,6 +390,16 @@ INSTANTIATE_TEST_SUITE_P(Backends, ReactorTest, ::testing::ValuesIn(Backends()),
                                                                                      : "epoll");
                          });
 
+TEST(ReactorCreateTest, ARefusedRingClosesNothingItDidNotOpen) {
+  // Past IORING_MAX_ENTRIES the kernel refuses the ring with EINVAL. The failed reactor used to
+  // "exit" its zeroed ring on destruction, closing fd 0.
+  if (fcntl(0, F_GETFD) < 0) ASSERT_EQ(open("/dev/null", O_RDONLY), 0);
+  Result<std::unique_ptr<Reactor>> r =
+      Reactor::create({.backend = ReactorBackend::kIoUring, .entries = 1u << 20});
+  EXPECT_FALSE(r.ok());
+  EXPECT_GE(fcntl(0, F_GETFD), 0) << "fd 0 was closed by a reactor that never opened it";
+}
+
 TEST(ReactorCreateTest, AutoPicksABackendAndTheEnvironmentOverridesIt) {
   Result<std::unique_ptr<Reactor>> any = Reactor::create();
   ASSERT_TRUE(any.ok());

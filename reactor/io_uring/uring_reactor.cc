@@ -45,8 +45,10 @@ __kernel_timespec* StoreTimespec(IoOp& op, ReactorClock::time_point when) {
 class UringReactor final : public Reactor {
  public:
   ~UringReactor() override {
-    io_uring_queue_exit(&ring_);
-    ::close(waker_.fd());
+    // Only what Init set up: a refused ring (the epoll fallback path) was never initialised,
+    // and exiting a zeroed ring would close fd 0.
+    if (ring_ready_) io_uring_queue_exit(&ring_);
+    if (waker_.fd() >= 0) ::close(waker_.fd());
   }
 
   Result<void> Init(const ReactorOptions& options) {
@@ -59,13 +61,10 @@ class UringReactor final : public Reactor {
                                  IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
     if (rc == -EINVAL) rc = io_uring_queue_init(entries, &ring_, 0);
     if (rc < 0) return static_cast<std::errc>(-rc);
+    ring_ready_ = true;
     int evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (evfd < 0) return static_cast<std::errc>(errno);  // the destructor exits the ring
     waker_.set_fd(evfd);
-    if (evfd < 0) {
-      int err = errno;
-      io_uring_queue_exit(&ring_);
-      return static_cast<std::errc>(err);
-    }
     ArmWake();
     return {};
   }
@@ -314,6 +313,7 @@ class UringReactor final : public Reactor {
   }
 
   io_uring ring_{};
+  bool ring_ready_ = false;
   std::uint64_t wake_value_ = 0;
   EventfdWaker waker_;
   OpList ready_;
