@@ -1,15 +1,21 @@
-// scheduler/runtime.cc: workers, fibers, and the fiber Waiter that lets //sync park fibers.
+// scheduler/runtime.cc: workers, fibers, the fiber Waiter that lets //sync park fibers, fiber I/O
+// on the workers' reactors, blocking work, shutdown, and observability.
 //
-// Worker loop (one per thread):
+// Worker loop (one per thread; docs/scheduler.md draws it):
 //
-//   run_next slot -> own queue (FIFO) -> due timers -> inject queue -> steal from a random
-//   victim -> spin (yield) -> sleep on the runtime's futex (timeout: the next timer)
+//   run_next slot -> pinned fibers / mailbox -> own queue (FIFO) -> due timers -> reactor
+//   (non-blocking, if it has operations) -> inject queue -> steal half of a random victim
+//   -> spin (yield) -> sleep in the reactor (or on a futex) until woken or the next timer
+//
+// Every 61st pass also looks at the inject queue and the reactor first, so fibers that keep a
+// worker's own queue full cannot starve them (Go's schedtick check).
 //
 // Fiber states and who moves them:
 //
 //   kRunnable --worker runs it--> kRunning --wait()--> kParking --on-top fn (worker)--> kParked
 //   kParking --notify--> kNotified --on-top fn sees it--> kRunnable (re-queued at once)
 //   kParked --notify / its timer--> kRunnable (queued)
+//   kRunning --BlockingRegion--> kBlocking (on a blocking thread) --leave--> kRunnable
 //
 // A fiber publishes "parked" only in the on-top function that runs on its worker after the
 // switch, so nothing can resume it while it is still on its own stack. The permit (set by
@@ -22,9 +28,14 @@
 
 #include "scheduler/runtime.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <system_error>
@@ -36,6 +47,9 @@
 #include "context/stack.h"
 #include "deque/chase_lev.h"
 #include "deque/mpmc_ring.h"
+#include "scheduler/internal/blocking_pool.h"
+#include "scheduler/io.h"
+#include "sync/internal/wait_queue.h"
 #include "sync/waiter.h"
 #include "timer/timer_heap.h"
 
@@ -45,16 +59,36 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum FiberState : int { kRunnable, kRunning, kParking, kNotified, kParked, kDone };
+enum FiberState : int { kRunnable, kRunning, kParking, kNotified, kParked, kBlocking, kDone };
+
+const char* StateName(int s) {
+  switch (s) {
+    case kRunnable:
+      return "runnable";
+    case kRunning:
+      return "running";
+    case kParking:
+    case kNotified:
+    case kParked:
+      return "parked";
+    case kBlocking:
+      return "blocking";
+    default:
+      return "done";
+  }
+}
 
 struct Worker;
 struct Fiber;
+struct IoRequest;
 
 class FiberWaiter final : public Waiter {
  public:
   explicit FiberWaiter(Fiber* f) : fiber_(f) {}
   bool wait(std::optional<SyncClock::time_point> deadline) override;
   void notify() override;
+  bool interrupted() const override;
+  void note_wait(const char* what, const void* object) override;
 
  private:
   Fiber* fiber_;
@@ -77,19 +111,55 @@ void Release(TimerEntry* e) {
   if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
 }
 
+// Counters: written by their worker only (a relaxed load+store, no read-modify-write), read by
+// stats_json from any thread.
+struct Counters {
+  std::atomic<std::uint64_t> spawned{0}, run{0}, stolen{0}, parked{0}, polled{0}, sleeps{0},
+      idle_ns{0};
+};
+inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
 struct Fiber {
   Runtime::Impl* rt = nullptr;
   Context ctx = nullptr;
   Stack stack;
   std::function<void()> body;
   Worker* worker = nullptr;  // the worker running it (or that last ran it)
+  Worker* pinned = nullptr;  // non-null: runs only there
   std::atomic<int> state{kRunnable};
   std::atomic<bool> permit{false};
   std::atomic<std::uint64_t> wait_gen{0};
   TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
   FiberWaiter waiter{this};
+  // Written under the runtime's pool lock (spawn), read under it (dump).
   std::uint64_t id = 0;
   char name[32] = {};
+  // What it waits on, for dumps (relaxed: informational).
+  std::atomic<const char*> wait_what{nullptr};
+  std::atomic<const void*> wait_object{nullptr};
+  std::atomic<int> wait_fd{-1};
+  LocalSlots locals;
+  // A blocking region: the blocking thread's own context, and the task that moves it there.
+  Context region_home = nullptr;
+  struct RegionTask {
+    BlockingTask task;  // first member: the pool hands back &task
+    Fiber* fiber;
+  } region_task{{}, this};
+};
+
+// An I/O operation of a fiber, on its stack. Worker-thread fields are touched only on the owner's
+// thread; the atomics tell the fiber what happened.
+struct IoRequest {
+  IoOp op;
+  Waiter* waiter = nullptr;
+  Worker* owner = nullptr;
+  std::int64_t result = 0;
+  bool completed = false;                // owner thread only
+  std::atomic<bool> finished{false};     // the completion ran (release: result is written)
+  std::atomic<bool> cancel_done{false};  // the owner consumed our cancel request
+  IoRequest* next_cancel = nullptr;      // the owner's mailbox
 };
 
 struct Worker {
@@ -98,14 +168,43 @@ struct Worker {
   std::thread thread;
   ChaseLevDeque<Fiber*> queue{256};
   Fiber* run_next = nullptr;
+  std::vector<Fiber*> pinned_local;  // owner only: runnable fibers pinned here, FIFO via head
+  std::size_t pinned_head = 0;
   Fiber* current = nullptr;
   Context home = nullptr;  // the worker thread's own context
   TimerHeap timers;
   std::unique_ptr<StackCache> stacks;
+  std::unique_ptr<Reactor> reactor;  // created on the worker's thread; null if it failed
+  std::errc reactor_error{};
   std::uint64_t rng = 0;
+  std::uint32_t tick = 0;
+  Counters counters;
+
+  // Mailbox from other threads: pinned fibers made runnable, and I/O cancel requests.
+  std::mutex mail_mu;
+  std::vector<Fiber*> mail_fibers;
+  IoRequest* mail_cancels = nullptr;
+  std::atomic<bool> has_mail{false};
+
+  // Sleeping (guarded by the runtime's idle_mu).
+  bool sleeping = false;
+  bool exited = false;
+  std::atomic<std::uint32_t> wake_word{0};  // futex, when there is no reactor
+
+  // Wake: makes this worker's sleep (or its next one) return. Caller holds idle_mu or knows
+  // the worker has not exited.
+  void Wake() {
+    wake_word.fetch_add(1, std::memory_order_release);
+    if (reactor != nullptr) {
+      reactor->wake();
+    } else {
+      base_internal::FutexWake(wake_word, 1);
+    }
+  }
 };
 
 thread_local Worker* t_worker = nullptr;
+thread_local Fiber* t_region_fiber = nullptr;  // the fiber a blocking thread runs for a region
 
 }  // namespace
 }  // namespace scheduler_internal
@@ -116,37 +215,85 @@ struct Runtime::Impl {
   RuntimeOptions options;
   std::vector<std::unique_ptr<Worker>> workers;
   MpmcRing<Fiber*> inject{1 << 16};
-  std::atomic<std::uint32_t> wake_word{0};
+  std::mutex idle_mu;
+  std::vector<Worker*> idle;  // sleeping workers
   std::atomic<int> sleepers{0};
   std::atomic<bool> stop{false};
+  std::atomic<bool> shutting_down{false};
   std::atomic<std::int64_t> live{0};
   std::atomic<std::uint64_t> next_id{1};
-  std::mutex pool_mu;
+  std::atomic<std::uint64_t> spawned_outside{0};
+  mutable std::mutex pool_mu;
   std::vector<Fiber*> pool;  // finished fibers for reuse
   std::vector<std::unique_ptr<Fiber>> all_fibers;
+  std::unique_ptr<BlockingPool> blocking;
 
+  // WakeOne: new work exists; wake one sleeping worker, if any. Cheap when none sleeps.
   void WakeOne() {
-    // seq_cst: orders our publication of work before reading sleepers (see WorkerLoop).
+    // seq_cst: orders our publication of work before reading sleepers; the sleeper increments
+    // sleepers, fences, then looks for work (Dekker): one of us sees the other.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sleepers.load(std::memory_order_relaxed) == 0) return;
-    wake_word.fetch_add(1, std::memory_order_release);
-    base_internal::FutexWake(wake_word, 1);
+    std::lock_guard<std::mutex> lock(idle_mu);
+    if (idle.empty()) return;
+    Worker* w = idle.back();
+    idle.pop_back();
+    w->sleeping = false;
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
+    w->Wake();
+  }
+  // WakeWorker: w specifically has work (its mailbox).
+  void WakeWorker(Worker& w) {
+    std::lock_guard<std::mutex> lock(idle_mu);
+    if (w.sleeping) {
+      idle.erase(std::find(idle.begin(), idle.end(), &w));
+      w.sleeping = false;
+      sleepers.fetch_sub(1, std::memory_order_relaxed);
+      w.Wake();
+    }
   }
   void WakeAll() {
-    wake_word.fetch_add(1, std::memory_order_release);
-    base_internal::FutexWake(wake_word, 1 << 30);
+    std::lock_guard<std::mutex> lock(idle_mu);
+    for (auto& w : workers) {
+      if (!w->exited) w->Wake();
+    }
+  }
+
+  void Mail(Worker& w, Fiber* f, IoRequest* cancel) {
+    {
+      std::lock_guard<std::mutex> lock(w.mail_mu);
+      if (f != nullptr) w.mail_fibers.push_back(f);
+      if (cancel != nullptr) {
+        cancel->next_cancel = w.mail_cancels;
+        w.mail_cancels = cancel;
+      }
+      w.has_mail.store(true, std::memory_order_relaxed);  // the lock publishes the contents
+    }
+    WakeWorker(w);
+  }
+
+  // PushLocal: a runnable fiber onto the current worker w (owner thread).
+  void PushLocal(Worker& w, Fiber* f) {
+    if (f->pinned != nullptr) {
+      w.pinned_local.push_back(f);
+      return;
+    }
+    w.queue.push(f);
+    if (w.queue.size_approx() > kLocalQueueSoftLimit) Overflow(w);
+    WakeOne();  // surplus work a sleeping worker could steal
   }
 
   // Schedule: makes f runnable from any thread. On a worker of this runtime it becomes that
   // worker's next fiber (a woken fiber runs right after its waker: message-passing locality).
   void Schedule(Fiber* f) {
     Worker* w = t_worker;
-    if (w != nullptr && w->rt == this) {
-      if (w->run_next != nullptr) {
-        w->queue.push(w->run_next);
-        if (w->queue.size_approx() > kLocalQueueSoftLimit) Overflow(*w);
-        WakeOne();  // surplus work a sleeping worker could steal
-      }
+    if (w != nullptr && w->rt != this) w = nullptr;
+    if (f->pinned != nullptr && f->pinned != w) {
+      Mail(*f->pinned, f, nullptr);
+      return;
+    }
+    if (w != nullptr) {
+      if (Fiber* displaced = w->run_next) PushLocal(*w, displaced);
       w->run_next = f;
       return;
     }
@@ -169,28 +316,33 @@ struct Runtime::Impl {
     }
   }
 
-  Fiber* NewFiber() {
-    {
-      std::lock_guard<std::mutex> lock(pool_mu);
-      if (!pool.empty()) {
-        Fiber* f = pool.back();
-        pool.pop_back();
-        return f;
-      }
-    }
-    auto f = std::make_unique<Fiber>();
-    f->rt = this;
-    Fiber* raw = f.get();
+  Fiber* NewFiber(const FiberOptions& fiber_options) {
     std::lock_guard<std::mutex> lock(pool_mu);
-    all_fibers.push_back(std::move(f));
-    return raw;
+    Fiber* f;
+    if (!pool.empty()) {
+      f = pool.back();
+      pool.pop_back();
+    } else {
+      all_fibers.push_back(std::make_unique<Fiber>());
+      f = all_fibers.back().get();
+      f->rt = this;
+    }
+    f->id = next_id.fetch_add(1, std::memory_order_relaxed);
+    std::size_t n = std::min(fiber_options.name.size(), sizeof f->name - 1);
+    if (n != 0) std::memcpy(f->name, fiber_options.name.data(), n);
+    f->name[n] = '\0';
+    return f;
   }
   void Recycle(Fiber* f) {
     std::lock_guard<std::mutex> lock(pool_mu);
+    f->state.store(kDone, std::memory_order_relaxed);
     pool.push_back(f);
   }
   void WorkerLoop(Worker& w);
   Fiber* FindWork(Worker& w);
+  void TakeMail(Worker& w);
+  int PollReactor(Worker& w, std::optional<Clock::time_point> deadline);
+  void Sleep(Worker& w);
   void Run(Worker& w, Fiber* f);
 };
 
@@ -206,11 +358,24 @@ Waiter* ProvideWaiter(void* arg) {
 // A yielding fiber goes to the shared inject queue, as Go's Gosched does: behind everything
 // runnable, and available to every worker, so yield-heavy work spreads instead of staying with
 // the worker that happened to start it (measured: 70/30 between two workers with a local queue).
-Transfer AfterYield(Transfer t);
+Transfer AfterYield(Transfer t) {
+  auto* f = static_cast<Fiber*>(t.data);
+  Worker* w = f->worker;
+  f->state.store(kRunnable, std::memory_order_relaxed);
+  if (f->pinned != nullptr) {
+    w->pinned_local.push_back(f);
+  } else if (f->rt->inject.try_push(f)) {
+    f->rt->WakeOne();
+  } else {
+    w->queue.push(f);  // the shared queue is full: keep it local
+  }
+  return t;
+}
 
 Transfer AfterPark(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   Worker* w = f->worker;
+  Bump(w->counters.parked);
   if (TimerEntry* e = f->pending_timer) {
     e->owner = w;
     if (!w->timers.insert(e->node, e->deadline).ok()) {
@@ -218,7 +383,7 @@ Transfer AfterPark(Transfer t) {
       delete e;
       f->pending_timer = nullptr;
       f->state.store(kRunnable, std::memory_order_relaxed);
-      w->queue.push(f);
+      f->rt->PushLocal(*w, f);
       return t;
     }
   }
@@ -226,7 +391,7 @@ Transfer AfterPark(Transfer t) {
   // seq_cst: pairs with notify (see the file comment). On failure the state is kNotified.
   if (!f->state.compare_exchange_strong(expected, kParked, std::memory_order_seq_cst)) {
     f->state.store(kRunnable, std::memory_order_relaxed);
-    w->queue.push(f);
+    f->rt->PushLocal(*w, f);
   }
   return t;
 }
@@ -237,7 +402,7 @@ Transfer AfterExit(Transfer t) {
   discard_context(t.from);
   w->stacks->recycle(std::move(f->stack));
   f->body = nullptr;
-  f->state.store(kDone, std::memory_order_relaxed);
+  f->pinned = nullptr;
   Runtime::Impl* rt = f->rt;
   rt->Recycle(f);
   // release: the fiber's effects happen before the destructor's acquire of live == 0.
@@ -248,6 +413,7 @@ Transfer AfterExit(Transfer t) {
 [[noreturn]] void FiberMain(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   f->body();
+  f->locals.clear();  // on the fiber, so destructors may still use fiber features
   // f->worker is where we run now (set by Run before the switch).
   exit_context(f->worker->home, f, &AfterExit);
 }
@@ -260,6 +426,12 @@ void ResumeTimedOut(TimerEntry* e) {
   if (f->state.compare_exchange_strong(expected, kRunnable, std::memory_order_seq_cst)) {
     f->rt->Schedule(f);
   }
+}
+
+Fiber* CurrentFiber() {
+  Worker* w = t_worker;
+  if (w != nullptr) return w->current;
+  return t_region_fiber;
 }
 
 }  // namespace
@@ -324,29 +496,45 @@ void FiberWaiter::notify() {
   }
 }
 
+bool FiberWaiter::interrupted() const {
+  // acquire: pairs with the destructor's release; a fiber woken by the shutdown sees it.
+  return fiber_->rt->shutting_down.load(std::memory_order_acquire);
+}
+
+void FiberWaiter::note_wait(const char* what, const void* object) {
+  fiber_->wait_what.store(what, std::memory_order_relaxed);
+  fiber_->wait_object.store(object, std::memory_order_relaxed);
+}
+
 void Spawn(Runtime& rt, std::function<void()> body, const FiberOptions& options) {
   Runtime::Impl& impl = *rt.impl_;
-  Fiber* f = impl.NewFiber();
   Worker* w = t_worker != nullptr && t_worker->rt == &impl ? t_worker : nullptr;
-  StackOptions so{.size = options.stack_size != 0 ? options.stack_size : impl.options.stack_size};
+  StackOptions so{.size = options.stack_size != 0 ? options.stack_size : impl.options.stack_size,
+                  .protection = options.protection};
   Result<Stack> stack =
       w != nullptr ? w->stacks->allocate(so) : StackPool::default_pool().allocate(so);
   if (!stack.ok()) {
-    impl.Recycle(f);
     throw std::system_error(stack.error_code(), "weft: no stack for a new fiber");
   }
+  Fiber* f = impl.NewFiber(options);
   f->stack = std::move(stack).value();
   f->body = std::move(body);
   f->permit.store(false, std::memory_order_relaxed);
   f->pending_timer = nullptr;
-  f->id = impl.next_id.fetch_add(1, std::memory_order_relaxed);
-  std::size_t n = std::min(options.name.size(), sizeof f->name - 1);
-  if (n != 0) std::memcpy(f->name, options.name.data(), n);
-  f->name[n] = '\0';
+  f->pinned =
+      options.pinned_worker >= 0
+          ? impl.workers[static_cast<unsigned>(options.pinned_worker) % impl.workers.size()].get()
+          : nullptr;
+  f->wait_what.store(nullptr, std::memory_order_relaxed);
   f->ctx = *make_context(f->stack.span(), &FiberMain);
   set_context_name(f->ctx, f->name);
   f->state.store(kRunnable, std::memory_order_relaxed);
   impl.live.fetch_add(1, std::memory_order_relaxed);
+  if (w != nullptr) {
+    Bump(w->counters.spawned);
+  } else {
+    impl.spawned_outside.fetch_add(1, std::memory_order_relaxed);
+  }
   impl.Schedule(f);
 }
 
@@ -354,12 +542,61 @@ void Spawn(Runtime& rt, std::function<void()> body, const FiberOptions& options)
 
 // ---- Runtime::Impl: the worker loop ------------------------------------------------------------
 
-Fiber* Runtime::Impl::FindWork(Worker& w) {
-  if (Fiber* f = w.run_next) {
-    w.run_next = nullptr;
-    return f;
+void Runtime::Impl::TakeMail(Worker& w) {
+  std::vector<Fiber*> fibers;
+  IoRequest* cancels;
+  {
+    std::lock_guard<std::mutex> lock(w.mail_mu);
+    fibers.swap(w.mail_fibers);
+    cancels = w.mail_cancels;
+    w.mail_cancels = nullptr;
+    w.has_mail.store(false, std::memory_order_relaxed);
   }
+  while (IoRequest* r = cancels) {
+    cancels = r->next_cancel;
+    if (!r->completed) w.reactor->cancel(r->op);
+    Waiter* waiter = r->waiter;  // read before the release: r may be gone right after it
+    // release: the fiber may leave (and reuse r's memory) once it sees this.
+    r->cancel_done.store(true, std::memory_order_release);
+    waiter->notify();
+  }
+  for (Fiber* f : fibers) w.pinned_local.push_back(f);
+}
+
+int Runtime::Impl::PollReactor(Worker& w, std::optional<Clock::time_point> deadline) {
+  if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
+  if (w.reactor == nullptr) return 0;
+  Result<int> n = w.reactor->poll(deadline);
+  if (n.ok() && *n > 0) Bump(w.counters.polled, static_cast<std::uint64_t>(*n));
+  return n.ok() ? *n : 0;
+}
+
+Fiber* Runtime::Impl::FindWork(Worker& w) {
   Fiber* f = nullptr;
+  if (++w.tick % 61 == 0) {
+    // Fairness: the shared queue and the reactor, even when local work never runs out.
+    if (w.reactor != nullptr && w.reactor->pending_ops() != 0) {
+      PollReactor(w, Clock::time_point::min());
+    }
+    if (std::optional<Fiber*> g = inject.try_pop()) {
+      if (w.run_next != nullptr) PushLocal(w, w.run_next);
+      w.run_next = nullptr;
+      return *g;
+    }
+  }
+  if (Fiber* g = w.run_next) {
+    w.run_next = nullptr;
+    return g;
+  }
+  if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
+  if (w.pinned_head < w.pinned_local.size()) {
+    Fiber* g = w.pinned_local[w.pinned_head++];
+    if (w.pinned_head == w.pinned_local.size()) {
+      w.pinned_local.clear();
+      w.pinned_head = 0;
+    }
+    return g;
+  }
   // The owner takes its own queue from the top: FIFO, so yielding fibers take turns.
   while (w.queue.size_approx() != 0) {
     if (w.queue.steal(&f) == StealResult::kSuccess) return f;
@@ -370,12 +607,15 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
       ResumeTimedOut(e);
       Release(e);  // the heap side's reference
     });
-    if (Fiber* g = w.run_next) {
-      w.run_next = nullptr;
-      return g;
-    }
-    if (w.queue.steal(&f) == StealResult::kSuccess) return f;
   }
+  if (w.reactor != nullptr && w.reactor->pending_ops() != 0) {
+    PollReactor(w, Clock::time_point::min());
+  }
+  if (Fiber* g = w.run_next) {  // woken by a timer or a completion
+    w.run_next = nullptr;
+    return g;
+  }
+  if (w.queue.steal(&f) == StealResult::kSuccess) return f;
   if (std::optional<Fiber*> g = inject.try_pop()) return *g;
   const auto n = static_cast<unsigned>(workers.size());
   if (n > 1) {
@@ -388,35 +628,61 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
       if (&v == &w) continue;
       // Half of the victim's queue, as Go and Tokio take: a thief that comes back only once its
       // batch is done must not starve itself with small batches.
-      if (v.queue.steal_half(w.queue, 4096) != 0 && w.queue.steal(&f) == StealResult::kSuccess) {
-        return f;
+      std::size_t got = v.queue.steal_half(w.queue, 4096);
+      if (got != 0) {
+        Bump(w.counters.stolen, got);
+        if (w.queue.steal(&f) == StealResult::kSuccess) return f;
       }
     }
   }
   return nullptr;
 }
 
-namespace scheduler_internal {
-namespace {
-Transfer AfterYield(Transfer t) {
-  auto* f = static_cast<Fiber*>(t.data);
-  f->state.store(kRunnable, std::memory_order_relaxed);
-  if (f->rt->inject.try_push(f)) {
-    f->rt->WakeOne();
-  } else {
-    f->worker->queue.push(f);  // the shared queue is full: keep it local
-  }
-  return t;
-}
-}  // namespace
-}  // namespace scheduler_internal
-
 void Runtime::Impl::Run(Worker& w, Fiber* f) {
   f->worker = &w;
   f->state.store(kRunning, std::memory_order_relaxed);
   w.current = f;
+  Bump(w.counters.run);
   jump_context(f->ctx, f);
   w.current = nullptr;
+}
+
+void Runtime::Impl::Sleep(Worker& w) {
+  {
+    std::lock_guard<std::mutex> lock(idle_mu);
+    idle.push_back(&w);
+    w.sleeping = true;
+    sleepers.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker with WakeOne
+  std::uint32_t word = w.wake_word.load(std::memory_order_acquire);
+  bool work = inject.size_approx() != 0 || w.run_next != nullptr ||
+              w.has_mail.load(std::memory_order_relaxed) || w.pinned_head < w.pinned_local.size();
+  for (const auto& v : workers) work = work || v->queue.size_approx() != 0;
+  if (!work && !stop.load(std::memory_order_acquire)) {
+    // A safety net only: every way work arrives wakes a sleeper.
+    Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(100);
+    if (std::optional<Clock::time_point> next = w.timers.next_deadline()) {
+      deadline = std::min(deadline, *next);
+    }
+    auto start = Clock::now();
+    Bump(w.counters.sleeps);
+    if (w.reactor != nullptr) {
+      PollReactor(w, deadline);
+    } else {
+      auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - start);
+      base_internal::FutexWait(w.wake_word, word, std::max(left, std::chrono::microseconds(0)));
+    }
+    Bump(w.counters.idle_ns,
+         static_cast<std::uint64_t>(
+             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()));
+  }
+  std::lock_guard<std::mutex> lock(idle_mu);
+  if (w.sleeping) {
+    idle.erase(std::find(idle.begin(), idle.end(), &w));
+    w.sleeping = false;
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
 
 void Runtime::Impl::WorkerLoop(Worker& w) {
@@ -425,38 +691,31 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   w.stacks = std::make_unique<StackCache>(StackPool::default_pool());
   install_stack_overflow_handler();
   set_waiter_provider(&ProvideWaiter, &w);
-  int idle = 0;
+  int idle_passes = 0;
   for (;;) {
     if (Fiber* f = FindWork(w)) {
-      idle = 0;
+      idle_passes = 0;
       Run(w, f);
       continue;
     }
     // acquire: pairs with the destructor's release.
     if (stop.load(std::memory_order_acquire) && live.load(std::memory_order_acquire) == 0) break;
-    if (++idle < 64) {
+    if (++idle_passes < 64) {
       std::this_thread::yield();
       continue;
     }
-    sleepers.fetch_add(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker with WakeOne
-    std::uint32_t word = wake_word.load(std::memory_order_acquire);
-    bool work = inject.size_approx() != 0 || w.run_next != nullptr;
-    for (const auto& v : workers) work = work || v->queue.size_approx() != 0;
-    if (!work && !stop.load(std::memory_order_acquire)) {
-      auto timeout = std::chrono::microseconds(10000);
-      if (std::optional<Clock::time_point> next = w.timers.next_deadline()) {
-        auto left = std::chrono::ceil<std::chrono::microseconds>(*next - Clock::now());
-        timeout = std::clamp(left, std::chrono::microseconds(0), timeout);
-      }
-      base_internal::FutexWait(wake_word, word, timeout);
-    }
-    sleepers.fetch_sub(1, std::memory_order_relaxed);
-    idle = 60;
+    Sleep(w);
+    idle_passes = 60;
+  }
+  {
+    std::lock_guard<std::mutex> lock(idle_mu);
+    w.exited = true;  // no Wake() after this: the reactor goes away below
   }
   // Timers left behind are stale (every fiber finished): free them.
   w.timers.pop_all_due(Clock::time_point::max(),
                        [](TimerNode& node) { Release(reinterpret_cast<TimerEntry*>(&node)); });
+  TakeMail(w);  // cancel requests that raced with their completions
+  w.reactor.reset();
   set_waiter_provider(nullptr, nullptr);
   w.stacks.reset();
   t_worker = nullptr;
@@ -466,6 +725,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   unsigned n = options.workers != 0 ? options.workers : std::thread::hardware_concurrency();
   if (n == 0) n = 1;
   impl_->options = options;
+  impl_->blocking = std::make_unique<BlockingPool>(options.max_blocking_threads);
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<Worker>();
     w->rt = impl_.get();
@@ -473,19 +733,48 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     w->rng = 0x9E3779B97F4A7C15ull * (i + 1);
     impl_->workers.push_back(std::move(w));
   }
+  // Each worker creates its reactor on its own thread (io_uring's single-issuer rings require
+  // it) before it runs any fiber; the constructor waits, so Wake() always finds it settled.
+  std::atomic<unsigned> ready{0};
   for (auto& w : impl_->workers) {
     Worker* raw = w.get();
     Impl* impl = impl_.get();
-    raw->thread = std::thread([impl, raw] { impl->WorkerLoop(*raw); });
+    raw->thread = std::thread([impl, raw, &ready] {
+      Result<std::unique_ptr<Reactor>> r = Reactor::create(impl->options.reactor);
+      if (r.ok()) {
+        raw->reactor = std::move(r).value();
+      } else {
+        raw->reactor_error = r.error();
+      }
+      ready.fetch_add(1, std::memory_order_release);
+      base_internal::FutexWake(ready, 1);
+      impl->WorkerLoop(*raw);
+    });
+  }
+  for (unsigned k; (k = ready.load(std::memory_order_acquire)) != n;) {
+    base_internal::FutexWait(ready, k, std::chrono::milliseconds(10));
   }
 }
 
 Runtime::~Runtime() {
-  // Wait for every fiber to finish. Polling, 1 ms apart: shutdown is rare, and the count may
-  // reach zero and rise again (fibers spawning fibers), which a one-shot event cannot express.
+  // Interrupt: every wait from now on fails with operation_canceled (FiberWaiter::interrupted),
+  // and fibers parked now are woken to see it. Repeated until every fiber has finished: a fiber
+  // may park again after an interruption (or be spawned by one that unwinds), and the live count
+  // may reach zero and rise again, which a one-shot event cannot express.
+  impl_->shutting_down.store(true, std::memory_order_release);
   while (impl_->live.load(std::memory_order_acquire) != 0) {
+    std::vector<Fiber*> parked;
+    {
+      std::lock_guard<std::mutex> lock(impl_->pool_mu);
+      for (auto& f : impl_->all_fibers) {
+        int s = f->state.load(std::memory_order_relaxed);
+        if (s == kParked || s == kParking) parked.push_back(f.get());
+      }
+    }
+    for (Fiber* f : parked) f->waiter.notify();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  impl_->blocking.reset();  // idle by now: no fiber waits on it
   impl_->stop.store(true, std::memory_order_release);
   impl_->WakeAll();
   for (auto& w : impl_->workers) w->thread.join();
@@ -493,49 +782,356 @@ Runtime::~Runtime() {
 
 unsigned Runtime::workers() const { return static_cast<unsigned>(impl_->workers.size()); }
 
-// ---- this_fiber
-// ------------------------------------------------------------------------------------
+std::string Runtime::stats_json() const {
+  std::string out = "{\"workers\":[";
+  char buf[512];
+  for (const auto& w : impl_->workers) {
+    const Counters& c = w->counters;
+    auto get = [](const std::atomic<std::uint64_t>& a) {
+      return a.load(std::memory_order_relaxed);
+    };
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"index\":%u,\"reactor\":\"%s\",\"spawned\":%" PRIu64 ",\"run\":%" PRIu64
+                  ",\"stolen\":%" PRIu64 ",\"parked\":%" PRIu64 ",\"polled\":%" PRIu64
+                  ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 "}",
+                  w->index == 0 ? "" : ",", w->index,
+                  w->reactor != nullptr ? std::string(w->reactor->backend_name()).c_str() : "none",
+                  get(c.spawned), get(c.run), get(c.stolen), get(c.parked), get(c.polled),
+                  get(c.sleeps), get(c.idle_ns));
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "],\"spawned_outside\":%" PRIu64 ",\"live_fibers\":%" PRId64
+                ",\"blocking_threads\":%zu,\"blocking_busy\":%zu}",
+                impl_->spawned_outside.load(std::memory_order_relaxed),
+                impl_->live.load(std::memory_order_relaxed),
+                impl_->blocking != nullptr ? impl_->blocking->threads() : 0,
+                impl_->blocking != nullptr ? impl_->blocking->busy() : 0);
+  out += buf;
+  return out;
+}
+
+std::string Runtime::dump_fibers() const {
+  std::string out;
+  char buf[256];
+  std::lock_guard<std::mutex> lock(impl_->pool_mu);
+  for (const auto& f : impl_->all_fibers) {
+    int s = f->state.load(std::memory_order_relaxed);
+    if (s == kDone) continue;
+    const char* what = f->wait_what.load(std::memory_order_relaxed);
+    int n =
+        std::snprintf(buf, sizeof buf, "fiber %" PRIu64 " \"%s\" %s", f->id, f->name, StateName(s));
+    if (what != nullptr && (s == kParked || s == kParking || s == kNotified)) {
+      int fd = f->wait_fd.load(std::memory_order_relaxed);
+      if (fd >= 0) {
+        n += std::snprintf(buf + n, sizeof buf - n, " on %s fd %d", what, fd);
+      } else {
+        n += std::snprintf(buf + n, sizeof buf - n, " on %s %p", what,
+                           f->wait_object.load(std::memory_order_relaxed));
+      }
+    }
+    if (Worker* w = f->pinned) n += std::snprintf(buf + n, sizeof buf - n, " pinned %u", w->index);
+    out.append(buf);
+    out += '\n';
+  }
+  return out;
+}
+
+// ---- Fiber I/O (scheduler/io.h)
+// ------------------------------------------------------------------
+
+namespace scheduler_internal {
+namespace {
+
+void CompleteIo(IoOp& op, std::int64_t result, unsigned /*flags*/) {
+  auto* r = static_cast<IoRequest*>(op.user);
+  Waiter* waiter = r->waiter;  // read first: r may be gone once `finished` is seen
+  r->result = result;
+  r->completed = true;
+  // release: the fiber reads result after its acquire load of finished.
+  r->finished.store(true, std::memory_order_release);
+  waiter->notify();
+}
+
+struct ThreadReactor {
+  std::unique_ptr<Reactor> reactor;
+  std::errc error{};
+  bool tried = false;
+};
+thread_local ThreadReactor t_reactor;
+
+Reactor* ThreadReactorOrNull(std::errc* error) {
+  ThreadReactor& t = t_reactor;
+  if (!t.tried) {
+    t.tried = true;
+    Result<std::unique_ptr<Reactor>> r = Reactor::create();
+    if (r.ok()) {
+      t.reactor = std::move(r).value();
+    } else {
+      t.error = r.error();
+    }
+  }
+  if (error != nullptr) *error = t.error;
+  return t.reactor.get();
+}
+
+}  // namespace
+
+std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what,
+                   int fd) {
+  const CancellationToken* token = options.cancel;
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  if (token != nullptr && token->is_cancelled()) return -ECANCELED;
+  IoRequest req;
+  req.op.on_complete = &CompleteIo;
+  req.op.user = &req;
+  req.op.deadline = options.deadline;
+  if (f != nullptr) {
+    if (w->reactor == nullptr) return -static_cast<int>(w->reactor_error);
+    if (f->waiter.interrupted()) return -ECANCELED;
+    req.waiter = &f->waiter;
+    req.owner = w;
+    submit(*w->reactor, req.op, arg);
+    // The token's callback only wakes the fiber; the fiber forwards the cancel to the owner.
+    sync_internal::CancelRegistration reg;
+    reg.fn = [](void* p) { static_cast<Waiter*>(p)->notify(); };
+    reg.arg = &f->waiter;
+    sync_internal::CancelState* cs = token != nullptr ? StateOf(*token) : nullptr;
+    bool registered = cs != nullptr && sync_internal::Register(cs, &reg);
+    f->wait_fd.store(fd, std::memory_order_relaxed);
+    f->waiter.note_wait(what, nullptr);
+    bool cancel_posted = false;
+    // acquire (both loads): the owner's writes to req happen before we read or reuse it.
+    while (!req.finished.load(std::memory_order_acquire) ||
+           (cancel_posted && !req.cancel_done.load(std::memory_order_acquire))) {
+      (void)f->waiter.wait(std::nullopt);
+      if (!cancel_posted && !req.finished.load(std::memory_order_acquire) &&
+          ((token != nullptr && token->is_cancelled()) || f->waiter.interrupted())) {
+        // Always through the owner's mailbox (we may run on another worker now; even on the
+        // owner, the reactor must not be entered from inside a completion's aftermath).
+        f->rt->Mail(*req.owner, nullptr, &req);
+        cancel_posted = true;
+      }
+    }
+    f->waiter.note_wait(nullptr, nullptr);
+    f->wait_fd.store(-1, std::memory_order_relaxed);
+    if (registered) sync_internal::Deregister(cs, &reg);
+    return req.result;
+  }
+  // A plain thread (or a fiber in a BlockingRegion): the thread's own reactor, polled here.
+  std::errc error;
+  Reactor* r = ThreadReactorOrNull(&error);
+  if (r == nullptr) return -static_cast<int>(error);
+  req.waiter = nullptr;
+  req.op.on_complete = [](IoOp& op, std::int64_t result, unsigned) {
+    auto* q = static_cast<IoRequest*>(op.user);
+    q->result = result;
+    q->finished.store(true, std::memory_order_relaxed);  // same thread
+  };
+  submit(*r, req.op, arg);
+  sync_internal::CancelRegistration reg;
+  reg.fn = [](void* p) { static_cast<Reactor*>(p)->wake(); };
+  reg.arg = r;
+  sync_internal::CancelState* cs = token != nullptr ? StateOf(*token) : nullptr;
+  bool registered = cs != nullptr && sync_internal::Register(cs, &reg);
+  bool cancelled = false;
+  while (!req.finished.load(std::memory_order_relaxed)) {
+    if (!cancelled && token != nullptr && token->is_cancelled()) {
+      r->cancel(req.op);
+      cancelled = true;
+    }
+    (void)r->poll(std::nullopt);
+  }
+  if (registered) sync_internal::Deregister(cs, &reg);
+  return req.result;
+}
+
+void CloseFd(int fd) {
+  Worker* w = t_worker;
+  Reactor* r = nullptr;
+  if (w != nullptr && w->current != nullptr) {
+    r = w->reactor.get();
+  } else if (t_reactor.reactor != nullptr) {
+    r = t_reactor.reactor.get();
+  }
+  if (r != nullptr) {
+    r->close(fd);
+  } else {
+    ::close(fd);
+  }
+}
+
+// ---- Blocking work
+// -------------------------------------------------------------------------------
+
+namespace {
+
+struct BlockingCall {
+  BlockingTask task;  // first member
+  void (*fn)(void*);
+  void* arg;
+  Waiter* waiter;
+  std::atomic<bool> done{false};
+};
+
+Transfer AfterEnterRegion(Transfer t) {
+  auto* f = static_cast<Fiber*>(t.data);
+  f->state.store(kBlocking, std::memory_order_relaxed);
+  if (!f->rt->blocking->submit(&f->region_task.task)) {
+    // No blocking thread can start: stay on the worker (the region then blocks it).
+    f->state.store(kRunnable, std::memory_order_relaxed);
+    f->rt->PushLocal(*f->worker, f);
+  }
+  return t;
+}
+
+// On a blocking thread: runs the fiber there until it leaves the region.
+void RunRegion(BlockingTask* task) {
+  Fiber* f = reinterpret_cast<Fiber::RegionTask*>(task)->fiber;
+  f->region_home = current_context();
+  t_region_fiber = f;
+  jump_context(f->ctx, f);
+  t_region_fiber = nullptr;
+}
+
+Transfer AfterLeaveRegion(Transfer t) {
+  auto* f = static_cast<Fiber*>(t.data);
+  f->state.store(kRunnable, std::memory_order_relaxed);
+  f->rt->Schedule(f);  // from a blocking thread: the inject queue (or the pinned worker)
+  return t;
+}
+
+}  // namespace
+
+bool RunBlocking(void (*fn)(void*), void* arg) {
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  if (f == nullptr) return false;
+  BlockingCall call;
+  call.task.run = [](BlockingTask* t) {
+    auto* c = reinterpret_cast<BlockingCall*>(t);
+    c->fn(c->arg);
+    Waiter* waiter = c->waiter;  // read first: c may be gone once `done` is seen
+    // release: fn's effects happen before the fiber's acquire load.
+    c->done.store(true, std::memory_order_release);
+    waiter->notify();
+  };
+  call.fn = fn;
+  call.arg = arg;
+  call.waiter = &f->waiter;
+  if (!f->rt->blocking->submit(&call.task)) return false;  // no thread: run it inline
+  f->waiter.note_wait("call_blocking", nullptr);
+  // Not interruptible: fn must finish before `call` (on this stack) may go.
+  while (!call.done.load(std::memory_order_acquire)) (void)f->waiter.wait(std::nullopt);
+  f->waiter.note_wait(nullptr, nullptr);
+  return true;
+}
+
+// ---- Fiber-local storage ------------------------------------------------------------------------
+
+namespace {
+std::atomic<std::size_t> g_next_local_key{0};
+thread_local LocalSlots t_thread_locals;
+}  // namespace
+
+LocalSlots::Slot& LocalSlots::at(std::size_t key) {
+  if (key >= size) {
+    std::size_t n = std::max<std::size_t>(key + 1, size * 2);
+    auto* grown = new Slot[n];
+    std::copy(slots, slots + size, grown);
+    delete[] slots;
+    slots = grown;
+    size = n;
+  }
+  return slots[key];
+}
+
+void LocalSlots::clear() {
+  for (std::size_t i = size; i-- > 0;) {
+    Slot s = slots[i];
+    slots[i] = Slot{};
+    if (s.value != nullptr) s.destroy(s.value);
+  }
+}
+
+LocalSlots::~LocalSlots() {
+  clear();
+  delete[] slots;
+}
+
+LocalSlots& CurrentLocals() {
+  Fiber* f = CurrentFiber();
+  return f != nullptr ? f->locals : t_thread_locals;
+}
+
+std::size_t NewLocalKey() {
+  // Keys are never reused: a slot table only grows to the number of FiberLocals ever made.
+  return g_next_local_key.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace scheduler_internal
+
+BlockingRegion::BlockingRegion() : entered_(false) {
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  if (f == nullptr) return;
+  entered_ = true;
+  f->region_task.task.run = &RunRegion;
+  jump_context_ontop(w->home, f, &AfterEnterRegion);
+  // Now on a blocking thread (or still on a worker, if none could start).
+}
+
+BlockingRegion::~BlockingRegion() {
+  if (!entered_) return;
+  Fiber* f = t_region_fiber;
+  if (f == nullptr) return;  // stayed on the worker
+  jump_context_ontop(f->region_home, f, &AfterLeaveRegion);
+  f->state.store(kRunning, std::memory_order_relaxed);
+}
+
+// ---- this_fiber ---------------------------------------------------------------------------------
 
 namespace this_fiber {
 
-namespace {
-Fiber* Current() {
-  Worker* w = t_worker;
-  return w != nullptr ? w->current : nullptr;
-}
-}  // namespace
-
 void yield() {
-  Fiber* f = Current();
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
   if (f == nullptr) {
     std::this_thread::yield();
     return;
   }
-  jump_context_ontop(f->worker->home, f, &AfterYield);
+  jump_context_ontop(w->home, f, &AfterYield);
   f->state.store(kRunning, std::memory_order_relaxed);
 }
 
-void sleep_until(std::chrono::steady_clock::time_point when) {
-  Fiber* f = Current();
-  if (f == nullptr) {
-    std::this_thread::sleep_until(when);
-    return;
-  }
-  // Permits from earlier notifies may wake it early: sleep again until the time has come.
-  while (std::chrono::steady_clock::now() < when) (void)f->waiter.wait(when);
+Result<void> sleep_until(std::chrono::steady_clock::time_point when,
+                         const CancellationToken* cancel) {
+  Waiter& waiter = current_waiter();
+  // Woken early by stale permits, the token, or the shutdown: sleep again until the time comes.
+  sync_internal::ParkResult r = sync_internal::Park(
+      waiter, [&] { return std::chrono::steady_clock::now() >= when; },
+      WaitOptions{.deadline = when, .cancel = cancel}, "sleep", nullptr, /*spins=*/0);
+  if (r == sync_internal::ParkResult::kCancelled) return std::errc::operation_canceled;
+  return {};
 }
 
 std::uint64_t id() {
-  Fiber* f = Current();
+  Fiber* f = CurrentFiber();
   return f != nullptr ? f->id : 0;
 }
 
 std::string_view name() {
-  Fiber* f = Current();
+  Fiber* f = CurrentFiber();
   return f != nullptr ? std::string_view(f->name) : std::string_view();
 }
 
-bool in_fiber() { return Current() != nullptr; }
+bool in_fiber() { return CurrentFiber() != nullptr; }
+
+int worker_index() {
+  Worker* w = t_worker;
+  return w != nullptr && w->current != nullptr ? static_cast<int>(w->index) : -1;
+}
 
 }  // namespace this_fiber
 }  // namespace weft

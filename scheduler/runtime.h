@@ -1,15 +1,12 @@
 // scheduler/runtime.h: the M:N runtime: many fibers over a few worker threads, with work stealing.
 // Fibers park on weft's sync primitives through the Waiter seam (sync/waiter.h): a Mutex, Channel
-// or Event used inside a fiber parks the fiber, not its worker.
+// or Event used inside a fiber parks the fiber, not its worker. Each worker owns a reactor
+// (//reactor) that fiber I/O parks on (the calls are in //api:io); an idle worker sleeps in it.
 //
 // Defines: weft::Runtime, weft::RuntimeOptions, weft::FiberOptions, weft::JoinHandle,
-// weft::this_fiber.
+// weft::call_blocking, weft::BlockingRegion, weft::FiberLocal, weft::this_fiber.
 //
-// Status (issue 7, in progress): workers with run queues, a "run next" slot, an inject queue,
-// stealing, per-worker timers, idle sleeping; spawn / join (with deadline) / detach, yield,
-// sleep, fiber ids and names; parking for every //sync primitive. Not yet: fiber I/O on the
-// reactor, fork-join on the workers' split deques, call_blocking, cancellation of parked fibers
-// at shutdown (the destructor waits for every fiber to finish), observability dumps.
+// Several runtimes may live in one process; none uses global state.
 
 #ifndef WEFT_SCHEDULER_RUNTIME_H_
 #define WEFT_SCHEDULER_RUNTIME_H_
@@ -20,12 +17,15 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 #include <variant>
 
 #include "base/result.h"
+#include "context/stack.h"
+#include "reactor/reactor.h"
 #include "sync/cancellation.h"
 #include "sync/coordination.h"
 
@@ -34,11 +34,19 @@ namespace weft {
 struct RuntimeOptions {
   unsigned workers = 0;                            // 0: std::thread::hardware_concurrency()
   std::size_t stack_size = std::size_t{64} << 10;  // default fiber stack (rounded to a class)
+  ReactorOptions reactor = {};                     // each worker's reactor (backend choice)
+  std::size_t max_blocking_threads = 64;           // call_blocking / BlockingRegion threads
 };
 
 struct FiberOptions {
-  std::size_t stack_size = 0;  // 0: the runtime's default
-  std::string_view name;       // shown in diagnostics (stack overflow) and dumps
+  // The stack class: size (0: the runtime's default; rounded up to a class, 16 KiB .. 64 MiB)
+  // and protection (guard page, or compact with a red-zone check; see context/stack.h).
+  std::size_t stack_size = 0;
+  StackProtection protection = StackProtection::kAuto;
+  std::string_view name;  // shown in diagnostics (stack overflow) and dumps
+  // pinned_worker >= 0: the fiber runs only on that worker (index modulo workers()), never
+  // stolen; its yields and wake-ups stay there. -1: any worker.
+  int pinned_worker = -1;
 };
 
 class Runtime;
@@ -55,6 +63,25 @@ struct JoinState : JoinBase {
 };
 
 void Spawn(Runtime& rt, std::function<void()> body, const FiberOptions& options);
+
+// RunBlocking: runs fn(arg) on the blocking pool of the calling fiber's runtime while the fiber
+// parks; false when the caller is not a fiber (the caller then runs it itself).
+bool RunBlocking(void (*fn)(void*), void* arg);
+
+// Fiber-local storage: a slot table per fiber (per thread outside fibers).
+struct LocalSlots {
+  struct Slot {
+    void* value = nullptr;
+    void (*destroy)(void*) = nullptr;
+  };
+  Slot* slots = nullptr;
+  std::size_t size = 0;
+  Slot& at(std::size_t key);  // grows
+  void clear();               // destroys the values (newest key first)
+  ~LocalSlots();
+};
+LocalSlots& CurrentLocals();
+std::size_t NewLocalKey();
 
 }  // namespace scheduler_internal
 
@@ -91,8 +118,13 @@ class [[nodiscard]] JoinHandle {
 
 class Runtime {
  public:
+  // Runtime: starts the workers (each creates its reactor on its own thread). Throws
+  // std::system_error if a worker thread cannot start.
   explicit Runtime(RuntimeOptions options = {});
-  // ~Runtime: waits until every fiber has finished, then stops the workers.
+  // ~Runtime: graceful shutdown. Every wait of every fiber, parked now or later (sync
+  // primitives, join, sleep, fiber I/O), fails with operation_canceled, so fibers unwind and
+  // return; then the workers stop. A fiber that ignores the error and keeps working, or sits in
+  // call_blocking, delays the destructor until it returns. Call it from outside the runtime.
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -131,6 +163,13 @@ class Runtime {
 
   unsigned workers() const;
 
+  // stats_json: a snapshot of the per-worker counters (spawned, run, stolen, parked, polled,
+  // sleeps, idle_ns) plus live fibers and blocking threads, as one JSON object. Any thread.
+  std::string stats_json() const;
+  // dump_fibers: one line per live fiber: id, name, state, worker, and what it is parked on
+  // ("Mutex 0x...", "Channel recv 0x...", "io read fd 7", "sleep", "join"...). Any thread.
+  std::string dump_fibers() const;
+
   struct Impl;
 
  private:
@@ -138,17 +177,97 @@ class Runtime {
   std::unique_ptr<Impl> impl_;
 };
 
+// call_blocking: runs f() on the runtime's blocking threads while the calling fiber parks, and
+// returns its result (or rethrows its exception): for calls that block the thread (getaddrinfo,
+// file I/O without the reactor, legacy libraries). The wait is not cancellable: f runs to its
+// end. Outside a fiber, f simply runs on the calling thread.
+template <typename F>
+auto call_blocking(F f) -> std::invoke_result_t<F&> {
+  using T = std::invoke_result_t<F&>;
+  struct Call {
+    F* f;
+    std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
+    std::exception_ptr error;
+  } call{&f, {}, {}};
+  bool offloaded = scheduler_internal::RunBlocking(
+      [](void* arg) {
+        auto* c = static_cast<Call*>(arg);
+        try {
+          if constexpr (std::is_void_v<T>) {
+            (*c->f)();
+            c->value.emplace();
+          } else {
+            c->value.emplace((*c->f)());
+          }
+        } catch (...) {
+          c->error = std::current_exception();
+        }
+      },
+      &call);
+  if (!offloaded) return f();
+  if (call.error) std::rethrow_exception(call.error);
+  if constexpr (!std::is_void_v<T>) return std::move(*call.value);
+}
+
+// BlockingRegion: while it lives, the calling fiber runs on one of the runtime's blocking
+// threads instead of its worker, so it may block that thread (a long computation, a blocking
+// syscall) while the worker keeps running the other fibers. Inside, sync primitives and fiber
+// I/O block the thread (dual mode); this_fiber::id() and name() still answer. On destruction the
+// fiber returns to the workers. Outside a fiber it does nothing. Not movable.
+class BlockingRegion {
+ public:
+  BlockingRegion();
+  ~BlockingRegion();
+  BlockingRegion(const BlockingRegion&) = delete;
+  BlockingRegion& operator=(const BlockingRegion&) = delete;
+
+ private:
+  bool entered_;
+};
+
+// FiberLocal<T>: one T per fiber (per thread outside fibers), default-constructed on first
+// get() in that fiber and destroyed when the fiber finishes (or the thread exits). A FiberLocal
+// object should outlive the fibers that use it (typically a static or global).
+template <typename T>
+class FiberLocal {
+ public:
+  FiberLocal() : key_(scheduler_internal::NewLocalKey()) {}
+  FiberLocal(const FiberLocal&) = delete;
+  FiberLocal& operator=(const FiberLocal&) = delete;
+
+  T& get() {
+    scheduler_internal::LocalSlots::Slot& slot = scheduler_internal::CurrentLocals().at(key_);
+    if (slot.value == nullptr) {
+      slot.value = new T();
+      slot.destroy = [](void* p) { delete static_cast<T*>(p); };
+    }
+    return *static_cast<T*>(slot.value);
+  }
+  T* operator->() { return &get(); }
+  T& operator*() { return get(); }
+
+ private:
+  std::size_t key_;
+};
+
 // this_fiber: calls about the running fiber. Outside a fiber they act on the thread.
 namespace this_fiber {
 void yield();
-void sleep_until(std::chrono::steady_clock::time_point when);
-inline void sleep_for(std::chrono::steady_clock::duration d) {
-  sleep_until(std::chrono::steady_clock::now() + d);
+// sleep_until / sleep_for: operation_canceled if the token is cancelled or the runtime shuts
+// down first.
+Result<void> sleep_until(std::chrono::steady_clock::time_point when,
+                         const CancellationToken* cancel = nullptr);
+inline Result<void> sleep_for(std::chrono::steady_clock::duration d,
+                              const CancellationToken* cancel = nullptr) {
+  return sleep_until(std::chrono::steady_clock::now() + d, cancel);
 }
 // id: a process-unique id of the running fiber; 0 outside fibers.
 std::uint64_t id();
 std::string_view name();
 bool in_fiber();
+// worker_index: the index of the worker running the calling fiber; -1 outside fibers (and in a
+// BlockingRegion).
+int worker_index();
 }  // namespace this_fiber
 
 }  // namespace weft

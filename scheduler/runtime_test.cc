@@ -100,7 +100,7 @@ TEST(RuntimeTest, FibersSleepWithoutBlockingTheirWorker) {
   auto start = SyncClock::now();
   for (int i = 0; i < 1000; ++i) {
     hs.push_back(rt.spawn([&] {
-      this_fiber::sleep_for(5ms);
+      ASSERT_TRUE(this_fiber::sleep_for(5ms).ok());
       woke.fetch_add(1);
     }));
   }

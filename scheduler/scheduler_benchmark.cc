@@ -116,7 +116,7 @@ void BM_W5_SleepFanout(benchmark::State& state) {
       std::vector<JoinHandle<void>> hs;
       hs.reserve(kFibers);
       for (int i = 0; i < kFibers; ++i) {
-        hs.push_back(rt.spawn([] { this_fiber::sleep_for(std::chrono::milliseconds(1)); }));
+        hs.push_back(rt.spawn([] { (void)this_fiber::sleep_for(std::chrono::milliseconds(1)); }));
       }
       for (auto& h : hs) (void)h.join();
     });

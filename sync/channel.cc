@@ -122,8 +122,8 @@ void ChannelCore::Dequeue(ChannelNode* node, bool is_send) {
 static std::errc WaitFor(ChannelCore& ch, ChannelNode& node, bool is_send,
                          const WaitOptions& options) {
   ParkResult r = Park(
-      *node.waiter, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; },
-      options);
+      *node.waiter, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
+      is_send ? "Channel send" : "Channel recv", &ch);
   if (r != ParkResult::kWoken) {
     ch.lock_.lock();
     if (node.state.load(std::memory_order_relaxed) == kWaiting) {
@@ -230,7 +230,7 @@ Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions
     if (has_default) return SelectResult{-1, false};
     if (!options.deadline && options.cancel == nullptr) return std::errc::invalid_argument;
     return ErrorOf(Park(
-        *me, [] { return false; }, options));
+        *me, [] { return false; }, options, "select (no cases)", nullptr));
   }
   // Lock order: distinct channels by address.
   ChannelCore* locks[kMaxSelectCases];
@@ -278,7 +278,8 @@ Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions
   unlock_all();
   // acquire: pairs with the claimer's acq_rel CAS.
   ParkResult r = Park(
-      *me, [&] { return group.fired.load(std::memory_order_acquire) != -1; }, options);
+      *me, [&] { return group.fired.load(std::memory_order_acquire) != -1; }, options, "select",
+      nullptr);
   if (r != ParkResult::kWoken) {
     int expected = -1;
     // acq_rel: either we claim the select as aborted, or we see the case that won.

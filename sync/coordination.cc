@@ -24,8 +24,8 @@ Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) 
   queue_.push_back(&node);
   lock_.unlock();
   ParkResult r = Park(
-      *node.waiter, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; },
-      options);
+      *node.waiter, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
+      what_, this);
   if (r == ParkResult::kWoken) return {};
   lock_.lock();
   if (node.state.load(std::memory_order_relaxed) == kWaiting) {

@@ -22,7 +22,7 @@ namespace weft {
 // WaitList: the lock and queue the primitives below share, with the common wait.
 class WaitList {
  protected:
-  WaitList() = default;
+  explicit WaitList(const char* what) : what_(what) {}
   ~WaitList();
   // WaitQueued: the caller holds lock_ and has decided to wait: queues, unlocks, parks. `on_abort`
   // runs under lock_ if the wait gives up while still queued (to undo bookkeeping).
@@ -31,6 +31,7 @@ class WaitList {
   // WakeAll / WakeOne: the caller holds lock_; returns after unlocking and notifying.
   void WakeAllAndUnlock();
 
+  const char* what_;                      // the kind named in dumps of parked fibers
   mutable sync_internal::SpinLock lock_;  // mutable: const accessors take it too
   sync_internal::WaitQueue queue_ ABSL_GUARDED_BY(lock_);
 };
@@ -39,7 +40,7 @@ class WaitList {
 // first, in FIFO order).
 class Semaphore : private WaitList {
  public:
-  explicit Semaphore(std::int64_t initial) : count_(initial) {}
+  explicit Semaphore(std::int64_t initial) : WaitList("Semaphore"), count_(initial) {}
   Result<void> acquire(const WaitOptions& options = {});
   bool try_acquire();
   void release(std::int64_t n = 1);
@@ -52,6 +53,7 @@ class Semaphore : private WaitList {
 // WaitGroup: wait() returns once the count reaches zero. add(n) with n < 0 below zero is EINVAL.
 class WaitGroup : private WaitList {
  public:
+  WaitGroup() : WaitList("WaitGroup") {}
   Result<void> add(std::int64_t n);
   void done() { (void)add(-1); }
   Result<void> wait(const WaitOptions& options = {});
@@ -64,6 +66,7 @@ class WaitGroup : private WaitList {
 // Event: one-shot. wait() returns once set() has been called (ever).
 class Event : private WaitList {
  public:
+  Event() : WaitList("Event") {}
   void set();
   bool is_set() const;
   Result<void> wait(const WaitOptions& options = {});
@@ -79,7 +82,8 @@ class Event : private WaitList {
 // times out or is cancelled before the round completes withdraws its arrival.
 class Barrier : private WaitList {
  public:
-  explicit Barrier(std::size_t parties) : parties_(parties == 0 ? 1 : parties) {}
+  explicit Barrier(std::size_t parties)
+      : WaitList("Barrier"), parties_(parties == 0 ? 1 : parties) {}
   // arrive_and_wait: true for the round's last arrival (the leader).
   Result<bool> arrive_and_wait(const WaitOptions& options = {});
 

@@ -86,7 +86,7 @@ Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options) {
     // No spinning once queued: the holder will wake us; spinning here only contends.
     ParkResult r = Park(
         *me, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
-        /*spins=*/0);
+        "Mutex", this, /*spins=*/0);
     if (r != ParkResult::kWoken) {
       queue_lock_.lock();
       int st = node.state.load(std::memory_order_relaxed);
@@ -173,7 +173,8 @@ Result<void> CondVar::wait(Mutex& mutex, const WaitOptions& options) {
   queue_lock_.unlock();
   (void)mutex.unlock();
   ParkResult r = Park(
-      *me, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options);
+      *me, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
+      "CondVar", this);
   Result<void> result;
   if (r != ParkResult::kWoken) {
     queue_lock_.lock();

@@ -37,6 +37,16 @@ class Waiter {
   // before calling wait(). Threads spin (a futex sleep and wake cost tens of microseconds);
   // fibers should not (spinning holds up the other fibers of the worker).
   virtual int spins_before_park() const { return 0; }
+  // interrupted: the execution is asked to stop (its fiber runtime is shutting down). Primitives
+  // check it before and after each wait() and fail the wait with operation_canceled, so a parked
+  // fiber unwinds instead of keeping its runtime alive. Threads are never interrupted.
+  virtual bool interrupted() const { return false; }
+  // note_wait: what the coming wait() waits on (a static kind such as "Mutex", and the object),
+  // for a scheduler's list of parked fibers. (nullptr, nullptr) clears it. Owner only.
+  virtual void note_wait(const char* what, const void* object) {
+    (void)what;
+    (void)object;
+  }
 };
 
 // current_waiter: the Waiter of the calling execution: the fiber's, if the thread's provider

@@ -97,11 +97,13 @@ inline Waiter* Grant(WaitNode* n, NodeState state) {
 
 enum class ParkResult { kWoken, kTimedOut, kCancelled };
 
-// Park: blocks the calling execution until done() is true, the deadline passes, or the token is
-// cancelled. Spins first: `spins` pause iterations, or by default as long as the Waiter asks
-// (threads: a futex wake costs ~19 us here).
+// Park: blocks the calling execution until done() is true, the deadline passes, the token is
+// cancelled, or the waiter is interrupted (cancelled too). Spins first: `spins` pause iterations,
+// or by default as long as the Waiter asks (threads: a futex wake costs ~19 us here). `what` and
+// `object` name the wait for a scheduler's dump of parked fibers.
 template <typename Done>
-ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, int spins = -1) {
+ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, const char* what,
+                const void* object, int spins = -1) {
   if (spins < 0) spins = waiter.spins_before_park();
   CancelRegistration reg;
   reg.fn = [](void* w) { static_cast<Waiter*>(w)->notify(); };
@@ -110,8 +112,9 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, int spins
   if (cancel_state != nullptr && !Register(cancel_state, &reg)) return ParkResult::kCancelled;
   ParkResult result = ParkResult::kWoken;
   for (; spins > 0 && !done(); --spins) CpuRelax();
+  if (!done()) waiter.note_wait(what, object);
   while (!done()) {
-    if (cancel_state != nullptr && options.cancel->is_cancelled()) {
+    if ((cancel_state != nullptr && options.cancel->is_cancelled()) || waiter.interrupted()) {
       result = ParkResult::kCancelled;
       break;
     }
@@ -120,6 +123,7 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, int spins
       break;
     }
   }
+  waiter.note_wait(nullptr, nullptr);
   if (cancel_state != nullptr) Deregister(cancel_state, &reg);
   return result;
 }

@@ -1,0 +1,123 @@
+// api/io.cc: the fiber I/O calls, each one reactor operation run through scheduler/io.h.
+
+#include "api/io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "scheduler/io.h"
+
+namespace weft::io {
+namespace {
+
+using scheduler_internal::RunIo;
+
+std::errc ErrcOf(std::int64_t negative_errno) {
+  return static_cast<std::errc>(static_cast<int>(-negative_errno));
+}
+
+Result<std::size_t> Size(std::int64_t r) {
+  if (r < 0) return ErrcOf(r);
+  return static_cast<std::size_t>(r);
+}
+
+}  // namespace
+
+Result<std::size_t> read(int fd, void* buf, std::size_t len, const WaitOptions& options,
+                         std::int64_t offset) {
+  return Size(RunIo([&](Reactor& r, IoOp& op) { r.read(op, fd, buf, len, offset); }, options,
+                    "io read", fd));
+}
+
+Result<std::size_t> write(int fd, const void* buf, std::size_t len, const WaitOptions& options,
+                          std::int64_t offset) {
+  return Size(RunIo([&](Reactor& r, IoOp& op) { r.write(op, fd, buf, len, offset); }, options,
+                    "io write", fd));
+}
+
+Result<std::size_t> readv(int fd, const iovec* iov, int iovcnt, const WaitOptions& options) {
+  return Size(
+      RunIo([&](Reactor& r, IoOp& op) { r.readv(op, fd, iov, iovcnt); }, options, "io readv", fd));
+}
+
+Result<std::size_t> writev(int fd, const iovec* iov, int iovcnt, const WaitOptions& options) {
+  return Size(RunIo([&](Reactor& r, IoOp& op) { r.writev(op, fd, iov, iovcnt); }, options,
+                    "io writev", fd));
+}
+
+Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags,
+                         const WaitOptions& options) {
+  return Size(RunIo([&](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); }, options,
+                    "io recv", fd));
+}
+
+Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
+                         const WaitOptions& options) {
+  // MSG_NOSIGNAL: a closed peer is an EPIPE error, not a process-killing SIGPIPE.
+  return Size(RunIo([&](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | MSG_NOSIGNAL); },
+                    options, "io send", fd));
+}
+
+Result<void> write_all(int fd, const void* buf, std::size_t len, const WaitOptions& options) {
+  const char* p = static_cast<const char*>(buf);
+  while (len != 0) {
+    Result<std::size_t> n = write(fd, p, len, options);
+    if (!n.ok()) return n.error();
+    if (*n == 0) return std::errc::io_error;  // a write that makes no progress
+    p += *n;
+    len -= *n;
+  }
+  return {};
+}
+
+Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& options) {
+  char* p = static_cast<char*>(buf);
+  while (len != 0) {
+    Result<std::size_t> n = read(fd, p, len, options);
+    if (!n.ok()) return n.error();
+    if (*n == 0) return std::errc::connection_aborted;
+    p += *n;
+    len -= *n;
+  }
+  return {};
+}
+
+Result<int> accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
+  std::int64_t r = RunIo([&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); }, options,
+                         "io accept", fd);
+  if (r < 0) return ErrcOf(r);
+  return static_cast<int>(r);
+}
+
+Result<void> connect(int fd, const sockaddr* addr, socklen_t addrlen, const WaitOptions& options) {
+  std::int64_t r = RunIo([&](Reactor& re, IoOp& op) { re.connect(op, fd, addr, addrlen); }, options,
+                         "io connect", fd);
+  if (r < 0) return ErrcOf(r);
+  return {};
+}
+
+Result<std::uint32_t> poll(int fd, std::uint32_t events, const WaitOptions& options) {
+  std::int64_t r = RunIo([&](Reactor& re, IoOp& op) { re.poll_readiness(op, fd, events); }, options,
+                         "io poll", fd);
+  if (r < 0) return ErrcOf(r);
+  return static_cast<std::uint32_t>(r);
+}
+
+Result<void> close(int fd) {
+  if (fd < 0) return std::errc::bad_file_descriptor;
+  if (::fcntl(fd, F_GETFD) < 0) return static_cast<std::errc>(errno);
+  scheduler_internal::CloseFd(fd);
+  return {};
+}
+
+Result<void> make_nonblocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return static_cast<std::errc>(errno);
+  }
+  return {};
+}
+
+}  // namespace weft::io

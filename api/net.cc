@@ -1,0 +1,312 @@
+// api/net.cc: addresses, resolution and the TCP types.
+
+#include "api/net.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "api/io.h"
+#include "scheduler/runtime.h"
+
+namespace weft::net {
+namespace {
+
+std::errc LastErrc() { return static_cast<std::errc>(errno); }
+
+Result<int> NewSocket(int family) {
+  int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return LastErrc();
+  return fd;
+}
+
+}  // namespace
+
+// ---- SocketAddress --------------------------------------------------------------------------
+
+Result<SocketAddress> SocketAddress::parse(std::string_view text) {
+  std::string host;
+  std::string_view port_text;
+  if (!text.empty() && text.front() == '[') {  // [v6]:port
+    std::size_t close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return std::errc::invalid_argument;
+    }
+    host = std::string(text.substr(1, close - 1));
+    port_text = text.substr(close + 2);
+  } else {
+    std::size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos || text.find(':') != colon) {
+      return std::errc::invalid_argument;
+    }
+    host = std::string(text.substr(0, colon));
+    port_text = text.substr(colon + 1);
+  }
+  if (port_text.empty() || port_text.size() > 5) return std::errc::invalid_argument;
+  unsigned port = 0;
+  for (char c : port_text) {
+    if (c < '0' || c > '9') return std::errc::invalid_argument;
+    port = port * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (port > 65535) return std::errc::invalid_argument;
+  SocketAddress a;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&a.storage_);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&a.storage_);
+  if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<std::uint16_t>(port));
+    a.len_ = sizeof(sockaddr_in);
+    return a;
+  }
+  if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<std::uint16_t>(port));
+    a.len_ = sizeof(sockaddr_in6);
+    return a;
+  }
+  return std::errc::invalid_argument;
+}
+
+SocketAddress SocketAddress::ipv4_loopback(std::uint16_t port) {
+  SocketAddress a;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&a.storage_);
+  v4->sin_family = AF_INET;
+  v4->sin_port = htons(port);
+  v4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.len_ = sizeof(sockaddr_in);
+  return a;
+}
+
+SocketAddress SocketAddress::ipv4_any(std::uint16_t port) {
+  SocketAddress a = ipv4_loopback(port);
+  reinterpret_cast<sockaddr_in*>(&a.storage_)->sin_addr.s_addr = htonl(INADDR_ANY);
+  return a;
+}
+
+Result<SocketAddress> SocketAddress::from_sockaddr(const sockaddr* addr, socklen_t len) {
+  if (addr == nullptr) return std::errc::invalid_argument;
+  if (!((addr->sa_family == AF_INET && len == sizeof(sockaddr_in)) ||
+        (addr->sa_family == AF_INET6 && len == sizeof(sockaddr_in6)))) {
+    return std::errc::address_family_not_supported;
+  }
+  SocketAddress a;
+  std::memcpy(&a.storage_, addr, len);
+  a.len_ = len;
+  return a;
+}
+
+std::uint16_t SocketAddress::port() const {
+  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage_)->sin_port);
+  if (family() == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_port);
+  }
+  return 0;
+}
+
+std::string SocketAddress::to_string() const {
+  char host[INET6_ADDRSTRLEN] = {};
+  if (family() == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage_)->sin_addr, host,
+                sizeof host);
+    return std::string(host) + ":" + std::to_string(port());
+  }
+  if (family() == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_addr, host,
+                sizeof host);
+    return "[" + std::string(host) + "]:" + std::to_string(port());
+  }
+  return "(none)";
+}
+
+// ---- resolve --------------------------------------------------------------------------------
+
+Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t port,
+                                           const WaitOptions& options) {
+  if (options.cancel != nullptr && options.cancel->is_cancelled()) {
+    return std::errc::operation_canceled;
+  }
+  if (host.empty() || host.find('\0') != std::string_view::npos) {
+    return std::errc::invalid_argument;
+  }
+  std::string name(host);
+  std::string service = std::to_string(port);
+  int rc = 0;
+  addrinfo* list = nullptr;
+  call_blocking([&] {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_ADDRCONFIG | AI_NUMERICSERV;
+    rc = ::getaddrinfo(name.c_str(), service.c_str(), &hints, &list);
+  });
+  if (rc != 0) {
+    switch (rc) {
+      case EAI_NONAME:
+#ifdef EAI_NODATA
+      case EAI_NODATA:
+#endif
+        return std::errc::address_not_available;
+      case EAI_AGAIN:
+        return std::errc::resource_unavailable_try_again;
+      case EAI_MEMORY:
+        return std::errc::not_enough_memory;
+      case EAI_SYSTEM:
+        return LastErrc();
+      default:
+        return std::errc::invalid_argument;
+    }
+  }
+  std::vector<SocketAddress> out;
+  for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+    Result<SocketAddress> a = SocketAddress::from_sockaddr(ai->ai_addr, ai->ai_addrlen);
+    if (a.ok()) out.push_back(*a);
+  }
+  ::freeaddrinfo(list);
+  if (out.empty()) return std::errc::address_not_available;
+  return out;
+}
+
+// ---- TcpStream ------------------------------------------------------------------------------
+
+TcpStream& TcpStream::operator=(TcpStream&& other) noexcept {
+  if (this != &other) {
+    (void)close();
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+Result<TcpStream> TcpStream::connect(const SocketAddress& addr, const WaitOptions& options) {
+  Result<int> fd = NewSocket(addr.family());
+  if (!fd.ok()) return fd.error();
+  TcpStream s(*fd);
+  if (Result<void> r = io::connect(s.fd_, addr.data(), addr.size(), options); !r.ok()) {
+    return r.error();
+  }
+  return s;
+}
+
+Result<TcpStream> TcpStream::connect(std::string_view host, std::uint16_t port,
+                                     const WaitOptions& options) {
+  Result<std::vector<SocketAddress>> addrs = resolve(host, port, options);
+  if (!addrs.ok()) return addrs.error();
+  std::errc last = std::errc::address_not_available;
+  for (const SocketAddress& a : *addrs) {
+    Result<TcpStream> s = connect(a, options);
+    if (s.ok()) return s;
+    last = s.error();
+    if (last == std::errc::timed_out || last == std::errc::operation_canceled) break;
+  }
+  return last;
+}
+
+Result<std::size_t> TcpStream::read(void* buf, std::size_t len, const WaitOptions& options) {
+  return io::recv(fd_, buf, len, 0, options);
+}
+
+Result<std::size_t> TcpStream::write(const void* buf, std::size_t len, const WaitOptions& options) {
+  return io::send(fd_, buf, len, 0, options);
+}
+
+Result<void> TcpStream::write_all(const void* buf, std::size_t len, const WaitOptions& options) {
+  const char* p = static_cast<const char*>(buf);
+  while (len != 0) {
+    Result<std::size_t> n = write(p, len, options);
+    if (!n.ok()) return n.error();
+    p += *n;
+    len -= *n;
+  }
+  return {};
+}
+
+Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions& options) {
+  char* p = static_cast<char*>(buf);
+  while (len != 0) {
+    Result<std::size_t> n = read(p, len, options);
+    if (!n.ok()) return n.error();
+    if (*n == 0) return std::errc::connection_aborted;
+    p += *n;
+    len -= *n;
+  }
+  return {};
+}
+
+Result<void> TcpStream::shutdown_write() {
+  if (::shutdown(fd_, SHUT_WR) != 0) return LastErrc();
+  return {};
+}
+
+Result<void> TcpStream::set_nodelay(bool on) {
+  int v = on ? 1 : 0;
+  if (::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) != 0) return LastErrc();
+  return {};
+}
+
+Result<SocketAddress> TcpStream::peer_address() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
+  return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+}
+
+Result<SocketAddress> TcpStream::local_address() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
+  return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+}
+
+Result<void> TcpStream::close() {
+  if (fd_ < 0) return {};
+  return io::close(release());
+}
+
+// ---- TcpListener ----------------------------------------------------------------------------
+
+TcpListener& TcpListener::operator=(TcpListener&& other) noexcept {
+  if (this != &other) {
+    (void)close();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+Result<TcpListener> TcpListener::bind(const SocketAddress& addr, int backlog) {
+  if (addr.size() == 0) return std::errc::invalid_argument;
+  Result<int> fd = NewSocket(addr.family());
+  if (!fd.ok()) return fd.error();
+  TcpListener l;
+  l.fd_ = *fd;
+  int one = 1;
+  (void)::setsockopt(l.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(l.fd_, addr.data(), addr.size()) != 0) return LastErrc();
+  if (::listen(l.fd_, backlog) != 0) return LastErrc();
+  return l;
+}
+
+Result<TcpStream> TcpListener::accept(const WaitOptions& options) {
+  Result<int> fd = io::accept(fd_, nullptr, nullptr, options);
+  if (!fd.ok()) return fd.error();
+  return TcpStream(*fd);
+}
+
+Result<SocketAddress> TcpListener::local_address() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
+  return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+}
+
+Result<void> TcpListener::close() {
+  if (fd_ < 0) return {};
+  int fd = fd_;
+  fd_ = -1;
+  return io::close(fd);
+}
+
+}  // namespace weft::net

@@ -1,0 +1,119 @@
+// api/net.h: TCP for fibers: addresses, name resolution that does not block a worker, and RAII
+// listener and stream types over api/io.h (so every call parks a fiber, or blocks a plain
+// thread, and takes WaitOptions).
+//
+// Defines: weft::net::SocketAddress, weft::net::resolve, weft::net::TcpListener,
+// weft::net::TcpStream.
+
+#ifndef WEFT_API_NET_H_
+#define WEFT_API_NET_H_
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "sync/cancellation.h"
+
+namespace weft::net {
+
+// SocketAddress: an IPv4 or IPv6 address and port.
+class SocketAddress {
+ public:
+  SocketAddress() = default;
+  // parse: "1.2.3.4:80", "[::1]:80", or "localhost:80"-style names are NOT accepted here (use
+  // resolve). EINVAL for anything else.
+  static Result<SocketAddress> parse(std::string_view text);
+  static SocketAddress ipv4_loopback(std::uint16_t port);
+  static SocketAddress ipv4_any(std::uint16_t port);
+  static Result<SocketAddress> from_sockaddr(const sockaddr* addr, socklen_t len);
+
+  int family() const { return storage_.ss_family; }
+  std::uint16_t port() const;
+  std::string to_string() const;
+  const sockaddr* data() const { return reinterpret_cast<const sockaddr*>(&storage_); }
+  socklen_t size() const { return len_; }
+
+ private:
+  sockaddr_storage storage_{};
+  socklen_t len_ = 0;
+};
+
+// resolve: host name (or numeric address) and port to addresses, via getaddrinfo on the
+// runtime's blocking threads (call_blocking), so a worker never blocks on DNS. Errors:
+// address_not_available (no such name), resource_unavailable_try_again (temporary DNS failure),
+// invalid_argument. The cancellation token is checked before the lookup starts; the lookup
+// itself runs to completion (glibc's resolver has its own timeouts).
+Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t port,
+                                           const WaitOptions& options = {});
+
+class TcpStream {
+ public:
+  TcpStream() = default;
+  explicit TcpStream(int fd) : fd_(fd) {}  // adopts a connected, non-blocking socket
+  ~TcpStream() { (void)close(); }
+  TcpStream(TcpStream&& other) noexcept : fd_(other.release()) {}
+  TcpStream& operator=(TcpStream&& other) noexcept;
+  TcpStream(const TcpStream&) = delete;
+  TcpStream& operator=(const TcpStream&) = delete;
+
+  // connect: to one address; or to a host name, trying each resolved address in turn.
+  static Result<TcpStream> connect(const SocketAddress& addr, const WaitOptions& options = {});
+  static Result<TcpStream> connect(std::string_view host, std::uint16_t port,
+                                   const WaitOptions& options = {});
+
+  // read: up to len bytes, 0 at end of stream. write: some bytes. write_all / read_exact: all.
+  Result<std::size_t> read(void* buf, std::size_t len, const WaitOptions& options = {});
+  Result<std::size_t> write(const void* buf, std::size_t len, const WaitOptions& options = {});
+  Result<void> write_all(const void* buf, std::size_t len, const WaitOptions& options = {});
+  Result<void> read_exact(void* buf, std::size_t len, const WaitOptions& options = {});
+
+  Result<void> shutdown_write();  // sends FIN; reads continue
+  Result<void> set_nodelay(bool on);
+  Result<SocketAddress> peer_address() const;
+  Result<SocketAddress> local_address() const;
+
+  bool is_open() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  int release() {  // gives up ownership of the fd
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  Result<void> close();  // fails this fd's pending operations, then closes; idempotent
+
+ private:
+  int fd_ = -1;
+};
+
+class TcpListener {
+ public:
+  TcpListener() = default;
+  ~TcpListener() { (void)close(); }
+  TcpListener(TcpListener&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  TcpListener& operator=(TcpListener&& other) noexcept;
+  TcpListener(const TcpListener&) = delete;
+  TcpListener& operator=(const TcpListener&) = delete;
+
+  // bind: a listening socket (SO_REUSEADDR; port 0 picks a free port, see local_address()).
+  static Result<TcpListener> bind(const SocketAddress& addr, int backlog = 4096);
+  // accept: the next connection. Out of fds (EMFILE/ENFILE) is returned as an error; the
+  // listener stays usable once fds are freed.
+  Result<TcpStream> accept(const WaitOptions& options = {});
+  Result<SocketAddress> local_address() const;
+
+  int fd() const { return fd_; }
+  Result<void> close();
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace weft::net
+
+#endif  // WEFT_API_NET_H_

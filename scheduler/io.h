@@ -1,0 +1,46 @@
+// scheduler/io.h: the seam between fiber I/O (//api:io) and the runtime: run one reactor
+// operation for the calling execution and wait for its completion.
+//
+//   - In a fiber: the operation goes to the reactor of the fiber's worker and the fiber parks
+//     until it completes. Cancellation (a token, or the runtime shutting down) is forwarded to
+//     the owning worker, which cancels the operation; the call always waits for the operation's
+//     one completion, so buffers on the fiber's stack are safe.
+//   - On a plain thread (or in a BlockingRegion): the operation goes to a reactor owned by the
+//     thread (created on first use) and the thread polls it until completion: the same calls
+//     simply block.
+//
+// Defines: weft::scheduler_internal::RunIo, weft::scheduler_internal::CloseFd.
+
+#ifndef WEFT_SCHEDULER_IO_H_
+#define WEFT_SCHEDULER_IO_H_
+
+#include <cstdint>
+#include <utility>
+
+#include "reactor/reactor.h"
+#include "sync/cancellation.h"
+
+namespace weft::scheduler_internal {
+
+using IoSubmit = void (*)(Reactor& reactor, IoOp& op, void* arg);
+
+// RunIo: submit(reactor, op, arg) once, then wait. Returns the result (>= 0 or -errno):
+// -ETIMEDOUT past options.deadline, -ECANCELED on cancellation or shutdown, the reactor's
+// creation error (negated) when no reactor could be started. `what` and `fd` name the wait in
+// dumps of parked fibers.
+std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what,
+                   int fd);
+
+template <typename F>
+std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what, int fd) {
+  return RunIo([](Reactor& r, IoOp& op, void* a) { (*static_cast<const F*>(a))(r, op); },
+               const_cast<F*>(&submit), options, what, fd);
+}
+
+// CloseFd: closes fd through the calling execution's reactor, which first fails the fd's pending
+// operations on it with -ECANCELED; a plain ::close when the execution has no reactor yet.
+void CloseFd(int fd);
+
+}  // namespace weft::scheduler_internal
+
+#endif  // WEFT_SCHEDULER_IO_H_

@@ -1,0 +1,321 @@
+// Tests of the runtime's lifecycle features: graceful shutdown with parked fibers and timers,
+// 100,000 fibers parked at once then released, join/detach consumed exactly once, call_blocking,
+// blocking regions, fiber-local storage, pinned fibers, stats and the fiber dump.
+
+#include <atomic>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/stress_scale.h"
+#include "gtest/gtest.h"
+#include "scheduler/runtime.h"
+#include "sync/channel.h"
+#include "sync/coordination.h"
+#include "sync/mutex.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using ::weft::testing::StressScale;
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kTsan = true;
+#else
+constexpr bool kTsan = false;
+#endif
+
+// ---- Shutdown ---------------------------------------------------------------------------------
+
+TEST(ShutdownTest, ParkedFibersAreCancelledAndUnwind) {
+  std::atomic<int> unwound{0};
+  std::atomic<int> cancelled{0};
+  struct Guard {
+    std::atomic<int>* n;
+    ~Guard() { n->fetch_add(1); }
+  };
+  Channel<int> never(1);
+  Event never_set;
+  Mutex held;
+  {
+    Runtime rt({.workers = 2});
+    ASSERT_TRUE(held.try_lock());  // a plain thread holds it for the whole test
+    for (int i = 0; i < 10; ++i) {
+      rt.spawn([&] {
+          Guard g{&unwound};
+          if (!never.recv().ok()) cancelled.fetch_add(1);
+        }).detach();
+      rt.spawn([&] {
+          Guard g{&unwound};
+          if (!never_set.wait().ok()) cancelled.fetch_add(1);
+        }).detach();
+      rt.spawn([&] {
+          Guard g{&unwound};
+          if (held.lock().error() == std::errc::operation_canceled) cancelled.fetch_add(1);
+        }).detach();
+      rt.spawn([&] {
+          Guard g{&unwound};
+          if (this_fiber::sleep_for(1h).error() == std::errc::operation_canceled) {
+            cancelled.fetch_add(1);
+          }
+        }).detach();
+    }
+    // Let them all park (the dump shows what they wait on).
+    for (int i = 0; i < 1000 && rt.dump_fibers().find("runnable") != std::string::npos; ++i) {
+      std::this_thread::sleep_for(1ms);
+    }
+    std::string dump = rt.dump_fibers();
+    EXPECT_NE(dump.find("on Channel recv"), std::string::npos) << dump;
+    EXPECT_NE(dump.find("on Event"), std::string::npos) << dump;
+    EXPECT_NE(dump.find("on Mutex"), std::string::npos) << dump;
+    EXPECT_NE(dump.find("on sleep"), std::string::npos) << dump;
+  }  // ~Runtime cancels them all
+  EXPECT_EQ(unwound.load(), 40);
+  EXPECT_EQ(cancelled.load(), 40);
+  ASSERT_TRUE(held.unlock().ok());
+}
+
+TEST(ShutdownTest, WaitsAfterShutdownStartedFailToo) {
+  std::atomic<int> second_wait_failed{0};
+  Event never;  // outlives the runtime, whose fibers wait on it
+  {
+    Runtime rt({.workers = 1});
+    rt.spawn([&] {
+        (void)never.wait();  // cancelled by the shutdown
+        // A fiber that tries to wait again while unwinding is refused at once.
+        if (this_fiber::sleep_for(1h).error() == std::errc::operation_canceled) {
+          second_wait_failed.fetch_add(1);
+        }
+      }).detach();
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(second_wait_failed.load(), 1);
+}
+
+TEST(ShutdownTest, JoinFromAFiberIsCancelledByShutdown) {
+  std::atomic<bool> join_cancelled{false};
+  Event never;
+  {
+    Runtime rt({.workers = 2});
+    // The joined fiber outlives the joiner's cancellation: after its own wait is cancelled it
+    // spends 200 ms in call_blocking, which shutdown does not interrupt.
+    auto sleeper = std::make_shared<JoinHandle<void>>(rt.spawn([&] {
+      (void)never.wait();
+      call_blocking([] { std::this_thread::sleep_for(200ms); });
+    }));
+    rt.spawn([&, sleeper] {
+        auto r = sleeper->join();
+        join_cancelled = !r.ok() && r.error() == std::errc::operation_canceled;
+      }).detach();
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_TRUE(join_cancelled.load());
+}
+
+// ---- Many parked fibers (W8's shape) ----------------------------------------------------------
+
+TEST(ParkTest, HundredThousandFibersParkedAtOnceThenReleased) {
+  Runtime rt({.workers = 2, .stack_size = 16 << 10});
+  const int n = kTsan ? 5000 : 100000;
+  Event go;
+  WaitGroup parked;
+  ASSERT_TRUE(parked.add(n).ok());
+  std::atomic<int> released{0};
+  std::vector<JoinHandle<void>> hs;
+  hs.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    hs.push_back(rt.spawn([&] {
+      parked.done();
+      ASSERT_TRUE(go.wait().ok());
+      released.fetch_add(1, std::memory_order_relaxed);
+    }));
+  }
+  ASSERT_TRUE(parked.wait().ok());
+  EXPECT_EQ(released.load(), 0);
+  go.set();
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  EXPECT_EQ(released.load(), n);
+}
+
+// ---- Join handles -----------------------------------------------------------------------------
+
+TEST(JoinTest, AHandleIsConsumedExactlyOnce) {
+  Runtime rt({.workers = 2});
+  auto h = rt.spawn([] { return 7; });
+  auto first = h.join();
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*first, 7);
+  EXPECT_FALSE(h.joinable());
+  EXPECT_EQ(h.join().error(), std::errc::invalid_argument);
+  auto d = rt.spawn([] { return 1; });
+  d.detach();
+  EXPECT_EQ(d.join().error(), std::errc::invalid_argument);
+}
+
+TEST(JoinTest, JoinRacesWithTheFiberFinishing) {
+  Runtime rt({.workers = 2});
+  const int n = 2000 * StressScale();
+  std::atomic<int> joined{0};
+  for (int i = 0; i < n; ++i) {
+    auto h = rt.spawn([i] { return i; });
+    if (i % 2 == 0) std::this_thread::yield();  // vary which side gets there first
+    auto r = h.join();
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(*r, i);
+    joined.fetch_add(1);
+  }
+  EXPECT_EQ(joined.load(), n);
+}
+
+// ---- Blocking work ----------------------------------------------------------------------------
+
+TEST(BlockingTest, CallBlockingRunsOffTheWorkerAndReturnsTheResult) {
+  Runtime rt({.workers = 1});
+  rt.block_on([&] {
+    std::thread::id worker = std::this_thread::get_id();
+    std::atomic<int> ticks{0};
+    auto ticker = rt.spawn([&] {
+      for (int i = 0; i < 5; ++i) {
+        ticks.fetch_add(1);
+        ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
+      }
+    });
+    std::thread::id ran_on;
+    int v = call_blocking([&] {
+      ran_on = std::this_thread::get_id();
+      // Block the thread until the other fiber made progress on the (only) worker.
+      while (ticks.load() < 5) std::this_thread::sleep_for(1ms);
+      return 42;
+    });
+    EXPECT_EQ(v, 42);
+    EXPECT_NE(ran_on, worker);
+    ASSERT_TRUE(ticker.join().ok());
+    EXPECT_THROW(call_blocking([]() -> int { throw std::runtime_error("x"); }), std::runtime_error);
+  });
+  EXPECT_EQ(call_blocking([] { return 5; }), 5);  // outside fibers: inline
+}
+
+TEST(BlockingTest, ARegionMovesTheFiberToABlockingThread) {
+  Runtime rt({.workers = 1});
+  rt.block_on([&] {
+    std::atomic<int> ticks{0};
+    auto ticker = rt.spawn([&] {
+      for (int i = 0; i < 5; ++i) {
+        ticks.fetch_add(1);
+        ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
+      }
+    });
+    std::uint64_t id = this_fiber::id();
+    EXPECT_EQ(this_fiber::worker_index(), 0);
+    {
+      BlockingRegion region;
+      EXPECT_EQ(this_fiber::worker_index(), -1);
+      EXPECT_EQ(this_fiber::id(), id);
+      // The thread may block; the worker keeps running the ticker.
+      while (ticks.load() < 5) std::this_thread::sleep_for(1ms);
+      Mutex m;  // sync primitives work here too (they block the thread)
+      ASSERT_TRUE(m.lock().ok());
+      ASSERT_TRUE(m.unlock().ok());
+    }
+    EXPECT_EQ(this_fiber::worker_index(), 0);
+    EXPECT_EQ(this_fiber::id(), id);
+    ASSERT_TRUE(ticker.join().ok());
+  });
+}
+
+// ---- Fiber-local storage ----------------------------------------------------------------------
+
+struct Counted {
+  static inline std::atomic<int> live{0};
+  int value = 0;
+  Counted() { live.fetch_add(1); }
+  ~Counted() { live.fetch_sub(1); }
+};
+FiberLocal<Counted> g_local;
+
+TEST(FiberLocalTest, EachFiberHasItsOwnValueDestroyedAtItsEnd) {
+  {
+    Runtime rt({.workers = 2});
+    std::vector<JoinHandle<int>> hs;
+    for (int i = 0; i < 100; ++i) {
+      hs.push_back(rt.spawn([i] {
+        g_local->value = i;
+        for (int k = 0; k < 10; ++k) this_fiber::yield();  // may move between workers
+        return g_local->value;
+      }));
+    }
+    for (int i = 0; i < 100; ++i) {
+      auto r = hs[i].join();
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(*r, i);
+    }
+  }
+  EXPECT_EQ(Counted::live.load(), 0);
+  g_local->value = 3;  // a plain thread has its own
+  EXPECT_EQ(g_local->value, 3);
+}
+
+// ---- Pinned fibers ----------------------------------------------------------------------------
+
+TEST(PinnedTest, APinnedFiberStaysOnItsWorker) {
+  Runtime rt({.workers = 2});
+  Channel<int> ch(0);
+  std::atomic<int> moved{0};
+  std::vector<JoinHandle<void>> hs;
+  for (int p = 0; p < 2; ++p) {
+    hs.push_back(rt.spawn(
+        [&, p] {
+          for (int i = 0; i < 200; ++i) {
+            if (this_fiber::worker_index() != p) moved.fetch_add(1);
+            if (i % 3 == 0) {
+              this_fiber::yield();
+            } else if (i % 3 == 1) {
+              ASSERT_TRUE(this_fiber::sleep_for(10us).ok());
+            } else {
+              if (p == 0) {
+                ASSERT_TRUE(ch.send(i).ok());
+              } else {
+                ASSERT_TRUE(ch.recv().ok());
+              }
+            }
+          }
+        },
+        {.name = "pinned", .pinned_worker = p}));
+  }
+  // Unpinned load that thieves would happily take from.
+  for (int i = 0; i < 200; ++i) {
+    hs.push_back(rt.spawn([] {
+      for (int k = 0; k < 20; ++k) this_fiber::yield();
+    }));
+  }
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  EXPECT_EQ(moved.load(), 0);
+}
+
+// ---- Observability ----------------------------------------------------------------------------
+
+TEST(StatsTest, CountersAndDump) {
+  Runtime rt({.workers = 2});
+  Channel<int> ch(0);
+  auto parked = rt.spawn([&] { return ch.recv(); }, {.name = "receiver"});
+  for (int i = 0; i < 1000 && rt.dump_fibers().find("receiver\" parked") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  std::string dump = rt.dump_fibers();
+  EXPECT_NE(dump.find("\"receiver\" parked on Channel recv"), std::string::npos) << dump;
+  ASSERT_TRUE(ch.send(1).ok());
+  ASSERT_TRUE(parked.join().ok());
+  std::string json = rt.stats_json();
+  for (const char* key :
+       {"\"workers\":[", "\"spawned\":", "\"run\":", "\"stolen\":", "\"parked\":", "\"polled\":",
+        "\"idle_ns\":", "\"live_fibers\":", "\"spawned_outside\":1"}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
+  }
+}
+
+}  // namespace
+}  // namespace weft
