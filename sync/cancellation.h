@@ -80,7 +80,7 @@ class CancellationCallback {
 // WaitOptions: how long any blocking call in //sync may wait. Expiry gives
 // std::errc::timed_out; cancellation std::errc::operation_canceled.
 struct WaitOptions {
-  std::optional<SyncClock::time_point> deadline;
+  std::optional<SyncClock::time_point> deadline = std::nullopt;
   const CancellationToken* cancel = nullptr;
 };
 

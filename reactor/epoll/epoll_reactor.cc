@@ -192,8 +192,7 @@ class EpollReactor final : public Reactor {
         if (!until || *t < *until) until = t;
       }
       if (until) {
-        auto left =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(*until - ReactorClock::now());
+        std::chrono::nanoseconds left = TimeLeft(*until);
         if (left.count() > 0) {
           ts.tv_sec = static_cast<time_t>(left.count() / 1000000000);
           ts.tv_nsec = static_cast<long>(left.count() % 1000000000);

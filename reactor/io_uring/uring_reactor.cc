@@ -177,8 +177,7 @@ class UringReactor final : public Reactor {
     __kernel_timespec ts{};
     __kernel_timespec* tsp = nullptr;
     if (wait_nr == 1 && deadline) {
-      auto left =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - ReactorClock::now());
+      std::chrono::nanoseconds left = TimeLeft(*deadline);
       if (left.count() <= 0) {
         wait_nr = 0;
       } else {
