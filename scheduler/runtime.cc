@@ -125,7 +125,7 @@ struct Fiber {
   Runtime::Impl* rt = nullptr;
   Context ctx = nullptr;
   Stack stack;
-  std::function<void()> body;
+  std::shared_ptr<FiberBody> body;
   Worker* worker = nullptr;  // the worker running it (or that last ran it)
   Worker* pinned = nullptr;  // non-null: runs only there
   std::atomic<int> state{kRunnable};
@@ -401,7 +401,6 @@ Transfer AfterExit(Transfer t) {
   Worker* w = f->worker;
   discard_context(t.from);
   w->stacks->recycle(std::move(f->stack));
-  f->body = nullptr;
   f->pinned = nullptr;
   Runtime::Impl* rt = f->rt;
   rt->Recycle(f);
@@ -412,7 +411,8 @@ Transfer AfterExit(Transfer t) {
 
 [[noreturn]] void FiberMain(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
-  f->body();
+  f->body->run();
+  f->body.reset();
   f->locals.clear();  // on the fiber, so destructors may still use fiber features
   // f->worker is where we run now (set by Run before the switch).
   exit_context(f->worker->home, f, &AfterExit);
@@ -506,7 +506,7 @@ void FiberWaiter::note_wait(const char* what, const void* object) {
   fiber_->wait_object.store(object, std::memory_order_relaxed);
 }
 
-void Spawn(Runtime& rt, std::function<void()> body, const FiberOptions& options) {
+void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& options) {
   Runtime::Impl& impl = *rt.impl_;
   Worker* w = t_worker != nullptr && t_worker->rt == &impl ? t_worker : nullptr;
   StackOptions so{.size = options.stack_size != 0 ? options.stack_size : impl.options.stack_size,

@@ -62,7 +62,39 @@ struct JoinState : JoinBase {
   std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
 };
 
-void Spawn(Runtime& rt, std::function<void()> body, const FiberOptions& options);
+// FiberBody: what a fiber runs, once.
+struct FiberBody {
+  virtual void run() = 0;
+
+ protected:
+  ~FiberBody() = default;
+};
+
+// SpawnState: the callable and the join state in one allocation (shared by the fiber and the
+// handle through aliasing shared_ptrs). The callable may be move-only; it is destroyed as soon
+// as it returns (not when the handle goes), so what it captured (a socket, a lock) is released
+// with the fiber.
+template <typename T, typename F>
+struct SpawnState final : JoinState<T>, FiberBody {
+  explicit SpawnState(F&& f) : fn(std::move(f)) {}
+  void run() override {
+    try {
+      if constexpr (std::is_void_v<T>) {
+        (*fn)();
+        this->value.emplace();
+      } else {
+        this->value.emplace((*fn)());
+      }
+    } catch (...) {
+      this->error = std::current_exception();
+    }
+    fn.reset();
+    this->done.set();
+  }
+  std::optional<F> fn;
+};
+
+void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& options);
 
 // RunBlocking: runs fn(arg) on the blocking pool of the calling fiber's runtime while the fiber
 // parks; false when the caller is not a fiber (the caller then runs it itself).
@@ -133,24 +165,11 @@ class Runtime {
   template <typename F>
   auto spawn(F f, const FiberOptions& options = {}) -> JoinHandle<std::invoke_result_t<F&>> {
     using T = std::invoke_result_t<F&>;
-    auto state = std::make_shared<scheduler_internal::JoinState<T>>();
+    auto state = std::make_shared<scheduler_internal::SpawnState<T, F>>(std::move(f));
+    scheduler_internal::JoinState<T>* join = state.get();
     scheduler_internal::Spawn(
-        *this,
-        [state, f = std::move(f)]() mutable {
-          try {
-            if constexpr (std::is_void_v<T>) {
-              f();
-              state->value.emplace();
-            } else {
-              state->value.emplace(f());
-            }
-          } catch (...) {
-            state->error = std::current_exception();
-          }
-          state->done.set();
-        },
-        options);
-    return JoinHandle<T>(std::move(state));
+        *this, std::shared_ptr<scheduler_internal::FiberBody>(state, state.get()), options);
+    return JoinHandle<T>(std::shared_ptr<scheduler_internal::JoinState<T>>(std::move(state), join));
   }
 
   // block_on: runs f() on a fiber and returns its result; call it from outside the runtime (a
@@ -173,7 +192,8 @@ class Runtime {
   struct Impl;
 
  private:
-  friend void scheduler_internal::Spawn(Runtime&, std::function<void()>, const FiberOptions&);
+  friend void scheduler_internal::Spawn(Runtime&, std::shared_ptr<scheduler_internal::FiberBody>,
+                                        const FiberOptions&);
   std::unique_ptr<Impl> impl_;
 };
 
