@@ -212,6 +212,7 @@ thread_local Fiber* t_region_fiber = nullptr;  // the fiber a blocking thread ru
 using namespace scheduler_internal;
 
 struct Runtime::Impl {
+  Runtime* self = nullptr;
   RuntimeOptions options;
   std::vector<std::unique_ptr<Worker>> workers;
   MpmcRing<Fiber*> inject{1 << 16};
@@ -725,6 +726,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   unsigned n = options.workers != 0 ? options.workers : std::thread::hardware_concurrency();
   if (n == 0) n = 1;
   impl_->options = options;
+  impl_->self = this;
   impl_->blocking = std::make_unique<BlockingPool>(options.max_blocking_threads);
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<Worker>();
@@ -781,6 +783,11 @@ Runtime::~Runtime() {
 }
 
 unsigned Runtime::workers() const { return static_cast<unsigned>(impl_->workers.size()); }
+
+Runtime* Runtime::current() {
+  Fiber* f = CurrentFiber();
+  return f != nullptr ? f->rt->self : nullptr;
+}
 
 std::string Runtime::stats_json() const {
   std::string out = "{\"workers\":[";

@@ -182,6 +182,9 @@ class Runtime {
 
   unsigned workers() const;
 
+  // current: the runtime whose fiber (or blocking region) calls; null elsewhere.
+  static Runtime* current();
+
   // stats_json: a snapshot of the per-worker counters (spawned, run, stolen, parked, polled,
   // sleeps, idle_ns) plus live fibers and blocking threads, as one JSON object. Any thread.
   std::string stats_json() const;

@@ -1,0 +1,26 @@
+// examples/echo_server.cc: a TCP echo server, one fiber per connection.
+//
+//   ./bazelw run -c opt //examples:echo_server -- --port 7000
+//   ./bazelw run -c opt //examples:load_driver -- --mode echo --port 7000 --conns 100
+
+#include "examples/server_main.h"
+
+int main(int argc, char** argv) {
+  using namespace weft;
+  const char* usage = "usage: echo_server [--port N] [--workers N] [--port-file PATH]\n";
+  examples::ServerFlags flags = examples::ParseServerFlags(argc, argv, usage);
+  CancellationSource stop;
+  std::thread watcher = examples::StopOnSignal(stop);
+  CancellationToken token = stop.token();
+  int rc = examples::Serve("echo_server", flags, token, [](net::TcpStream s) {
+    char buf[16 << 10];
+    for (;;) {
+      Result<std::size_t> n = s.read(buf, sizeof buf);
+      if (!n.ok() || *n == 0) return;  // error, end of stream, or shutdown
+      if (!s.write_all(buf, *n).ok()) return;
+    }
+  });
+  if (!stop.is_cancelled()) ::kill(::getpid(), SIGTERM);  // release the watcher
+  watcher.join();
+  return rc;
+}

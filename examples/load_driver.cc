@@ -1,0 +1,220 @@
+// examples/load_driver.cc: floods the echo or chat example server and checks exact delivery,
+// LLAM-style: the gate is delivery >= 0.999 (every message, in order per sender), and, given
+// --server-pid, flat server RSS and fd counts across rounds. Prints one JSON line per round and
+// exits non-zero if the gate fails.
+//
+//   load_driver --mode echo --port 7000 --conns 100 --messages 1000 [--rounds 3]
+//   load_driver --mode chat --port 7001 --conns 50 --messages 100 [--server-pid PID]
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "api/weft.h"
+
+namespace {
+
+using namespace weft;
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string mode = "echo";
+  std::string host = "127.0.0.1";
+  int port = 7000;
+  int conns = 100;
+  int messages = 1000;
+  int size = 64;  // echo message bytes
+  int rounds = 1;
+  unsigned workers = 0;
+  long server_pid = 0;
+};
+
+long RssKiB(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
+}
+
+long FdCount(long pid) {
+  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (d == nullptr) return -1;
+  long n = 0;
+  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
+
+// Echo: each connection sends `messages` messages of `size` bytes and checks each echo.
+long RoundEcho(Runtime& rt, const Flags& f, const net::SocketAddress& addr) {
+  std::atomic<long> delivered{0};
+  std::vector<JoinHandle<void>> hs;
+  for (int c = 0; c < f.conns; ++c) {
+    hs.push_back(rt.spawn([&, c] {
+      auto s = net::TcpStream::connect(addr, {.deadline = Clock::now() + std::chrono::seconds(10)});
+      if (!s.ok()) return;
+      (void)s->set_nodelay(true);
+      std::string out(static_cast<std::size_t>(f.size), 'x'), in(out.size(), '\0');
+      for (int m = 0; m < f.messages; ++m) {
+        std::snprintf(out.data(), out.size(), "%d:%d:", c, m);
+        if (!s->write_all(out.data(), out.size()).ok()) return;
+        WaitOptions within{.deadline = Clock::now() + std::chrono::seconds(10)};
+        if (!s->read_exact(in.data(), in.size(), within).ok()) return;
+        if (in != out) return;
+        delivered.fetch_add(1, std::memory_order_relaxed);
+      }
+    }));
+  }
+  for (auto& h : hs) (void)h.join();
+  return delivered.load();
+}
+
+// Chat: every client joins (reads its welcome), then each sends `messages` lines; every client
+// must receive every line of every client, each sender's lines in order.
+long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr) {
+  std::atomic<long> delivered{0};
+  WaitGroup joined;
+  (void)joined.add(f.conns);
+  std::vector<JoinHandle<void>> hs;
+  for (int c = 0; c < f.conns; ++c) {
+    hs.push_back(rt.spawn([&, c] {
+      bool counted = false;
+      auto done_joining = [&] {
+        if (!counted) joined.done();
+        counted = true;
+      };
+      auto s = net::TcpStream::connect(addr, {.deadline = Clock::now() + std::chrono::seconds(10)});
+      if (!s.ok()) return done_joining();
+      (void)s->set_nodelay(true);
+      std::string pending;
+      char buf[16 << 10];
+      auto next_line = [&](std::string* line) -> bool {
+        for (;;) {
+          std::size_t nl = pending.find('\n');
+          if (nl != std::string::npos) {
+            *line = pending.substr(0, nl);
+            pending.erase(0, nl + 1);
+            return true;
+          }
+          WaitOptions within{.deadline = Clock::now() + std::chrono::seconds(10)};
+          auto n = s->read(buf, sizeof buf, within);
+          if (!n.ok() || *n == 0) return false;
+          pending.append(buf, *n);
+        }
+      };
+      std::string line;
+      if (!next_line(&line) || line.rfind("welcome ", 0) != 0) return done_joining();
+      done_joining();
+      (void)joined.wait();  // everyone is in the room before anyone talks
+      // Send from a second fiber, so that reading never waits on our own sending.
+      auto sender = rt.spawn([&] {
+        std::string all;
+        for (int m = 0; m < f.messages; ++m) {
+          all += std::to_string(c) + " " + std::to_string(m) + "\n";
+        }
+        (void)s->write_all(all.data(), all.size());
+      });
+      std::vector<int> next_seq(static_cast<std::size_t>(f.conns), 0);
+      const long expected = long{f.conns} * f.messages;
+      for (long got = 0; got < expected && next_line(&line); ++got) {
+        int from = -1, seq = -1;
+        if (std::sscanf(line.c_str(), "%d %d", &from, &seq) != 2 || from < 0 || from >= f.conns ||
+            seq != next_seq[static_cast<std::size_t>(from)]) {
+          break;  // a lost, duplicated or reordered line
+        }
+        ++next_seq[static_cast<std::size_t>(from)];
+        delivered.fetch_add(1, std::memory_order_relaxed);
+      }
+      (void)sender.join();
+    }));
+  }
+  for (auto& h : hs) (void)h.join();
+  return delivered.load();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i], v = argv[i + 1];
+    if (a == "--mode")
+      f.mode = v;
+    else if (a == "--host")
+      f.host = v;
+    else if (a == "--port")
+      f.port = std::atoi(v.c_str());
+    else if (a == "--conns")
+      f.conns = std::atoi(v.c_str());
+    else if (a == "--messages")
+      f.messages = std::atoi(v.c_str());
+    else if (a == "--size")
+      f.size = std::atoi(v.c_str());
+    else if (a == "--rounds")
+      f.rounds = std::atoi(v.c_str());
+    else if (a == "--workers")
+      f.workers = static_cast<unsigned>(std::atoi(v.c_str()));
+    else if (a == "--server-pid")
+      f.server_pid = std::atol(v.c_str());
+    else {
+      std::fprintf(stderr, "load_driver: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if ((f.mode != "echo" && f.mode != "chat") || f.conns <= 0 || f.messages <= 0 || f.size < 16 ||
+      f.rounds <= 0) {
+    std::fprintf(stderr,
+                 "usage: load_driver --mode echo|chat [--host H] [--port N] [--conns N] "
+                 "[--messages N] [--size BYTES>=16] [--rounds N] [--server-pid PID]\n");
+    return 2;
+  }
+  Runtime rt({.workers = f.workers, .stack_size = 32 << 10});
+  auto addrs =
+      rt.block_on([&] { return net::resolve(f.host, static_cast<std::uint16_t>(f.port)); });
+  if (!addrs.ok()) {
+    std::fprintf(stderr, "load_driver: resolve %s: %s\n", f.host.c_str(),
+                 std::make_error_code(addrs.error()).message().c_str());
+    return 1;
+  }
+  const net::SocketAddress addr = addrs->front();
+  const long expected =
+      f.mode == "echo" ? long{f.conns} * f.messages : long{f.conns} * f.conns * f.messages;
+  long rss0 = f.server_pid != 0 ? RssKiB(f.server_pid) : -1;
+  long fds0 = f.server_pid != 0 ? FdCount(f.server_pid) : -1;
+  bool pass = true;
+  for (int round = 1; round <= f.rounds; ++round) {
+    auto start = Clock::now();
+    long delivered = rt.block_on(
+        [&] { return f.mode == "echo" ? RoundEcho(rt, f, addr) : RoundChat(rt, f, addr); });
+    double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    double ratio = static_cast<double>(delivered) / static_cast<double>(expected);
+    long rss = -1, fds = -1;
+    if (f.server_pid != 0) {
+      // The server closes its side once it sees ours closed: give it a moment.
+      for (int i = 0; i < 200 && (fds = FdCount(f.server_pid)) > fds0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      rss = RssKiB(f.server_pid);
+    }
+    bool round_pass = ratio >= 0.999 && (f.server_pid == 0 || fds <= fds0);
+    pass = pass && round_pass;
+    std::printf(
+        "{\"mode\":\"%s\",\"round\":%d,\"conns\":%d,\"expected\":%ld,\"delivered\":%ld,"
+        "\"delivery\":%.6f,\"seconds\":%.3f,\"msgs_per_s\":%.0f,\"server_rss_kib\":[%ld,%ld],"
+        "\"server_fds\":[%ld,%ld],\"pass\":%s}\n",
+        f.mode.c_str(), round, f.conns, expected, delivered, ratio, secs,
+        static_cast<double>(delivered) / secs, rss0, rss, fds0, fds, round_pass ? "true" : "false");
+    std::fflush(stdout);
+  }
+  return pass ? 0 : 1;
+}

@@ -1,0 +1,113 @@
+// examples/server_main.h: what the example servers share: flags, the listener, a stop token
+// cancelled by SIGINT/SIGTERM, and the accept loop that spawns a fiber per connection.
+
+#ifndef WEFT_EXAMPLES_SERVER_MAIN_H_
+#define WEFT_EXAMPLES_SERVER_MAIN_H_
+
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "api/weft.h"
+
+namespace weft::examples {
+
+struct ServerFlags {
+  int port = 7000;  // 0: any free port (see --port-file)
+  unsigned workers = 0;
+  std::string port_file;  // the bound port is written here once listening
+};
+
+inline ServerFlags ParseServerFlags(int argc, char** argv, const char* usage) {
+  ServerFlags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s: %s needs a value\n%s", argv[0], a.c_str(), usage);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--port") {
+      f.port = std::atoi(value().c_str());
+    } else if (a == "--workers") {
+      f.workers = static_cast<unsigned>(std::atoi(value().c_str()));
+    } else if (a == "--port-file") {
+      f.port_file = value();
+    } else {
+      std::fprintf(stderr, "%s: unknown flag %s\n%s", argv[0], a.c_str(), usage);
+      std::exit(2);
+    }
+  }
+  if (f.port < 0 || f.port > 65535) {
+    std::fprintf(stderr, "%s: bad port\n", argv[0]);
+    std::exit(2);
+  }
+  return f;
+}
+
+// StopOnSignal: SIGINT/SIGTERM cancel `source`. Call before starting any thread (the runtime's
+// workers inherit the blocked mask, so only the watcher thread receives the signals).
+inline std::thread StopOnSignal(CancellationSource& source) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return std::thread([set, &source] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    source.cancel();
+  });
+}
+
+// Serve: listens, then runs on_connection(stream) on a fiber per connection until the token is
+// cancelled. Out of fds (EMFILE) is logged and retried after a pause: the server keeps serving
+// the connections it has.
+template <typename OnConnection>
+int Serve(const char* name, const ServerFlags& flags, const CancellationToken& stop,
+          OnConnection on_connection) {
+  Runtime rt({.workers = flags.workers});
+  return rt.block_on([&]() -> int {
+    auto listener = net::TcpListener::bind(
+        net::SocketAddress::ipv4_any(static_cast<std::uint16_t>(flags.port)));
+    if (!listener.ok()) {
+      std::fprintf(stderr, "%s: listen: %s\n", name,
+                   std::make_error_code(listener.error()).message().c_str());
+      return 1;
+    }
+    int port = listener->local_address()->port();
+    std::fprintf(stderr, "%s: listening on port %d with %u workers\n", name, port, rt.workers());
+    if (!flags.port_file.empty()) std::ofstream(flags.port_file) << port << "\n";
+    for (;;) {
+      auto conn = listener->accept({.cancel = &stop});
+      if (conn.ok()) {
+        (void)conn->set_nodelay(true);
+        rt.spawn([&on_connection, s = std::move(*conn)]() mutable { on_connection(std::move(s)); },
+                 {.stack_size = 32 << 10, .name = "connection"})
+            .detach();
+      } else if (conn.error() == std::errc::operation_canceled) {
+        break;
+      } else if (conn.error() == std::errc::too_many_files_open ||
+                 conn.error() == std::errc::too_many_files_open_in_system) {
+        std::fprintf(stderr, "%s: out of fds; pausing accepts\n", name);
+        (void)this_fiber::sleep_for(std::chrono::milliseconds(10), &stop);
+      } else {
+        std::fprintf(stderr, "%s: accept: %s\n", name,
+                     std::make_error_code(conn.error()).message().c_str());
+      }
+    }
+    std::fprintf(stderr, "%s: stopping\n", name);
+    return 0;
+  });  // ~Runtime cancels the connection fibers' reads and writes; they unwind
+}
+
+}  // namespace weft::examples
+
+#endif  // WEFT_EXAMPLES_SERVER_MAIN_H_
