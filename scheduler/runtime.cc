@@ -170,6 +170,32 @@ struct Worker {
   Fiber* run_next = nullptr;
   std::vector<Fiber*> pinned_local;  // owner only: runnable fibers pinned here, FIFO via head
   std::size_t pinned_head = 0;
+  // Yielded fibers, FIFO, owner only (no atomics: a yield costs a plain store). Thieves cannot
+  // see it; they ask with steal_request and the owner spills half to its queue (Lace's split
+  // request, applied to yields). It also spills when workers sleep (see Spill).
+  struct YieldRing {
+    std::vector<Fiber*> buf = std::vector<Fiber*>(64);  // a power of two: indexes are masked
+    std::size_t head = 0, count = 0;
+    void push(Fiber* f) {
+      if (count == buf.size()) [[unlikely]]
+        Grow();
+      buf[(head + count++) & (buf.size() - 1)] = f;
+    }
+    Fiber* pop() {
+      if (count == 0) return nullptr;
+      Fiber* f = buf[head];
+      head = (head + 1) & (buf.size() - 1);
+      --count;
+      return f;
+    }
+    [[gnu::noinline]] void Grow() {
+      std::vector<Fiber*> grown(buf.size() * 2);
+      for (std::size_t i = 0; i < count; ++i) grown[i] = buf[(head + i) & (buf.size() - 1)];
+      buf.swap(grown);
+      head = 0;
+    }
+  } yields;
+  std::atomic<bool> steal_request{false};  // a thief found nothing; relaxed (a hint)
   Fiber* current = nullptr;
   Context home = nullptr;  // the worker thread's own context
   TimerHeap timers;
@@ -177,7 +203,10 @@ struct Worker {
   std::unique_ptr<Reactor> reactor;  // created on the worker's thread; null if it failed
   std::errc reactor_error{};
   std::uint64_t rng = 0;
-  std::uint32_t tick = 0;
+  // tick: fibers started (by the loop or by a direct switch); fair_tick: tick at the last
+  // fairness pass (inject queue, reactor, timers, spills), due every kFairnessInterval.
+  std::uint64_t tick = 0;
+  std::uint64_t fair_tick = 0;
   Counters counters;
 
   // Mailbox from other threads: pinned fibers made runnable, and I/O cancel requests.
@@ -339,9 +368,64 @@ struct Runtime::Impl {
     f->state.store(kDone, std::memory_order_relaxed);
     pool.push_back(f);
   }
+  static constexpr std::uint64_t kFairnessInterval = 61;  // Go's schedtick check
+  // NextLocal: the worker's own runnable fibers: run_next, pinned, queue (FIFO), yield ring.
+  Fiber* NextLocal(Worker& w) {
+    if (Fiber* g = w.run_next) {
+      w.run_next = nullptr;
+      return g;
+    }
+    if (w.pinned_head < w.pinned_local.size()) {
+      Fiber* g = w.pinned_local[w.pinned_head++];
+      if (w.pinned_head == w.pinned_local.size()) {
+        w.pinned_local.clear();
+        w.pinned_head = 0;
+      }
+      return g;
+    }
+    Fiber* g = nullptr;
+    // The owner takes its own queue from the top: FIFO, so fibers take turns.
+    while (w.queue.size_approx() != 0) {
+      if (w.queue.steal(&g) == StealResult::kSuccess) return g;
+    }
+    return w.yields.pop();
+  }
+  // DirectNext: the fiber to switch to directly from the running one, made current; null when
+  // the worker loop must run (nothing local, or a fairness pass is due).
+  Fiber* DirectNext(Worker& w) {
+    if (w.tick - w.fair_tick >= kFairnessInterval) return nullptr;
+    Fiber* next = NextLocal(w);
+    if (next != nullptr) Started(w, next);
+    return next;
+  }
+  void Started(Worker& w, Fiber* f) {
+    f->worker = &w;
+    f->state.store(kRunning, std::memory_order_relaxed);
+    w.current = f;
+    ++w.tick;
+    Bump(w.counters.run);
+  }
+  // Spill: half of the yield ring to the stealable queue, for a thief that asked or a sleeping
+  // worker; pinned fibers stay.
+  void Spill(Worker& w) {
+    w.steal_request.store(false, std::memory_order_relaxed);
+    std::size_t n = w.yields.count / 2;
+    bool moved = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      Fiber* f = w.yields.pop();
+      if (f->pinned != nullptr) {
+        w.yields.push(f);
+      } else {
+        w.queue.push(f);
+        moved = true;
+      }
+    }
+    if (moved) WakeOne();
+  }
   void WorkerLoop(Worker& w);
   Fiber* FindWork(Worker& w);
   void TakeMail(Worker& w);
+  void PopDueTimers(Worker& w);
   int PollReactor(Worker& w, std::optional<Clock::time_point> deadline);
   void Sleep(Worker& w);
   void Run(Worker& w, Fiber* f);
@@ -355,21 +439,16 @@ Waiter* ProvideWaiter(void* arg) {
   return w->current != nullptr ? &w->current->waiter : nullptr;
 }
 
-// On-top functions: they run on the worker's own context right after a fiber switched away.
-// A yielding fiber goes to the shared inject queue, as Go's Gosched does: behind everything
-// runnable, and available to every worker, so yield-heavy work spreads instead of staying with
-// the worker that happened to start it (measured: 70/30 between two workers with a local queue).
+// On-top functions: they run right after a fiber switched away, on the context it switched to
+// (the worker's own, or the next fiber's in a direct switch), always on the same thread.
+// A yielding fiber goes to the back of its worker's yield ring: behind every other runnable
+// fiber of the worker. Go sends yields to the shared queue instead, so that yield-heavy work
+// spreads; here the ring is spilled to the stealable queue when a thief asks or a worker sleeps,
+// which spreads it as well without a shared-queue round trip per yield.
 Transfer AfterYield(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
-  Worker* w = f->worker;
   f->state.store(kRunnable, std::memory_order_relaxed);
-  if (f->pinned != nullptr) {
-    w->pinned_local.push_back(f);
-  } else if (f->rt->inject.try_push(f)) {
-    f->rt->WakeOne();
-  } else {
-    w->queue.push(f);  // the shared queue is full: keep it local
-  }
+  f->worker->yields.push(f);
   return t;
 }
 
@@ -410,13 +489,23 @@ Transfer AfterExit(Transfer t) {
   return t;
 }
 
-[[noreturn]] void FiberMain(Transfer t) {
-  auto* f = static_cast<Fiber*>(t.data);
+[[noreturn]] void FiberMain(Transfer /*t: its data belongs to an on-top function*/) {
+  Fiber* f = t_worker->current;  // set by whoever switched to us (Run or SwitchDirect)
   f->body->run();
   f->body.reset();
   f->locals.clear();  // on the fiber, so destructors may still use fiber features
-  // f->worker is where we run now (set by Run before the switch).
-  exit_context(f->worker->home, f, &AfterExit);
+  // f->worker is where we run now; another fiber of the worker, or the worker loop, is next.
+  Worker* w = f->worker;
+  Fiber* next = f->rt->DirectNext(*w);
+  exit_context(next != nullptr ? next->ctx : w->home, f, &AfterExit);
+}
+
+// Leave: the running fiber f stops running (fn, on the next context, says how); the worker's
+// next local fiber runs at once if there is one (a direct switch: one context switch instead of
+// two through the worker loop), else the worker loop.
+void Leave(Worker& w, Fiber* f, OnTopFn fn) {
+  Fiber* next = f->rt->DirectNext(w);
+  jump_context_ontop(next != nullptr ? next->ctx : w.home, f, fn);
 }
 
 void ResumeTimedOut(TimerEntry* e) {
@@ -460,7 +549,7 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
       entry->deadline = *deadline;
     }
     f->pending_timer = entry;
-    jump_context_ontop(f->worker->home, f, &AfterPark);
+    Leave(*f->worker, f, &AfterPark);
     // Resumed, perhaps on another worker (f->worker was updated by Run).
     f->state.store(kRunning, std::memory_order_relaxed);
     f->wait_gen.fetch_add(1, std::memory_order_release);  // any timer of this wait is now stale
@@ -574,11 +663,19 @@ int Runtime::Impl::PollReactor(Worker& w, std::optional<Clock::time_point> deadl
 
 Fiber* Runtime::Impl::FindWork(Worker& w) {
   Fiber* f = nullptr;
-  if (++w.tick % 61 == 0) {
-    // Fairness: the shared queue and the reactor, even when local work never runs out.
+  if (w.tick - w.fair_tick >= kFairnessInterval) {
+    // Fairness: the shared queue, the reactor and the timers, even when local work never runs
+    // out; and work for thieves.
+    w.fair_tick = w.tick;
+    if (w.steal_request.load(std::memory_order_relaxed) ||
+        (w.yields.count > 1 && sleepers.load(std::memory_order_relaxed) > 0)) {
+      Spill(w);
+    }
+    if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
     if (w.reactor != nullptr && w.reactor->pending_ops() != 0) {
       PollReactor(w, Clock::time_point::min());
     }
+    PopDueTimers(w);
     if (std::optional<Fiber*> g = inject.try_pop()) {
       if (w.run_next != nullptr) PushLocal(w, w.run_next);
       w.run_next = nullptr;
@@ -590,25 +687,10 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
     return g;
   }
   if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
-  if (w.pinned_head < w.pinned_local.size()) {
-    Fiber* g = w.pinned_local[w.pinned_head++];
-    if (w.pinned_head == w.pinned_local.size()) {
-      w.pinned_local.clear();
-      w.pinned_head = 0;
-    }
-    return g;
+  if (w.pinned_head < w.pinned_local.size() || w.queue.size_approx() != 0) {
+    if (Fiber* g = NextLocal(w)) return g;
   }
-  // The owner takes its own queue from the top: FIFO, so yielding fibers take turns.
-  while (w.queue.size_approx() != 0) {
-    if (w.queue.steal(&f) == StealResult::kSuccess) return f;
-  }
-  if (!w.timers.empty()) {
-    w.timers.pop_all_due(Clock::now(), [&](TimerNode& node) {
-      auto* e = reinterpret_cast<TimerEntry*>(&node);
-      ResumeTimedOut(e);
-      Release(e);  // the heap side's reference
-    });
-  }
+  PopDueTimers(w);
   if (w.reactor != nullptr && w.reactor->pending_ops() != 0) {
     PollReactor(w, Clock::time_point::min());
   }
@@ -617,6 +699,7 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
     return g;
   }
   if (w.queue.steal(&f) == StealResult::kSuccess) return f;
+  if (Fiber* g = w.yields.pop()) return g;
   if (std::optional<Fiber*> g = inject.try_pop()) return *g;
   const auto n = static_cast<unsigned>(workers.size());
   if (n > 1) {
@@ -634,17 +717,29 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
         Bump(w.counters.stolen, got);
         if (w.queue.steal(&f) == StealResult::kSuccess) return f;
       }
+      // Nothing stealable: ask the victim to spill its yield ring (checked at its next
+      // fairness pass). relaxed: a hint; the queue itself carries the fibers.
+      if (!v.steal_request.load(std::memory_order_relaxed)) {
+        v.steal_request.store(true, std::memory_order_relaxed);
+      }
     }
   }
   return nullptr;
 }
 
+void Runtime::Impl::PopDueTimers(Worker& w) {
+  if (w.timers.empty()) return;
+  w.timers.pop_all_due(Clock::now(), [&](TimerNode& node) {
+    auto* e = reinterpret_cast<TimerEntry*>(&node);
+    ResumeTimedOut(e);
+    Release(e);  // the heap side's reference
+  });
+}
+
 void Runtime::Impl::Run(Worker& w, Fiber* f) {
-  f->worker = &w;
-  f->state.store(kRunning, std::memory_order_relaxed);
-  w.current = f;
-  Bump(w.counters.run);
+  Started(w, f);
   jump_context(f->ctx, f);
+  // Back on the worker's own context: the last fiber of a chain of direct switches left.
   w.current = nullptr;
 }
 
@@ -657,7 +752,7 @@ void Runtime::Impl::Sleep(Worker& w) {
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker with WakeOne
   std::uint32_t word = w.wake_word.load(std::memory_order_acquire);
-  bool work = inject.size_approx() != 0 || w.run_next != nullptr ||
+  bool work = inject.size_approx() != 0 || w.run_next != nullptr || w.yields.count != 0 ||
               w.has_mail.load(std::memory_order_relaxed) || w.pinned_head < w.pinned_local.size();
   for (const auto& v : workers) work = work || v->queue.size_approx() != 0;
   if (!work && !stop.load(std::memory_order_acquire)) {
@@ -1108,8 +1203,15 @@ void yield() {
     std::this_thread::yield();
     return;
   }
+  if (Fiber* next = f->rt->DirectNext(*w)) {
+    // Straight to the next fiber, with no on-top function: the ring is this worker's alone, so
+    // nothing can take f from it before the switch below has saved f.
+    f->state.store(kRunnable, std::memory_order_relaxed);
+    w->yields.push(f);
+    jump_context(next->ctx, next);
+    return;
+  }
   jump_context_ontop(w->home, f, &AfterYield);
-  f->state.store(kRunning, std::memory_order_relaxed);
 }
 
 Result<void> sleep_until(std::chrono::steady_clock::time_point when,

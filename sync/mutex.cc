@@ -103,6 +103,9 @@ Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options) {
       return sync_internal::ErrorOf(r);
     }
     if (node.state.load(std::memory_order_acquire) == kGranted) return {};  // handed off
+    // We are the woken waiter: let the next unlock wake another. relaxed: a hint; the lock
+    // word's own CAS orders the critical sections.
+    state_.fetch_and(~kWakePending, std::memory_order_relaxed);
     front = true;  // woken: compete, and if we lose, wait at the front
     if (TryAcquire(me)) return {};
   }
@@ -114,9 +117,16 @@ Result<void> Mutex::unlock() {
   if (owner_.load(std::memory_order_relaxed) != me) return std::errc::operation_not_permitted;
   owner_.store(nullptr, std::memory_order_relaxed);
   std::uint32_t s = kLocked;
-  // release: publishes the critical section to the next holder's acquire.
+  // release (all three CASes): publishes the critical section to the next holder's acquire.
   if (state_.compare_exchange_strong(s, 0, std::memory_order_release, std::memory_order_relaxed)) {
     return {};
+  }
+  // Waiters, but one is already woken and about to compete: just release.
+  while ((s & kWakePending) != 0 || (s & kWaiters) == 0) {
+    if (state_.compare_exchange_weak(s, s & ~kLocked, std::memory_order_release,
+                                     std::memory_order_relaxed)) {
+      return {};
+    }
   }
   UnlockSlow();
   return {};
@@ -140,8 +150,11 @@ void Mutex::UnlockSlow() {
     owner_.store(first->waiter, std::memory_order_relaxed);
     to_notify = Grant(first, kGranted);
   } else {
-    // release: as in unlock.
-    state_.fetch_and(~kLocked, std::memory_order_release);
+    // release: as in unlock. The woken waiter clears kWakePending when it competes.
+    std::uint32_t s = state_.load(std::memory_order_relaxed);
+    while (!state_.compare_exchange_weak(s, (s & ~kLocked) | kWakePending,
+                                         std::memory_order_release, std::memory_order_relaxed)) {
+    }
     to_notify = Grant(first, static_cast<sync_internal::NodeState>(kWoken));
   }
   queue_lock_.unlock();
@@ -152,6 +165,8 @@ void Mutex::WakeNext() {
   queue_lock_.lock();
   WaitNode* next = queue_.pop_front();
   if (queue_.empty()) state_.fetch_and(~kWaiters, std::memory_order_relaxed);
+  // The wake passes on to `next`; with no one to pass it to, no wake is pending any more.
+  if (next == nullptr) state_.fetch_and(~kWakePending, std::memory_order_relaxed);
   Waiter* w =
       next != nullptr ? Grant(next, static_cast<sync_internal::NodeState>(kWoken)) : nullptr;
   queue_lock_.unlock();

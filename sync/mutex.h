@@ -8,7 +8,8 @@
 // CAS each (no system call, no allocation). Contended: a short spin, then a FIFO of waiters.
 // Unlock wakes the first waiter but does not hand it the lock, so a running fiber may take it
 // first (barging: throughput, as Go's normal mode); a woken waiter that loses goes back to the
-// front. A waiter queued for over 1 ms is handed the lock directly (Go's starvation mode).
+// front. At most one woken waiter is in flight: while it has not tried, unlocks wake no other.
+// A waiter queued for over 1 ms is handed the lock directly (Go's starvation mode).
 //
 // Destroying a Mutex or CondVar while anything waits on it aborts with a message.
 
@@ -45,6 +46,9 @@ class Mutex {
   friend class CondVar;
   static constexpr std::uint32_t kLocked = 1;
   static constexpr std::uint32_t kWaiters = 2;  // the queue is not empty (kept under queue_lock_)
+  // kWakePending: a waiter was woken to compete and has not tried yet; unlock wakes no other
+  // until it has (Go's mutexWoken), so a busy lock does not wake a herd of losers.
+  static constexpr std::uint32_t kWakePending = 4;
 
   bool TryAcquire(Waiter* me);
   Result<void> LockSlow(Waiter* me, const WaitOptions& options);
