@@ -404,17 +404,90 @@ bool StackPool::check_red_zone(const Stack& stack) {
   return true;
 }
 
+namespace {
+[[noreturn]] void DieRedZone(const std::byte* lo, int c) {
+  Line line;
+  line.Add("weft: fiber stack overflow detected: the red zone below compact ");
+  DescribeStack(line, reinterpret_cast<std::uintptr_t>(lo) + kPage, ClassSize(c));
+  line.Add(" was written. Memory below it may be corrupt; aborting.\n");
+  line.Write();
+  std::abort();
+}
+}  // namespace
+
+std::size_t StackPool::allocate_cached(const StackOptions& options, Stack* out, std::size_t n) {
+  if (options.size == 0 || options.size > ClassSize(kNumClasses - 1) || n == 0) return 0;
+  const int c = ClassIndex(options.size);
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  State::Class& cls = s.classes[c];
+  std::size_t got = 0;
+  auto take = [&](std::vector<std::byte*>& free_list, StackProtection p) {
+    for (; got < n && !free_list.empty(); ++got) {
+      Stack& st = out[got];
+      st.reset();
+      st.pool_ = this;
+      st.class_index_ = static_cast<std::uint8_t>(c);
+      st.protection_ = p;
+      st.lo_ = free_list.back();
+      free_list.pop_back();
+      s.cached_bytes -= std::min(s.cached_bytes, ClassSize(c));
+      if (p == StackProtection::kGuarded) {
+        --s.counts.cached_guarded;
+        ++s.counts.live_guarded;
+      } else {
+        --s.counts.cached_compact;
+        ++s.counts.live_compact;
+      }
+    }
+  };
+  if (options.protection != StackProtection::kCompact) {
+    take(cls.guarded_free, StackProtection::kGuarded);
+  }
+  if (options.protection != StackProtection::kGuarded) {
+    take(cls.compact_free, StackProtection::kCompact);
+  }
+  return got;
+}
+
+void StackPool::release_many(Stack* stacks, std::size_t n) noexcept {
+  State& s = *state_;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!check_red_zone(stacks[i])) DieRedZone(stacks[i].lo_, stacks[i].class_index_);
+  }
+  std::size_t slow_from = n;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (std::size_t i = 0; i < n; ++i) {
+      Stack& st = stacks[i];
+      if (st.pool_ != this) continue;
+      const int c = st.class_index_;
+      if (s.cached_bytes + ClassSize(c) > s.options.max_cached_bytes) {
+        slow_from = i;  // the cache is full: the rest go one by one (unmap, or give back pages)
+        break;
+      }
+      State::Class& cls = s.classes[c];
+      s.cached_bytes += ClassSize(c);
+      if (st.protection_ == StackProtection::kGuarded) {
+        --s.counts.live_guarded;
+        ++s.counts.cached_guarded;
+        cls.guarded_free.push_back(st.lo_);
+      } else {
+        --s.counts.live_compact;
+        ++s.counts.cached_compact;
+        cls.compact_free.push_back(st.lo_);
+      }
+      st.pool_ = nullptr;
+      st.lo_ = nullptr;
+    }
+  }
+  for (std::size_t i = slow_from; i < n; ++i) stacks[i].reset();
+}
+
 void StackPool::release(Stack& stack) noexcept {
   State& s = *state_;
   const int c = stack.class_index_;
-  if (!check_red_zone(stack)) {
-    Line line;
-    line.Add("weft: fiber stack overflow detected: the red zone below compact ");
-    DescribeStack(line, reinterpret_cast<std::uintptr_t>(stack.lo_) + kPage, ClassSize(c));
-    line.Add(" was written. Memory below it may be corrupt; aborting.\n");
-    line.Write();
-    std::abort();
-  }
+  if (!check_red_zone(stack)) DieRedZone(stack.lo_, c);
   std::unique_lock<std::mutex> lock(s.mu);
   State::Class& cls = s.classes[c];
   const bool keep = s.cached_bytes + ClassSize(c) <= s.options.max_cached_bytes;
@@ -523,7 +596,15 @@ Result<Stack> StackCache::allocate(const StackOptions& options) {
       return stack;
     }
   }
-  return pool_->allocate(options);
+  // Empty: refill half a class from the pool's cached stacks under one lock.
+  std::vector<Stack> batch(std::max<std::size_t>(1, per_class_ / 2));
+  std::size_t got = pool_->allocate_cached(options, batch.data(), batch.size());
+  if (got == 0) return pool_->allocate(options);
+  for (std::size_t i = 1; i < got; ++i) {
+    (batch[i].protection() == StackProtection::kGuarded ? guarded_ : compact_)[c].push_back(
+        std::move(batch[i]));
+  }
+  return std::move(batch[0]);
 }
 
 void StackCache::recycle(Stack&& stack) {
@@ -535,8 +616,10 @@ void StackCache::recycle(Stack&& stack) {
                                 ? guarded_[stack.class_index_]
                                 : compact_[stack.class_index_];
   if (bin.size() >= per_class_) {
-    stack.reset();
-    return;
+    // Full: spill the older half to the pool under one lock.
+    std::size_t half = std::max<std::size_t>(1, per_class_ / 2);
+    pool_->release_many(bin.data(), half);
+    bin.erase(bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(half));
   }
   bin.push_back(std::move(stack));
 }

@@ -103,6 +103,13 @@ class StackPool {
   // first). Any thread.
   Result<Stack> allocate(const StackOptions& options = {});
 
+  // allocate_cached: up to n cached stacks of the class options.size falls in (protection as in
+  // allocate), taken under one lock and without system calls; returns how many went to out.
+  // For caches in front of the pool, which refill in batches. Any thread.
+  std::size_t allocate_cached(const StackOptions& options, Stack* out, std::size_t n);
+  // release_many: returns n stacks (emptying them) under one lock. Any thread.
+  void release_many(Stack* stacks, std::size_t n) noexcept;
+
   // check_red_zone: false if a compact stack's red zone was written (it overflowed); always true
   // for guarded stacks. Any thread.
   static bool check_red_zone(const Stack& stack);
@@ -120,7 +127,9 @@ class StackPool {
 };
 
 // StackCache: one thread's (a worker's) cache of stacks in front of a StackPool, per size class
-// and protection: taking and recycling stacks takes no lock until the cache is empty or full.
+// and protection: taking and recycling stacks takes no lock until the cache is empty or full,
+// and then refills or spills half a class at once (one lock for many stacks: a scheduler whose
+// fibers start on one worker and end on another moves stacks between caches in batches).
 // Owner thread only. Destroying it returns the cached stacks to the pool.
 class StackCache {
  public:

@@ -195,6 +195,38 @@ TEST(StackPoolConcurrencyTest, ThreadsAllocateAndReleaseConcurrently) {
   EXPECT_EQ(st.live_guarded + st.live_compact, 0u);
 }
 
+// A scheduler's fibers often start on one worker and end on another: one cache only allocates,
+// the other only recycles. Stacks must flow between them through the pool in batches and be
+// reused, not mapped anew; the pool's counts must stay exact.
+TEST(StackCacheTest, StacksFlowBetweenCachesInBatches) {
+  StackPool pool({.guarded_mapping_budget = 0 + 2 * 1000});
+  StackCache producer(pool, /*per_class=*/8);
+  StackCache consumer(pool, /*per_class=*/8);
+  std::size_t steady_mappings = 0;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Stack> live;
+    for (int i = 0; i < 64; ++i)
+      live.push_back(std::move(producer.allocate({.size = 16 << 10})).value());
+    // Live in the pool's terms: the fibers' 64, plus what the caches hold (refilled in batches).
+    EXPECT_EQ(pool.stats().live_guarded + pool.stats().live_compact,
+              64u + producer.cached() + consumer.cached());
+    for (Stack& st : live) consumer.recycle(std::move(st));
+    StackPoolStats st = pool.stats();
+    EXPECT_EQ(st.live_guarded + st.live_compact, consumer.cached() + producer.cached());
+    EXPECT_LE(consumer.cached(), 8u);
+    // Round 0 maps the 64; round 1 also what the consumer's cache keeps; then a steady state.
+    if (round == 1) steady_mappings = st.mappings;
+    if (round == 2) EXPECT_EQ(st.mappings, steady_mappings);  // reused, none mapped
+  }
+  // The pool's allocate_cached / release_many directly.
+  Stack batch[4];
+  EXPECT_EQ(pool.allocate_cached({.size = 16 << 10}, batch, 4), 4u);
+  for (Stack& b : batch) EXPECT_TRUE(b);
+  pool.release_many(batch, 4);
+  for (Stack& b : batch) EXPECT_FALSE(b);
+  EXPECT_EQ(pool.allocate_cached({.size = 0}, batch, 4), 0u);
+}
+
 TEST(StackCacheTest, RecycledStacksComeBackWithoutThePool) {
   StackPool pool({.guarded_mapping_budget = 4});  // two guarded, then compact
   {
