@@ -581,14 +581,22 @@ Fiber* CurrentFiber() {
 
 bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
   Fiber* f = fiber_;
-  // seq_cst (all permit and state accesses): the Dekker pairing with notify.
-  if (f->permit.exchange(false, std::memory_order_seq_cst)) return true;
+  // seq_cst (all permit and state accesses): the Dekker pairing with notify. The relaxed load
+  // first spares the common case (no permit yet) a locked instruction; a permit it misses is
+  // found by the seq_cst exchange after kParking is published.
+  if (f->permit.load(std::memory_order_relaxed) &&
+      f->permit.exchange(false, std::memory_order_seq_cst)) {
+    return true;
+  }
   // A resume can come without a permit: a notifier that stored its permit for an earlier wait
   // (which consumed it) may flip this wait's kParking to kNotified afterwards. Such a resume is
   // spurious; only a passed deadline makes this return false.
   for (;;) {
     if (deadline && *deadline <= SyncClock::now()) return false;
-    std::uint64_t gen = f->wait_gen.fetch_add(1, std::memory_order_release) + 1;
+    // wait_gen has one writer, this fiber: a load and a store, no read-modify-write. release:
+    // a timer entry that reads the new value sees the wait it belongs to.
+    std::uint64_t gen = f->wait_gen.load(std::memory_order_relaxed) + 1;
+    f->wait_gen.store(gen, std::memory_order_release);
     f->state.store(kParking, std::memory_order_seq_cst);
     if (f->permit.exchange(false, std::memory_order_seq_cst)) {
       f->state.store(kRunning, std::memory_order_relaxed);
@@ -605,7 +613,8 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
     Leave(*f->worker, f, &AfterPark);
     // Resumed, perhaps on another worker (f->worker was updated by Run).
     f->state.store(kRunning, std::memory_order_relaxed);
-    f->wait_gen.fetch_add(1, std::memory_order_release);  // any timer of this wait is now stale
+    // Any timer of this wait is now stale (one writer, as above).
+    f->wait_gen.store(gen + 1, std::memory_order_release);
     if (entry != nullptr && f->pending_timer == entry) {
       f->pending_timer = nullptr;
       // On the owner's thread we may take it out of the heap ourselves (the heap side's
