@@ -116,11 +116,18 @@ class StackPool {
 
   // trim: unmaps every cached guarded stack and gives back the memory of cached compact stacks.
   void trim();
+  // flush_trim: gives back the pages of compact stacks freed past max_cached_bytes. Their
+  // madvise calls are deferred and batched (each flushes the TLB of every core), so releasing
+  // many stacks at once stays cheap; a scheduler calls this when a worker goes idle. Returns
+  // how many stacks it gave back. trim_pending: whether any wait (cheap enough to poll).
+  std::size_t flush_trim();
+  bool trim_pending() const;
 
   StackPoolStats stats() const;
 
  private:
   friend class Stack;
+  friend struct StackPoolInternals;  // stack.cc's helpers
   struct State;
   void release(Stack& stack) noexcept;
   std::unique_ptr<State> state_;

@@ -118,8 +118,27 @@ ForkJoinPool::ForkJoinPool(ForkJoinPoolOptions options)
   for (unsigned i = 0; i < n; ++i) {
     workers_.push_back(std::make_unique<ForkJoinWorker>(*this, i, options.deque_capacity));
   }
+  host_wake_ = options.host_wake;
+  host_arg_ = options.host_arg;
+  if (host_wake_ != nullptr) return;  // hosted: the host's threads are the workers
   threads_.reserve(n);
   for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this, i] { WorkerLoop(i); });
+}
+
+void ForkJoinPool::attach_current_thread(unsigned index) {
+  if (host_wake_ == nullptr || index >= workers_.size()) {
+    fork_join_internal::Die("attach_current_thread: not a hosted pool, or no such worker");
+  }
+  t_worker = workers_[index].get();
+}
+
+void ForkJoinPool::detach_current_thread() {
+  if (t_worker != nullptr && t_worker->pool_ == this) t_worker = nullptr;
+}
+
+bool ForkJoinPool::try_steal() {
+  ForkJoinWorker* self = CurrentWorker();
+  return self != nullptr && self->TrySteal();
 }
 
 ForkJoinPool::~ForkJoinPool() {
@@ -134,6 +153,9 @@ ForkJoinWorker* ForkJoinPool::CurrentWorker() const {
 }
 
 void ForkJoinPool::Submit(Job& job) {
+  if (host_wake_ != nullptr) {
+    fork_join_internal::Die("run() on a hosted pool from a thread its host did not attach");
+  }
   Job* p = &job;
   while (!submitted_.try_push(p)) std::this_thread::yield();  // full: wait our turn
   WakeOne();
@@ -150,6 +172,10 @@ void ForkJoinPool::Await(Job& job) {
 }
 
 void ForkJoinPool::WakeOne() {
+  if (host_wake_ != nullptr) {  // the host keeps its own sleepers (and its own Dekker fence)
+    host_wake_(host_arg_);
+    return;
+  }
   // seq_cst: orders our publication of work (before this call) with the sleeper's
   // announcement in sleepers_ and its re-check for work (Dekker style): one of the two sides
   // sees the other.

@@ -170,6 +170,12 @@ struct ForkJoinPoolOptions {
   unsigned workers = 0;                               // 0: std::thread::hardware_concurrency()
   std::size_t deque_capacity = std::size_t{1} << 16;  // spawn depth per worker before overflow
   std::size_t submit_capacity = 1024;                 // external run() calls queued at once
+  // host_wake: set by a scheduler that runs the workers on its own threads (a hosted pool). The
+  // pool then starts no threads: each host thread attaches to a worker index, runs root tasks
+  // inline with run(), and polls try_steal() when idle; the pool calls host_wake when a task
+  // became stealable, to wake an idle host thread. It must be cheap when none sleeps.
+  void (*host_wake)(void* arg) = nullptr;
+  void* host_arg = nullptr;
 };
 
 struct ForkJoinStats {
@@ -199,6 +205,13 @@ class ForkJoinPool {
   unsigned size() const { return static_cast<unsigned>(workers_.size()); }
   ForkJoinStats stats() const;
 
+  // Hosted pools only (see ForkJoinPoolOptions::host_wake). attach: the calling thread becomes
+  // worker `index` (run() then runs inline on it); detach undoes it. try_steal: one steal attempt
+  // for the calling (attached) thread's worker, running the task if it got one.
+  void attach_current_thread(unsigned index);
+  void detach_current_thread();
+  bool try_steal();
+
  private:
   friend class ForkJoinWorker;
   struct Job {
@@ -219,6 +232,8 @@ class ForkJoinPool {
   alignas(64) std::atomic<std::uint32_t> wake_word_{0};
   std::atomic<std::uint32_t> sleepers_{0};
   std::atomic<bool> stop_{false};
+  void (*host_wake_)(void*) = nullptr;
+  void* host_arg_ = nullptr;
 };
 
 // ---- Implementation ---------------------------------------------------------------------------

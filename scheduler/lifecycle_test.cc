@@ -3,6 +3,7 @@
 // blocking regions, fiber-local storage, pinned fibers, stats and the fiber dump.
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -315,6 +316,47 @@ TEST(StatsTest, CountersAndDump) {
         "\"idle_ns\":", "\"live_fibers\":", "\"spawned_outside\":1"}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
   }
+}
+
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+// ---- Fork-join on the workers -----------------------------------------------------------------
+
+std::uint64_t SeqFib(int n) { return n < 2 ? n : SeqFib(n - 1) + SeqFib(n - 2); }
+
+std::uint64_t Fib(ForkJoinWorker& w, int n) {
+  if (n < 2) return static_cast<std::uint64_t>(n);
+  auto a = w.spawn<Fib>(n - 1);
+  std::uint64_t b = Fib(w, n - 2);
+  return w.sync(a) + b;
+}
+
+TEST(ForkJoinTest, FromMainAndFromFibersWhileOtherFibersRun) {
+  Runtime rt({.workers = 2});
+  const int n = kTsan ? 14 : 22;
+  EXPECT_EQ(rt.fork_join(Fib, n), SeqFib(n));  // from a plain thread: on a new fiber
+  std::atomic<bool> stop{false};
+  std::atomic<long> ticks{0};
+  auto ticker = rt.spawn([&] {
+    while (!stop.load()) {
+      ticks.fetch_add(1);
+      this_fiber::yield();
+    }
+  });
+  std::vector<JoinHandle<std::uint64_t>> hs;
+  for (int i = 0; i < 4; ++i) hs.push_back(rt.spawn([&] { return rt.fork_join(Fib, n); }));
+  for (auto& h : hs) {
+    auto r = h.join();
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, SeqFib(n));
+  }
+  stop = true;
+  ASSERT_TRUE(ticker.join().ok());
+  EXPECT_GT(ticks.load(), 0);
 }
 
 }  // namespace

@@ -271,6 +271,7 @@ struct Runtime::Impl {
   std::vector<Fiber*> pool;  // finished fibers for reuse
   std::vector<std::unique_ptr<Fiber>> all_fibers;
   std::unique_ptr<BlockingPool> blocking;
+  std::unique_ptr<ForkJoinPool> fork_join;  // hosted: the workers are this runtime's
 
   // WakeOne: new work exists; wake one sleeping worker, if any. Cheap when none sleeps.
   void WakeOne() {
@@ -827,6 +828,8 @@ void Runtime::Impl::Sleep(Worker& w) {
               w.has_mail.load(std::memory_order_relaxed) || w.pinned_head < w.pinned_local.size();
   for (const auto& v : workers) work = work || v->queue.size_approx() != 0;
   if (!work && !stop.load(std::memory_order_acquire)) {
+    // Idle: a good moment for the stack pool's deferred give-back of memory.
+    if (StackPool::default_pool().trim_pending()) StackPool::default_pool().flush_trim();
     // A safety net only: every way work arrives wakes a sleeper.
     Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(100);
     if (std::optional<Clock::time_point> next = w.timers.next_deadline()) {
@@ -858,11 +861,17 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   w.stacks = std::make_unique<StackCache>(StackPool::default_pool());
   install_stack_overflow_handler();
   set_waiter_provider(&ProvideWaiter, &w);
+  fork_join->attach_current_thread(w.index);
   int idle_passes = 0;
   for (;;) {
     if (Fiber* f = FindWork(w)) {
       idle_passes = 0;
       Run(w, f);
+      continue;
+    }
+    // No fiber to run: help a fork-join computation (the task runs here, on the worker's stack).
+    if (fork_join->try_steal()) {
+      idle_passes = 0;
       continue;
     }
     ReturnCredits(w, w.credits.load(std::memory_order_relaxed));
@@ -886,6 +895,7 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
                        [](TimerNode& node) { Release(reinterpret_cast<TimerEntry*>(&node)); });
   TakeMail(w);  // cancel requests that raced with their completions
   w.reactor.reset();
+  fork_join->detach_current_thread();
   set_waiter_provider(nullptr, nullptr);
   w.stacks.reset();
   t_worker = nullptr;
@@ -897,6 +907,11 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   impl_->self = this;
   impl_->blocking = std::make_unique<BlockingPool>(options.max_blocking_threads);
+  impl_->fork_join = std::make_unique<ForkJoinPool>(
+      ForkJoinPoolOptions{.workers = n,
+                          .deque_capacity = std::max<std::size_t>(16, options.fork_join_depth),
+                          .host_wake = [](void* impl) { static_cast<Impl*>(impl)->WakeOne(); },
+                          .host_arg = impl_.get()});
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<Worker>();
     w->rt = impl_.get();
@@ -952,6 +967,14 @@ Runtime::~Runtime() {
 }
 
 unsigned Runtime::workers() const { return static_cast<unsigned>(impl_->workers.size()); }
+
+namespace scheduler_internal {
+ForkJoinPool& ForkJoinPoolOf(Runtime& rt) { return *rt.impl_->fork_join; }
+bool InFiberOf(const Runtime& rt) {
+  Worker* w = t_worker;
+  return w != nullptr && w->rt == rt.impl_.get() && w->current != nullptr;
+}
+}  // namespace scheduler_internal
 
 Runtime* Runtime::current() {
   Fiber* f = CurrentFiber();

@@ -3,8 +3,8 @@
 // or Event used inside a fiber parks the fiber, not its worker. Each worker owns a reactor
 // (//reactor) that fiber I/O parks on (the calls are in //api:io); an idle worker sleeps in it.
 //
-// Defines: weft::Runtime, weft::RuntimeOptions, weft::FiberOptions, weft::JoinHandle,
-// weft::call_blocking, weft::BlockingRegion, weft::FiberLocal, weft::this_fiber.
+// Defines: weft::Runtime (with fork_join), weft::RuntimeOptions, weft::FiberOptions,
+// weft::JoinHandle, weft::call_blocking, weft::BlockingRegion, weft::FiberLocal, weft::this_fiber.
 //
 // Several runtimes may live in one process; none uses global state.
 
@@ -25,6 +25,7 @@
 
 #include "base/result.h"
 #include "context/stack.h"
+#include "deque/fork_join.h"
 #include "reactor/reactor.h"
 #include "sync/cancellation.h"
 #include "sync/coordination.h"
@@ -36,6 +37,7 @@ struct RuntimeOptions {
   std::size_t stack_size = std::size_t{64} << 10;  // default fiber stack (rounded to a class)
   ReactorOptions reactor = {};                     // each worker's reactor (backend choice)
   std::size_t max_blocking_threads = 64;           // call_blocking / BlockingRegion threads
+  std::size_t fork_join_depth = 4096;              // fork-join spawns per worker before inline
 };
 
 struct FiberOptions {
@@ -99,6 +101,10 @@ void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& opt
 // RunBlocking: runs fn(arg) on the blocking pool of the calling fiber's runtime while the fiber
 // parks; false when the caller is not a fiber (the caller then runs it itself).
 bool RunBlocking(void (*fn)(void*), void* arg);
+
+// The runtime's hosted fork-join pool, and whether the caller is a fiber on one of its workers.
+ForkJoinPool& ForkJoinPoolOf(Runtime& rt);
+bool InFiberOf(const Runtime& rt);
 
 // Fiber-local storage: a slot table per fiber (per thread outside fibers).
 struct LocalSlots {
@@ -182,6 +188,22 @@ class Runtime {
 
   unsigned workers() const;
 
+  // fork_join: runs f(worker, args...) as the root of a Lace-style fork-join computation
+  // (deque/fork_join.h: worker.spawn / worker.sync) on this runtime's workers: each worker has a
+  // split deque, idle workers steal tasks, and an unstolen spawn+sync costs about a function
+  // call. From a fiber of this runtime it runs inline on the fiber (which does not park until
+  // it returns); from anywhere else it runs on a new fiber and blocks until done. Tasks are for
+  // computation: they must not park, yield or do fiber I/O (they may run on a worker's own
+  // stack, outside any fiber), and must not throw.
+  template <typename F, typename... Args>
+  auto fork_join(F f, Args... args) -> std::invoke_result_t<F&, ForkJoinWorker&, Args&...> {
+    if (scheduler_internal::InFiberOf(*this)) {
+      return scheduler_internal::ForkJoinPoolOf(*this).run(std::move(f), std::move(args)...);
+    }
+    return block_on(
+        [&] { return scheduler_internal::ForkJoinPoolOf(*this).run(std::move(f), args...); });
+  }
+
   // current: the runtime whose fiber (or blocking region) calls; null elsewhere.
   static Runtime* current();
 
@@ -195,6 +217,8 @@ class Runtime {
   struct Impl;
 
  private:
+  friend ForkJoinPool& scheduler_internal::ForkJoinPoolOf(Runtime& rt);
+  friend bool scheduler_internal::InFiberOf(const Runtime& rt);
   friend void scheduler_internal::Spawn(Runtime&, std::shared_ptr<scheduler_internal::FiberBody>,
                                         const FiberOptions&);
   std::unique_ptr<Impl> impl_;

@@ -1,6 +1,6 @@
-// The scheduler core on the standard workloads of ../shared/WORKLOADS.md that it can run today
-// (no fiber I/O yet, so no W6; W4 belongs to fork-join on the workers, not yet wired; W8 needs
-// RSS accounting, see bench/ in issue 8):
+// The scheduler on the standard workloads of ../shared/WORKLOADS.md, as Google Benchmark cases
+// (JSON output with --benchmark_format=json). All eight workloads, in the WORKLOADS.md line
+// format, are in //bench:weft_workloads; these five are here for quick before/after runs.
 //   BM_W1_YieldPingPong     2 fibers on ONE worker alternately yield        ns per switch
 //   BM_W2_SpawnJoin         a root fiber spawns 100,000 empty fibers, joins  ns per spawn+join
 //   BM_W3_ChannelPingPong   two fibers, two capacity-1 channels, all workers ns per round trip

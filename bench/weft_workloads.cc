@@ -1,0 +1,370 @@
+// bench/weft_workloads.cc: the standard workloads W1..W8 of ../shared/WORKLOADS.md on weft's
+// public API (api/weft.h). One JSON object per line per workload:
+//
+//   {"runtime":"weft","workload":"spawn_join","n":100000,"workers":2,"ns_per_op":123.4,
+//    "wall_ms":12.3,"rss_kb":4567}
+//
+// Each workload runs once as a warm-up, then --reps times (default 5); the line reports the
+// median. Usage: weft_workloads [--reps N] [--workers N] [--only W1,W4,...]
+//
+//   ./bazelw run -c opt //bench:weft_workloads
+//
+// Extra fields: W4 adds "seq_ms" (sequential fib(30) in the same process) and "ns_per_task";
+// W6 adds "msgs_per_s"; W8 adds "release_ms" (ns_per_op is then unused) and "rss_kb_per_task".
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "api/weft.h"
+
+namespace {
+
+using namespace weft;
+using Clock = std::chrono::steady_clock;
+
+long RssKb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
+}
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct Sample {
+  double wall_ms = 0;
+  double extra = 0;  // workload-specific (W8: release ms; W4: unused)
+};
+
+struct Options {
+  int reps = 5;
+  unsigned workers = 0;
+  std::string only;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void Emit(const char* workload, long n, unsigned workers, double ns_per_op, double wall_ms,
+          const std::string& extra = "") {
+  std::printf(
+      "{\"runtime\":\"weft\",\"workload\":\"%s\",\"n\":%ld,\"workers\":%u,\"ns_per_op\":%.2f,"
+      "\"wall_ms\":%.3f,\"rss_kb\":%ld%s}\n",
+      workload, n, workers, ns_per_op, wall_ms, RssKb(), extra.c_str());
+  std::fflush(stdout);
+}
+
+// Runs body() warm-up + reps times; returns the samples.
+std::vector<Sample> Repeat(const Options& o, const std::function<Sample()>& body) {
+  (void)body();
+  std::vector<Sample> out;
+  for (int i = 0; i < o.reps; ++i) out.push_back(body());
+  return out;
+}
+
+std::vector<double> Walls(const std::vector<Sample>& s) {
+  std::vector<double> v;
+  for (const Sample& x : s) v.push_back(x.wall_ms);
+  return v;
+}
+
+// ---- W1: two fibers on one worker alternately yield -------------------------------------------
+void W1(const Options& o) {
+  constexpr long kYields = 1000000;
+  Runtime rt({.workers = 1});
+  auto s = Repeat(o, [&] {
+    auto start = Clock::now();
+    rt.block_on([&] {
+      auto a = rt.spawn([] {
+        for (long i = 0; i < kYields; ++i) this_fiber::yield();
+      });
+      auto b = rt.spawn([] {
+        for (long i = 0; i < kYields; ++i) this_fiber::yield();
+      });
+      (void)a.join();
+      (void)b.join();
+    });
+    return Sample{Ms(Clock::now() - start)};
+  });
+  double wall = Median(Walls(s));
+  Emit("yield_pingpong", kYields, 1, wall * 1e6 / (2.0 * kYields), wall);
+}
+
+// ---- W2: a root fiber spawns 100,000 empty fibers, then joins every one ----------------------
+void W2(const Options& o, unsigned workers) {
+  constexpr long kN = 100000;
+  Runtime rt({.workers = workers, .stack_size = 16 << 10});
+  auto s = Repeat(o, [&] {
+    auto start = Clock::now();
+    rt.block_on([&] {
+      std::vector<JoinHandle<void>> hs;
+      hs.reserve(kN);
+      for (long i = 0; i < kN; ++i) hs.push_back(rt.spawn([] {}));
+      for (auto& h : hs) (void)h.join();
+    });
+    return Sample{Ms(Clock::now() - start)};
+  });
+  double wall = Median(Walls(s));
+  Emit("spawn_join", kN, rt.workers(), wall * 1e6 / kN, wall);
+}
+
+// ---- W3: two fibers bounce a message over two capacity-1 channels -----------------------------
+void W3(const Options& o, unsigned workers) {
+  constexpr long kRounds = 1000000;
+  Runtime rt({.workers = workers});
+  auto s = Repeat(o, [&] {
+    auto start = Clock::now();
+    rt.block_on([&] {
+      Channel<int> ping(1), pong(1);
+      auto echo = rt.spawn([&] {
+        for (long i = 0; i < kRounds; ++i) (void)pong.send(*ping.recv());
+      });
+      for (long i = 0; i < kRounds; ++i) {
+        (void)ping.send(static_cast<int>(i));
+        (void)pong.recv();
+      }
+      (void)echo.join();
+    });
+    return Sample{Ms(Clock::now() - start)};
+  });
+  double wall = Median(Walls(s));
+  Emit("channel_pingpong", kRounds, rt.workers(), wall * 1e6 / kRounds, wall);
+}
+
+// ---- W4: fork-join fib(30), a task per call ----------------------------------------------------
+std::uint64_t SeqFib(int n) { return n < 2 ? n : SeqFib(n - 1) + SeqFib(n - 2); }
+std::uint64_t Fib(ForkJoinWorker& w, int n) {
+  if (n < 2) return static_cast<std::uint64_t>(n);
+  auto a = w.spawn<Fib>(n - 1);
+  std::uint64_t b = Fib(w, n - 2);
+  return w.sync(a) + b;
+}
+
+void W4(const Options& o, unsigned workers) {
+  constexpr int kN = 30;
+  constexpr double kTasks = 1664079;  // calls of fib(30) that spawn: fib(31) - 1 ... (n >= 2)
+  std::vector<double> seq;
+  for (int i = 0; i < o.reps + 1; ++i) {
+    auto start = Clock::now();
+    volatile std::uint64_t r = SeqFib(kN);
+    (void)r;
+    if (i > 0) seq.push_back(Ms(Clock::now() - start));
+  }
+  Runtime rt({.workers = workers});
+  std::uint64_t expect = SeqFib(kN);
+  auto s = Repeat(o, [&] {
+    auto start = Clock::now();
+    std::uint64_t r = rt.fork_join(Fib, kN);
+    double ms = Ms(Clock::now() - start);
+    if (r != expect) {
+      std::fprintf(stderr, "W4: wrong result\n");
+      std::exit(1);
+    }
+    return Sample{ms};
+  });
+  double wall = Median(Walls(s));
+  char extra[96];
+  std::snprintf(extra, sizeof extra, ",\"seq_ms\":%.3f,\"ns_per_task\":%.2f", Median(seq),
+                wall * 1e6 / kTasks);
+  Emit("fib", kN, rt.workers(), wall * 1e6, wall, extra);
+}
+
+// ---- W5: 10,000 fibers each sleep 1 ms ----------------------------------------------------------
+void W5(const Options& o, unsigned workers) {
+  constexpr long kN = 10000;
+  Runtime rt({.workers = workers, .stack_size = 16 << 10});
+  auto s = Repeat(o, [&] {
+    auto start = Clock::now();
+    rt.block_on([&] {
+      std::vector<JoinHandle<void>> hs;
+      hs.reserve(kN);
+      for (long i = 0; i < kN; ++i) {
+        hs.push_back(rt.spawn([] { (void)this_fiber::sleep_for(std::chrono::milliseconds(1)); }));
+      }
+      for (auto& h : hs) (void)h.join();
+    });
+    return Sample{Ms(Clock::now() - start)};
+  });
+  double wall = Median(Walls(s));
+  Emit("sleep_fanout", kN, rt.workers(), wall * 1e6 / kN, wall);
+}
+
+// ---- W6: loopback TCP echo, 100 connections x 1,000 round trips of 64 bytes ------------------
+void W6(const Options& o, unsigned workers) {
+  constexpr int kConns = 100, kTrips = 1000, kSize = 64;
+  Runtime rt({.workers = workers});
+  auto s = Repeat(o, [&] {
+    auto start = Clock::now();
+    bool ok = rt.block_on([&] {
+      auto listener = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
+      if (!listener.ok()) return false;
+      net::SocketAddress addr = *listener->local_address();
+      auto server = rt.spawn([&] {
+        std::vector<JoinHandle<void>> conns;
+        for (int c = 0; c < kConns; ++c) {
+          auto conn = listener->accept();
+          if (!conn.ok()) return;
+          (void)conn->set_nodelay(true);
+          conns.push_back(rt.spawn([st = std::move(*conn)]() mutable {
+            char buf[kSize * 4];
+            for (;;) {
+              auto n = st.read(buf, sizeof buf);
+              if (!n.ok() || *n == 0 || !st.write_all(buf, *n).ok()) return;
+            }
+          }));
+        }
+        for (auto& h : conns) (void)h.join();
+      });
+      std::atomic<long> delivered{0};
+      std::vector<JoinHandle<void>> clients;
+      for (int c = 0; c < kConns; ++c) {
+        clients.push_back(rt.spawn([&] {
+          auto st = net::TcpStream::connect(addr);
+          if (!st.ok()) return;
+          (void)st->set_nodelay(true);
+          char out[kSize] = {}, in[kSize];
+          for (int i = 0; i < kTrips; ++i) {
+            std::memcpy(out, &i, sizeof i);
+            if (!st->write_all(out, kSize).ok() || !st->read_exact(in, kSize).ok()) return;
+            if (std::memcmp(in, out, kSize) != 0) return;
+            delivered.fetch_add(1, std::memory_order_relaxed);
+          }
+        }));
+      }
+      for (auto& h : clients) (void)h.join();
+      (void)server.join();
+      return delivered.load() == long{kConns} * kTrips;
+    });
+    if (!ok) {
+      std::fprintf(stderr, "W6: lost messages\n");
+      std::exit(1);
+    }
+    return Sample{Ms(Clock::now() - start)};
+  });
+  double wall = Median(Walls(s));
+  constexpr double kOps = double{kConns} * kTrips;
+  char extra[64];
+  std::snprintf(extra, sizeof extra, ",\"msgs_per_s\":%.0f", kOps / (wall / 1000.0));
+  Emit("tcp_echo", static_cast<long>(kOps), rt.workers(), wall * 1e6 / kOps, wall, extra);
+}
+
+// ---- W7: 1,000 fibers x 1,000 lock/increment/unlock on one mutex ------------------------------
+void W7(const Options& o, unsigned workers) {
+  constexpr long kFibers = 1000, kOps = 1000;
+  Runtime rt({.workers = workers, .stack_size = 16 << 10});
+  auto s = Repeat(o, [&] {
+    Mutex m;
+    long counter = 0;
+    auto start = Clock::now();
+    rt.block_on([&] {
+      std::vector<JoinHandle<void>> hs;
+      for (long i = 0; i < kFibers; ++i) {
+        hs.push_back(rt.spawn([&] {
+          for (long k = 0; k < kOps; ++k) {
+            (void)m.lock();
+            ++counter;
+            (void)m.unlock();
+          }
+        }));
+      }
+      for (auto& h : hs) (void)h.join();
+    });
+    double ms = Ms(Clock::now() - start);
+    if (counter != kFibers * kOps) {
+      std::fprintf(stderr, "W7: lost increments\n");
+      std::exit(1);
+    }
+    return Sample{ms};
+  });
+  double wall = Median(Walls(s));
+  Emit("mutex_contended", kFibers * kOps, rt.workers(), wall * 1e6 / (kFibers * kOps), wall);
+}
+
+// ---- W8: 100,000 fibers parked on one event at once, then released ---------------------------
+void W8(const Options& o, unsigned workers) {
+  constexpr long kN = 100000;
+  Runtime rt({.workers = workers, .stack_size = 16 << 10});
+  std::vector<double> rss_per_task;
+  auto s = Repeat(o, [&] {
+    // A root fiber spawns them, waits until all are parked, then releases them (as a Go main
+    // goroutine closing a channel would).
+    return rt.block_on([&] {
+      Event go;
+      WaitGroup parked;
+      (void)parked.add(kN);
+      long rss0 = RssKb();
+      std::vector<JoinHandle<void>> hs;
+      hs.reserve(kN);
+      for (long i = 0; i < kN; ++i) {
+        hs.push_back(rt.spawn([&] {
+          parked.done();
+          (void)go.wait();
+        }));
+      }
+      (void)parked.wait();
+      long rss1 = RssKb();
+      auto release = Clock::now();
+      go.set();
+      for (auto& h : hs) (void)h.join();
+      auto end = Clock::now();
+      rss_per_task.push_back(static_cast<double>(rss1 - rss0) / kN);
+      return Sample{Ms(end - release)};
+    });
+  });
+  double release_ms = Median(Walls(s));
+  char extra[96];
+  std::snprintf(extra, sizeof extra, ",\"release_ms\":%.3f,\"rss_kb_per_task\":%.3f", release_ms,
+                Median(rss_per_task));
+  Emit("park_many", kN, rt.workers(), 0, release_ms, extra);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Keep freed memory (WORKLOADS.md: a first-touch page fault costs ~11 us here).
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+  mallopt(M_MMAP_THRESHOLD, INT_MAX);
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--reps") {
+      o.reps = std::max(1, std::atoi(argv[i + 1]));
+    } else if (a == "--workers") {
+      o.workers = static_cast<unsigned>(std::atoi(argv[i + 1]));
+    } else if (a == "--only") {
+      o.only = argv[i + 1];
+    } else {
+      std::fprintf(stderr, "usage: weft_workloads [--reps N] [--workers N] [--only W1,W2,...]\n");
+      return 2;
+    }
+  }
+  auto want = [&](const char* id) {
+    return o.only.empty() ||
+           ("," + o.only + ",").find(std::string(",") + id + ",") != std::string::npos;
+  };
+  if (want("W1")) W1(o);
+  if (want("W2")) W2(o, o.workers);
+  if (want("W3")) W3(o, o.workers);
+  if (want("W4")) W4(o, o.workers);
+  if (want("W5")) W5(o, o.workers);
+  if (want("W6")) W6(o, o.workers);
+  if (want("W7")) W7(o, o.workers);
+  if (want("W8")) W8(o, o.workers);
+  return 0;
+}
