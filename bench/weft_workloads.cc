@@ -148,7 +148,9 @@ void W3(const Options& o, unsigned workers) {
 }
 
 // ---- W4: fork-join fib(30), a task per call ----------------------------------------------------
-std::uint64_t SeqFib(int n) { return n < 2 ? n : SeqFib(n - 1) + SeqFib(n - 2); }
+// noinline: the plain recursion, as in //deque:deque_benchmark (GCC otherwise turns it half
+// iterative, which no spawned version can be).
+[[gnu::noinline]] std::uint64_t SeqFib(int n) { return n < 2 ? n : SeqFib(n - 1) + SeqFib(n - 2); }
 std::uint64_t Fib(ForkJoinWorker& w, int n) {
   if (n < 2) return static_cast<std::uint64_t>(n);
   auto a = w.spawn<Fib>(n - 1);
