@@ -361,3 +361,91 @@ TEST(ForkJoinTest, FromMainAndFromFibersWhileOtherFibersRun) {
 
 }  // namespace
 }  // namespace weft
+
+#include <csignal>
+#include <ctime>
+
+namespace weft {
+namespace {
+
+// ---- Idle, several runtimes, sleep cancellation, stack overflow -------------------------------
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+TEST(IdleTest, AnIdleRuntimeUsesUnderOnePercentOfACore) {
+  Runtime rt({.workers = 2});
+  rt.block_on([] {});  // the workers have run something and gone idle
+  std::this_thread::sleep_for(200ms);
+  double cpu0 = ProcessCpuSeconds();
+  auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(1s);
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double share = (ProcessCpuSeconds() - cpu0) / wall;
+  RecordProperty("idle_cpu_share_permille", static_cast<int>(share * 1000));
+  EXPECT_LT(share, 0.01) << "an idle runtime used " << share * 100 << "% of a core";
+}
+
+TEST(SeveralRuntimesTest, TwoRuntimesTalkThroughAChannel) {
+  Runtime a({.workers = 1}), b({.workers = 2});
+  Channel<int> ch(0);
+  auto producer = a.spawn([&] {
+    for (int i = 0; i < 1000; ++i) ASSERT_TRUE(ch.send(int(i)).ok());
+    ch.close();
+  });
+  long sum = b.block_on([&] {
+    long total = 0;
+    for (Result<int> v = ch.recv(); v.ok(); v = ch.recv()) total += *v;
+    return total;
+  });
+  ASSERT_TRUE(producer.join().ok());
+  EXPECT_EQ(sum, 999L * 1000 / 2);
+}
+
+TEST(SleepTest, SleepIsCancellable) {
+  Runtime rt({.workers = 1});
+  rt.block_on([] {
+    CancellationSource src;
+    CancellationToken tok = src.token();
+    std::thread t([&] {
+      std::this_thread::sleep_for(5ms);
+      src.cancel();
+    });
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(this_fiber::sleep_for(1h, &tok).error(), std::errc::operation_canceled);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+    t.join();
+    EXPECT_TRUE(this_fiber::sleep_for(1ms).ok());
+  });
+}
+
+[[gnu::noinline]] int Deep(int depth) {
+  volatile char frame[512];
+  frame[0] = static_cast<char>(depth);
+  if (depth == 0) return frame[0];
+  return Deep(depth - 1) + frame[0];
+}
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+TEST(FiberStackOverflowDeathTest, TheDiagnosticNamesTheFiber) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        Runtime rt({.workers = 1});
+        rt.block_on([&] {
+          auto h = rt.spawn([] { return Deep(1 << 20); }, {.stack_size = 16 << 10,
+                                                           .protection = StackProtection::kGuarded,
+                                                           .name = "runaway-parser"});
+          (void)h.join();
+        });
+      },
+      ::testing::KilledBySignal(SIGSEGV),
+      "weft: fiber stack overflow: .* context \"runaway-parser\"");
+}
+#endif
+
+}  // namespace
+}  // namespace weft

@@ -141,7 +141,8 @@ TEST(RuntimeTest, WorkSpreadsAcrossWorkers) {
   Runtime rt({.workers = 2});
   std::mutex mu;
   std::map<std::thread::id, int> fibs_per_thread;
-  const int n = 10000 * StressScale();
+  // The figure: 100,000 fibers (about 2 s on 2 cores); WEFT_STRESS_SCALE scales it.
+  const int n = static_cast<int>(100000 * StressScale());
   rt.block_on([&] {
     std::vector<JoinHandle<void>> hs;
     hs.reserve(n);
