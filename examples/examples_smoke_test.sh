@@ -1,5 +1,5 @@
 #!/bin/bash
-# Starts the echo and chat example servers on free ports, floods each with the load driver
+# Runs the tour, then starts the echo and chat example servers on free ports, floods each with the load driver
 # (exact delivery, server fds back to their baseline after each round), then stops them with
 # SIGTERM and checks they exit cleanly.
 set -euo pipefail
@@ -7,6 +7,7 @@ dir="$(dirname "$0")"
 echo_server="$dir/echo_server"
 chat_server="$dir/chat_server"
 driver="$dir/load_driver"
+"$dir/tour" >/dev/null  # the docs/api.md tour checks its own results
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 
 run() {  # name server driver-args...
