@@ -227,6 +227,30 @@ TEST(StackCacheTest, StacksFlowBetweenCachesInBatches) {
   EXPECT_EQ(pool.allocate_cached({.size = 0}, batch, 4), 0u);
 }
 
+// Past the cache budget, freed compact stacks wait for a batched give-back: reused first while
+// they wait (their pages are still there), given back (zeroed) by flush_trim.
+TEST(StackPoolCacheTest, OverBudgetStacksAreReusedThenGivenBackInABatch) {
+  StackPool pool({.max_cached_bytes = 0});
+  StackOptions compact{.size = 16 << 10, .protection = StackProtection::kCompact};
+  Stack a = std::move(pool.allocate(compact)).value();
+  void* base = a.span().base;
+  std::byte* top = static_cast<std::byte*>(a.span().base) + a.span().size - 64;
+  *top = std::byte{42};
+  a.reset();
+  EXPECT_TRUE(pool.trim_pending());
+  Stack again = std::move(pool.allocate(compact)).value();
+  EXPECT_EQ(again.span().base, base);  // reused before its pages went back
+  EXPECT_EQ(*top, std::byte{42});
+  EXPECT_FALSE(pool.trim_pending());
+  again.reset();
+  EXPECT_EQ(pool.flush_trim(), 1u);
+  EXPECT_FALSE(pool.trim_pending());
+  EXPECT_EQ(*top, std::byte{0});  // given back: the page reads as zeros again
+  StackPoolStats st = pool.stats();
+  EXPECT_EQ(st.live_compact, 0u);
+  EXPECT_EQ(st.cached_compact, 1u);
+}
+
 TEST(StackCacheTest, RecycledStacksComeBackWithoutThePool) {
   StackPool pool({.guarded_mapping_budget = 4});  // two guarded, then compact
   {
