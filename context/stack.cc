@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -274,8 +276,9 @@ struct StackPool::State {
   struct Class {
     std::vector<std::byte*> guarded_free;
     std::vector<std::byte*> compact_free;
-    std::vector<std::byte*> pending;  // freed past the budget, pages not yet given back
-    std::byte* carve_next = nullptr;  // unused compact slots of the newest chunk
+    std::vector<std::byte*> pending;          // freed past the budget, pages not yet given back
+    std::vector<std::byte*> guarded_pending;  // guarded, freed past the budget, not yet unmapped
+    std::byte* carve_next = nullptr;          // unused compact slots of the newest chunk
     std::size_t carve_left = 0;
   };
   StackPoolOptions options;
@@ -291,6 +294,7 @@ struct StackPool::State {
   // the cost of releasing 100,000 parked fibers (1 s). Until then they are reused first (their
   // pages are still there). Counted as cached.
   std::size_t pending_total = 0;
+  std::chrono::steady_clock::time_point pending_changed;  // last push to or pop from pending
 };
 
 namespace {
@@ -314,31 +318,54 @@ void GiveBack(std::vector<std::pair<std::byte*, int>>& slots) {
 }  // namespace
 
 struct StackPoolInternals {
-  static void FlushTrimLocked(StackPool::State& s, std::unique_lock<std::mutex>& lock);
+  static void FlushTrimLocked(StackPool::State& s, std::unique_lock<std::mutex>& lock,
+                              std::size_t limit = SIZE_MAX);
 };
 
 // FlushTrimLocked: gives back the pending slots' pages and frees the slots. Called with the
 // lock held; drops it around the system calls.
-void StackPoolInternals::FlushTrimLocked(StackPool::State& s, std::unique_lock<std::mutex>& lock) {
+void StackPoolInternals::FlushTrimLocked(StackPool::State& s, std::unique_lock<std::mutex>& lock,
+                                         std::size_t limit) {
   if (s.pending_total == 0) return;
-  std::vector<std::pair<std::byte*, int>> batch;
-  batch.reserve(s.pending_total);
-  for (int c = 0; c < kNumClasses; ++c) {
-    for (std::byte* lo : s.classes[c].pending) batch.emplace_back(lo, c);
-    s.classes[c].pending.clear();
+  std::vector<std::pair<std::byte*, int>> batch, unmap;
+  batch.reserve(std::min(limit, s.pending_total));
+  std::size_t taken = 0;
+  for (int c = 0; c < kNumClasses && taken < limit; ++c) {
+    std::vector<std::byte*>& pending = s.classes[c].pending;
+    while (!pending.empty() && taken < limit) {
+      batch.emplace_back(pending.back(), c);
+      pending.pop_back();
+      ++taken;
+    }
+    std::vector<std::byte*>& guarded = s.classes[c].guarded_pending;
+    while (!guarded.empty() && taken < limit) {
+      unmap.emplace_back(guarded.back(), c);
+      guarded.pop_back();
+      --s.counts.cached_guarded;
+      ++taken;
+    }
   }
-  s.pending_total = 0;
+  s.guarded_mappings -= 2 * unmap.size();
+  s.counts.mappings -= 2 * unmap.size();
+  s.pending_total -= taken;
   lock.unlock();
   GiveBack(batch);
+  for (auto& [lo, c] : unmap) {
+    UnregisterGuard(lo);
+    munmap(lo, SlotSize(c));
+  }
   lock.lock();
   for (auto& [lo, c] : batch) s.classes[c].compact_free.push_back(lo);
 }
 
-std::size_t StackPool::flush_trim() {
+std::size_t StackPool::flush_trim(std::chrono::nanoseconds min_quiet, std::size_t max_stacks) {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mu);
-  std::size_t n = s.pending_total;
-  StackPoolInternals::FlushTrimLocked(s, lock);
+  if (min_quiet.count() > 0 && std::chrono::steady_clock::now() - s.pending_changed < min_quiet) {
+    return 0;  // still in use: a burst that freed these may come back for them
+  }
+  std::size_t n = std::min(max_stacks, s.pending_total);
+  StackPoolInternals::FlushTrimLocked(s, lock, max_stacks);
   return n;
 }
 
@@ -390,16 +417,22 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
 
   std::unique_lock<std::mutex> lock(s.mu);
   State::Class& cls = s.classes[c];
-  const bool want_guarded =
-      options.protection == StackProtection::kGuarded ||
-      (options.protection == StackProtection::kAuto &&
-       (!cls.guarded_free.empty() || s.guarded_mappings + 2 <= s.options.guarded_mapping_budget));
+  const bool want_guarded = options.protection == StackProtection::kGuarded ||
+                            (options.protection == StackProtection::kAuto &&
+                             (!cls.guarded_free.empty() || !cls.guarded_pending.empty() ||
+                              s.guarded_mappings + 2 <= s.options.guarded_mapping_budget));
 
   if (want_guarded) {
     if (!cls.guarded_free.empty()) {
       stack.lo_ = cls.guarded_free.back();
       cls.guarded_free.pop_back();
       s.cached_bytes -= ClassSize(c);
+      --s.counts.cached_guarded;
+    } else if (!cls.guarded_pending.empty()) {  // past the budget, not unmapped yet: reuse it
+      stack.lo_ = cls.guarded_pending.back();
+      cls.guarded_pending.pop_back();
+      --s.pending_total;
+      s.pending_changed = std::chrono::steady_clock::now();
       --s.counts.cached_guarded;
     } else {
       s.guarded_mappings += 2;  // reserve before dropping the lock for the system calls
@@ -439,6 +472,7 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
     stack.lo_ = cls.pending.back();
     cls.pending.pop_back();
     --s.pending_total;
+    s.pending_changed = std::chrono::steady_clock::now();
     --s.counts.cached_compact;
   } else {
     if (cls.carve_left == 0) {
@@ -521,12 +555,17 @@ std::size_t StackPool::allocate_cached(const StackOptions& options, Stack* out, 
   };
   if (options.protection != StackProtection::kCompact) {
     take(cls.guarded_free, StackProtection::kGuarded);
+    std::size_t before = got;
+    take(cls.guarded_pending, StackProtection::kGuarded);
+    s.pending_total -= got - before;
+    if (got != before) s.pending_changed = std::chrono::steady_clock::now();
   }
   if (options.protection != StackProtection::kGuarded) {
     take(cls.compact_free, StackProtection::kCompact);
     std::size_t before = got;
     take(cls.pending, StackProtection::kCompact);
     s.pending_total -= got - before;
+    if (got != before) s.pending_changed = std::chrono::steady_clock::now();
   }
   return got;
 }
@@ -536,7 +575,6 @@ void StackPool::release_many(Stack* stacks, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
     if (!check_red_zone(stacks[i])) DieRedZone(stacks[i].lo_, stacks[i].class_index_);
   }
-  std::size_t slow_from = n;
   {
     std::unique_lock<std::mutex> lock(s.mu);
     for (std::size_t i = 0; i < n; ++i) {
@@ -544,17 +582,21 @@ void StackPool::release_many(Stack* stacks, std::size_t n) noexcept {
       if (st.pool_ != this) continue;
       const int c = st.class_index_;
       if (s.cached_bytes + ClassSize(c) > s.options.max_cached_bytes) {
+        // Past the budget: pending (reused first, given back or unmapped when idle).
         if (st.protection_ == StackProtection::kCompact) {
           --s.counts.live_compact;
           ++s.counts.cached_compact;
           s.classes[c].pending.push_back(st.lo_);
-          ++s.pending_total;
-          st.pool_ = nullptr;
-          st.lo_ = nullptr;
-          continue;
+        } else {
+          --s.counts.live_guarded;
+          ++s.counts.cached_guarded;
+          s.classes[c].guarded_pending.push_back(st.lo_);
         }
-        slow_from = i;  // the cache is full: the rest go one by one (guarded: unmapped)
-        break;
+        ++s.pending_total;
+        s.pending_changed = std::chrono::steady_clock::now();
+        st.pool_ = nullptr;
+        st.lo_ = nullptr;
+        continue;
       }
       State::Class& cls = s.classes[c];
       s.cached_bytes += ClassSize(c);
@@ -572,7 +614,6 @@ void StackPool::release_many(Stack* stacks, std::size_t n) noexcept {
     }
     if (s.pending_total >= kTrimBatch) StackPoolInternals::FlushTrimLocked(s, lock);
   }
-  for (std::size_t i = slow_from; i < n; ++i) stacks[i].reset();
 }
 
 void StackPool::release(Stack& stack) noexcept {
@@ -589,11 +630,12 @@ void StackPool::release(Stack& stack) noexcept {
       s.cached_bytes += ClassSize(c);
       ++s.counts.cached_guarded;
     } else {
-      s.guarded_mappings -= 2;
-      s.counts.mappings -= 2;
-      lock.unlock();
-      UnregisterGuard(stack.lo_);
-      munmap(stack.lo_, SlotSize(c));
+      // Past the budget: unmapped in a batch when idle (each munmap flushes every core's TLB);
+      // reused first until then.
+      ++s.counts.cached_guarded;
+      cls.guarded_pending.push_back(stack.lo_);
+      s.pending_changed = std::chrono::steady_clock::now();
+      if (++s.pending_total >= kTrimBatch) StackPoolInternals::FlushTrimLocked(s, lock);
     }
   } else {
     --s.counts.live_compact;
@@ -603,6 +645,7 @@ void StackPool::release(Stack& stack) noexcept {
       cls.compact_free.push_back(stack.lo_);
     } else {
       cls.pending.push_back(stack.lo_);  // pages given back in a batch (see State)
+      s.pending_changed = std::chrono::steady_clock::now();
       if (++s.pending_total >= kTrimBatch) StackPoolInternals::FlushTrimLocked(s, lock);
     }
   }

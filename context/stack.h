@@ -20,6 +20,7 @@
 #ifndef WEFT_CONTEXT_STACK_H_
 #define WEFT_CONTEXT_STACK_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -118,9 +119,13 @@ class StackPool {
   void trim();
   // flush_trim: gives back the pages of compact stacks freed past max_cached_bytes. Their
   // madvise calls are deferred and batched (each flushes the TLB of every core), so releasing
-  // many stacks at once stays cheap; a scheduler calls this when a worker goes idle. Returns
-  // how many stacks it gave back. trim_pending: whether any wait (cheap enough to poll).
-  std::size_t flush_trim();
+  // many stacks at once stays cheap, and until then they are reused first. A scheduler calls
+  // this when a worker goes idle, with min_quiet: nothing is given back until the pending list
+  // has not changed for that long (a burst that freed them may come back for them; Go's
+  // scavenger waits too), and at most max_stacks per call (a scheduler bounds the time an idle
+  // worker spends here). Returns how many stacks it gave back. trim_pending: whether any wait.
+  std::size_t flush_trim(std::chrono::nanoseconds min_quiet = std::chrono::nanoseconds(0),
+                         std::size_t max_stacks = SIZE_MAX);
   bool trim_pending() const;
 
   StackPoolStats stats() const;

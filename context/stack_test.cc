@@ -111,6 +111,9 @@ TEST(StackPoolBudgetTest, AutoFallsBackToCompactPastTheMappingBudget) {
 TEST(StackPoolCacheTest, ZeroCacheUnmapsAndTrimReleases) {
   StackPool pool({.max_cached_bytes = 0});
   { Result<Stack> s = pool.allocate({.size = 16 << 10}); }
+  // Past the budget the unmap is deferred (batched, when idle): pending until flush_trim.
+  EXPECT_TRUE(pool.trim_pending());
+  EXPECT_EQ(pool.flush_trim(), 1u);
   EXPECT_EQ(pool.stats().cached_guarded, 0u);
   EXPECT_EQ(pool.stats().mappings, 0u);
 

@@ -133,6 +133,9 @@ struct Fiber {
   std::atomic<bool> permit{false};
   std::atomic<std::uint64_t> wait_gen{0};
   TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
+  // Set by a notify that won the kParked -> kRunnable CAS, before it schedules the fiber; read
+  // and reset by the fiber (the scheduling hand-off orders the two).
+  bool woken_by_notify = false;
   FiberWaiter waiter{this};
   // Identity: written at spawn and read by dumps, both under meta_lock.
   sync_internal::SpinLock meta_lock;
@@ -599,10 +602,13 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
     std::uint64_t gen = f->wait_gen.load(std::memory_order_relaxed) + 1;
     f->wait_gen.store(gen, std::memory_order_release);
     f->state.store(kParking, std::memory_order_seq_cst);
-    if (f->permit.exchange(false, std::memory_order_seq_cst)) {
+    // The Dekker read: a seq_cst load (no locked instruction); exchange only to consume.
+    if (f->permit.load(std::memory_order_seq_cst) &&
+        f->permit.exchange(false, std::memory_order_seq_cst)) {
       f->state.store(kRunning, std::memory_order_relaxed);
       return true;
     }
+    f->woken_by_notify = false;  // before AfterPark publishes kParked: only then can it be set
     TimerEntry* entry = nullptr;
     if (deadline) {  // inserted into the worker's heap by AfterPark, on the worker's thread
       entry = new TimerEntry{};
@@ -627,12 +633,27 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
       }
       Release(entry);
     }
-    if (f->permit.exchange(false, std::memory_order_seq_cst)) return true;
+    if (f->woken_by_notify) return true;  // the notifier's fast path: no permit was stored
+    if (f->permit.load(std::memory_order_relaxed) &&
+        f->permit.exchange(false, std::memory_order_seq_cst)) {
+      return true;
+    }
   }
 }
 
 void FiberWaiter::notify() {
   Fiber* f = fiber_;
+  // Fast path: the fiber is parked. Winning the kParked -> kRunnable CAS makes this the wake-up;
+  // it is told through woken_by_notify (written before Schedule publishes the fiber, read after
+  // it resumes), so no permit is stored and none has to be consumed: two locked instructions
+  // fewer per park and wake.
+  int first = f->state.load(std::memory_order_seq_cst);
+  if (first == kParked &&
+      f->state.compare_exchange_strong(first, kRunnable, std::memory_order_seq_cst)) {
+    f->woken_by_notify = true;
+    f->rt->Schedule(f);
+    return;
+  }
   f->permit.store(true, std::memory_order_seq_cst);
   for (;;) {
     int s = f->state.load(std::memory_order_seq_cst);
@@ -829,7 +850,11 @@ void Runtime::Impl::Sleep(Worker& w) {
   for (const auto& v : workers) work = work || v->queue.size_approx() != 0;
   if (!work && !stop.load(std::memory_order_acquire)) {
     // Idle: a good moment for the stack pool's deferred give-back of memory.
-    if (StackPool::default_pool().trim_pending()) StackPool::default_pool().flush_trim();
+    // Only after a second without stack churn (a burst's stacks stay for the next burst), and
+    // 512 stacks at a time (~5 ms of munmap/madvise here), so new work waits little.
+    if (StackPool::default_pool().trim_pending()) {
+      StackPool::default_pool().flush_trim(std::chrono::seconds(1), 512);
+    }
     // A safety net only: every way work arrives wakes a sleeper.
     Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(100);
     if (std::optional<Clock::time_point> next = w.timers.next_deadline()) {
