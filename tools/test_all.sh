@@ -3,13 +3,13 @@
 # "N passed, M failed" counting test cases (GoogleTest cases from each test's XML; a test binary
 # that produced no result counts as one failure). Exit status is non-zero on any failure.
 #
-#   tools/test_all.sh                      # default, asan, tsan, ubsan, ucontext
+#   tools/test_all.sh                      # default, asan, tsan, ubsan, ucontext, epoll
 #   WEFT_TEST_CONFIGS="default tsan" tools/test_all.sh
 #   WEFT_STRESS_SCALE=10 tools/test_all.sh # stress tests run 10x longer
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-read -r -a configs <<<"${WEFT_TEST_CONFIGS:-default asan tsan ubsan ucontext}"
+read -r -a configs <<<"${WEFT_TEST_CONFIGS:-default asan tsan ubsan ucontext epoll}"
 passed=0
 failed=0
 status=0
