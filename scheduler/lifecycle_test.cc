@@ -22,13 +22,8 @@ namespace weft {
 namespace {
 
 using namespace std::chrono_literals;
+using ::weft::testing::kTsan;
 using ::weft::testing::StressScale;
-
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kTsan = true;
-#else
-constexpr bool kTsan = false;
-#endif
 
 // ---- Shutdown ---------------------------------------------------------------------------------
 

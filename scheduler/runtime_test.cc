@@ -22,15 +22,8 @@ namespace weft {
 namespace {
 
 using namespace std::chrono_literals;
+using ::weft::testing::kTsan;
 using ::weft::testing::StressScale;
-
-#if defined(__SANITIZE_THREAD__)
-// Under TSan every fiber creation and switch costs tens of microseconds (TSan keeps a large
-// state per fiber), so fiber-count tests are scaled down.
-constexpr bool kTsan = true;
-#else
-constexpr bool kTsan = false;
-#endif
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 // Under TSan and ASan a context switch costs far more than the fib(20) the spread test measures
 // (fiber annotations, fake stacks), so the count of fibs per worker stops measuring work: the
