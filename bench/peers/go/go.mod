@@ -1,0 +1,3 @@
+module weft.local/bench/peers/go
+
+go 1.19

@@ -1,0 +1,382 @@
+// bench/peers/go: the standard workloads W1..W8 of ../../../../shared/WORKLOADS.md written for Go,
+// printing the same JSON lines as //bench:weft_workloads ("runtime":"go"). Standard library only,
+// so it builds offline. Run through bench/run_workloads.sh, or:
+//
+//	go run . --reps 5 --workers 2 [--only W1,W3]
+//
+// Where Go cannot express a workload exactly:
+//   - W1: two goroutines on GOMAXPROCS=1 calling runtime.Gosched(); Go does not promise they
+//     alternate, only that each yields the processor.
+//   - W2, W4: Go has no join handles; each task gets its own channel, and the root receives from
+//     each (a join per task), rather than one WaitGroup for all.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+type line struct {
+	Runtime  string  `json:"runtime"`
+	Workload string  `json:"workload"`
+	N        int64   `json:"n"`
+	Workers  int     `json:"workers"`
+	NsPerOp  float64 `json:"ns_per_op"`
+	WallMs   float64 `json:"wall_ms"`
+	RssKb    int64   `json:"rss_kb"`
+	// Workload-specific, as in weft_workloads.
+	SeqMs        *float64 `json:"seq_ms,omitempty"`
+	NsPerTask    *float64 `json:"ns_per_task,omitempty"`
+	MsgsPerS     *float64 `json:"msgs_per_s,omitempty"`
+	ReleaseMs    *float64 `json:"release_ms,omitempty"`
+	RssKbPerTask *float64 `json:"rss_kb_per_task,omitempty"`
+}
+
+func rssKb() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			f := strings.Fields(l)
+			if len(f) >= 2 {
+				v, _ := strconv.ParseInt(f[1], 10, 64)
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// repeat: one warm-up, then reps timed runs; returns the walls (ms).
+func repeat(reps int, body func() float64) []float64 {
+	body()
+	out := make([]float64, 0, reps)
+	for i := 0; i < reps; i++ {
+		out = append(out, body())
+	}
+	return out
+}
+
+func emit(l line) {
+	l.Runtime = "go"
+	l.RssKb = rssKb()
+	b, _ := json.Marshal(l)
+	fmt.Println(string(b))
+}
+
+func f64(v float64) *float64 { return &v }
+
+func w1(reps int) {
+	const yields = 1000000
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	walls := repeat(reps, func() float64 {
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Add(2)
+		for k := 0; k < 2; k++ {
+			go func() {
+				for i := 0; i < yields; i++ {
+					runtime.Gosched()
+				}
+				wg.Done()
+			}()
+		}
+		wg.Wait()
+		return ms(time.Since(start))
+	})
+	wall := median(walls)
+	emit(line{Workload: "yield_pingpong", N: yields, Workers: 1, NsPerOp: wall * 1e6 / (2 * yields), WallMs: wall})
+}
+
+func w2(reps, workers int) {
+	const n = 100000
+	walls := repeat(reps, func() float64 {
+		start := time.Now()
+		done := make([]chan struct{}, n)
+		for i := range done {
+			ch := make(chan struct{})
+			done[i] = ch
+			go func() { close(ch) }()
+		}
+		for _, ch := range done {
+			<-ch
+		}
+		return ms(time.Since(start))
+	})
+	wall := median(walls)
+	emit(line{Workload: "spawn_join", N: n, Workers: workers, NsPerOp: wall * 1e6 / n, WallMs: wall})
+}
+
+func w3(reps, workers int) {
+	const rounds = 1000000
+	walls := repeat(reps, func() float64 {
+		start := time.Now()
+		ping, pong := make(chan int, 1), make(chan int, 1)
+		go func() {
+			for i := 0; i < rounds; i++ {
+				pong <- <-ping
+			}
+		}()
+		for i := 0; i < rounds; i++ {
+			ping <- i
+			<-pong
+		}
+		return ms(time.Since(start))
+	})
+	wall := median(walls)
+	emit(line{Workload: "channel_pingpong", N: rounds, Workers: workers, NsPerOp: wall * 1e6 / rounds, WallMs: wall})
+}
+
+//go:noinline
+func seqFib(n int) uint64 {
+	if n < 2 {
+		return uint64(n)
+	}
+	return seqFib(n-1) + seqFib(n-2)
+}
+
+func fib(n int) uint64 {
+	if n < 2 {
+		return uint64(n)
+	}
+	ch := make(chan uint64, 1)
+	go func() { ch <- fib(n - 1) }()
+	b := fib(n - 2)
+	return <-ch + b
+}
+
+func w4(reps, workers int) {
+	const n = 30
+	const tasks = 1664079.0
+	var seq []float64
+	for i := 0; i < reps+1; i++ {
+		start := time.Now()
+		r := seqFib(n)
+		if r != 832040 {
+			panic("seq fib")
+		}
+		if i > 0 {
+			seq = append(seq, ms(time.Since(start)))
+		}
+	}
+	walls := repeat(reps, func() float64 {
+		start := time.Now()
+		if fib(n) != 832040 {
+			panic("fib")
+		}
+		return ms(time.Since(start))
+	})
+	wall := median(walls)
+	emit(line{Workload: "fib", N: n, Workers: workers, NsPerOp: wall * 1e6, WallMs: wall,
+		SeqMs: f64(median(seq)), NsPerTask: f64(wall * 1e6 / tasks)})
+}
+
+func w5(reps, workers int) {
+	const n = 10000
+	walls := repeat(reps, func() float64 {
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Add(n)
+		for i := 0; i < n; i++ {
+			go func() {
+				time.Sleep(time.Millisecond)
+				wg.Done()
+			}()
+		}
+		wg.Wait()
+		return ms(time.Since(start))
+	})
+	wall := median(walls)
+	emit(line{Workload: "sleep_fanout", N: n, Workers: workers, NsPerOp: wall * 1e6 / n, WallMs: wall})
+}
+
+func w6(reps, workers int) {
+	const conns, trips, size = 100, 1000, 64
+	walls := repeat(reps, func() float64 {
+		start := time.Now()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.(*net.TCPConn).SetNoDelay(true)
+				go func(c net.Conn) {
+					defer c.Close()
+					io.Copy(c, c)
+				}(c)
+			}
+		}()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		delivered := 0
+		for k := 0; k < conns; k++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				c.(*net.TCPConn).SetNoDelay(true)
+				out := make([]byte, size)
+				in := make([]byte, size)
+				r := bufio.NewReaderSize(c, size)
+				ok := 0
+				for i := 0; i < trips; i++ {
+					out[0], out[1] = byte(i), byte(i>>8)
+					if _, err := c.Write(out); err != nil {
+						break
+					}
+					if _, err := io.ReadFull(r, in); err != nil || !bytes.Equal(in, out) {
+						break
+					}
+					ok++
+				}
+				mu.Lock()
+				delivered += ok
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		ln.Close()
+		if delivered != conns*trips {
+			panic("W6: lost messages")
+		}
+		return ms(time.Since(start))
+	})
+	wall := median(walls)
+	ops := float64(conns * trips)
+	emit(line{Workload: "tcp_echo", N: int64(ops), Workers: workers, NsPerOp: wall * 1e6 / ops, WallMs: wall,
+		MsgsPerS: f64(ops / (wall / 1000))})
+}
+
+func w7(reps, workers int) {
+	const fibers, ops = 1000, 1000
+	walls := repeat(reps, func() float64 {
+		var m sync.Mutex
+		counter := 0
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Add(fibers)
+		for i := 0; i < fibers; i++ {
+			go func() {
+				for k := 0; k < ops; k++ {
+					m.Lock()
+					counter++
+					m.Unlock()
+				}
+				wg.Done()
+			}()
+		}
+		wg.Wait()
+		if counter != fibers*ops {
+			panic("W7: lost increments")
+		}
+		return ms(time.Since(start))
+	})
+	wall := median(walls)
+	emit(line{Workload: "mutex_contended", N: fibers * ops, Workers: workers, NsPerOp: wall * 1e6 / (fibers * ops), WallMs: wall})
+}
+
+func w8(reps, workers int) {
+	const n = 100000
+	var rssPerTask []float64
+	walls := repeat(reps, func() float64 {
+		rss0 := rssKb()
+		gate := make(chan struct{})
+		var parked, done sync.WaitGroup
+		parked.Add(n)
+		done.Add(n)
+		for i := 0; i < n; i++ {
+			go func() {
+				parked.Done()
+				<-gate
+				done.Done()
+			}()
+		}
+		parked.Wait()
+		rss1 := rssKb()
+		rssPerTask = append(rssPerTask, float64(rss1-rss0)/n)
+		start := time.Now()
+		close(gate)
+		done.Wait()
+		return ms(time.Since(start))
+	})
+	release := median(walls)
+	// As weft's: RSS per task from the first (warm-up) run.
+	emit(line{Workload: "park_many", N: n, Workers: workers, NsPerOp: 0, WallMs: release,
+		ReleaseMs: f64(release), RssKbPerTask: f64(rssPerTask[0])})
+}
+
+func main() {
+	reps := flag.Int("reps", 5, "timed repetitions after one warm-up")
+	workers := flag.Int("workers", 0, "GOMAXPROCS (0: all cores)")
+	only := flag.String("only", "", "comma-separated workload ids, e.g. W1,W4")
+	flag.Parse()
+	// Keep freed memory, as the other runtimes do (WORKLOADS.md: page faults dominate otherwise).
+	debug.SetGCPercent(400)
+	if *workers > 0 {
+		runtime.GOMAXPROCS(*workers)
+	}
+	w := runtime.GOMAXPROCS(0)
+	want := func(id string) bool {
+		return *only == "" || strings.Contains(","+*only+",", ","+id+",")
+	}
+	if want("W1") {
+		w1(*reps)
+	}
+	if want("W2") {
+		w2(*reps, w)
+	}
+	if want("W3") {
+		w3(*reps, w)
+	}
+	if want("W4") {
+		w4(*reps, w)
+	}
+	if want("W5") {
+		w5(*reps, w)
+	}
+	if want("W6") {
+		w6(*reps, w)
+	}
+	if want("W7") {
+		w7(*reps, w)
+	}
+	if want("W8") {
+		w8(*reps, w)
+	}
+}
