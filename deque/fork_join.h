@@ -238,8 +238,11 @@ class ForkJoinPool {
 
 // ---- Implementation ---------------------------------------------------------------------------
 
+// `inline` as well as always_inline: GCC warns that an always_inline function not declared
+// inline "might not be inlinable", in every file that includes this header.
 template <typename F, typename... Args>
-auto ForkJoinWorker::spawn(F f, Args... args) -> Spawned<fork_join_internal::Task<F, Args...>> {
+inline auto ForkJoinWorker::spawn(F f, Args... args)
+    -> Spawned<fork_join_internal::Task<F, Args...>> {
   using T = fork_join_internal::Task<F, Args...>;
   TaskSlot* slot = deque_.next_slot();
   if (slot == nullptr) [[unlikely]] {
@@ -263,7 +266,7 @@ auto ForkJoinWorker::spawn(F f, Args... args) -> Spawned<fork_join_internal::Tas
 }
 
 template <typename TaskT>
-typename TaskT::Result ForkJoinWorker::sync(Spawned<TaskT>& handle) {
+inline typename TaskT::Result ForkJoinWorker::sync(Spawned<TaskT>& handle) {
   using Result = typename TaskT::Result;
   if (handle.index_ >= Spawned<TaskT>::kSynced) [[unlikely]] {
     if (handle.index_ == Spawned<TaskT>::kSynced)
