@@ -573,82 +573,46 @@ std::size_t StackPool::allocate_cached(const StackOptions& options, Stack* out, 
 }
 
 void StackPool::release_many(Stack* stacks, std::size_t n) noexcept {
-  State& s = *state_;
   for (std::size_t i = 0; i < n; ++i) {
     if (!check_red_zone(stacks[i])) DieRedZone(stacks[i].lo_, stacks[i].class_index_);
   }
-  {
-    std::unique_lock<std::mutex> lock(s.mu);
-    for (std::size_t i = 0; i < n; ++i) {
-      Stack& st = stacks[i];
-      if (st.pool_ != this) continue;
-      const int c = st.class_index_;
-      if (s.cached_bytes + ClassSize(c) > s.options.max_cached_bytes) {
-        // Past the budget: pending (reused first, given back or unmapped when idle).
-        if (st.protection_ == StackProtection::kCompact) {
-          --s.counts.live_compact;
-          ++s.counts.cached_compact;
-          s.classes[c].pending.push_back(st.lo_);
-        } else {
-          --s.counts.live_guarded;
-          ++s.counts.cached_guarded;
-          s.classes[c].guarded_pending.push_back(st.lo_);
-        }
-        ++s.pending_total;
-        s.pending_changed = std::chrono::steady_clock::now();
-        st.pool_ = nullptr;
-        st.lo_ = nullptr;
-        continue;
-      }
-      State::Class& cls = s.classes[c];
-      s.cached_bytes += ClassSize(c);
-      if (st.protection_ == StackProtection::kGuarded) {
-        --s.counts.live_guarded;
-        ++s.counts.cached_guarded;
-        cls.guarded_free.push_back(st.lo_);
-      } else {
-        --s.counts.live_compact;
-        ++s.counts.cached_compact;
-        cls.compact_free.push_back(st.lo_);
-      }
-      st.pool_ = nullptr;
-      st.lo_ = nullptr;
-    }
+  std::lock_guard<std::mutex> lock(state_->mu);
+  for (std::size_t i = 0; i < n; ++i) {
+    Stack& st = stacks[i];
+    if (st.pool_ != this) continue;
+    CacheLocked(st);
+    st.pool_ = nullptr;
+    st.lo_ = nullptr;
   }
 }
 
 void StackPool::release(Stack& stack) noexcept {
+  if (!check_red_zone(stack)) DieRedZone(stack.lo_, stack.class_index_);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  CacheLocked(stack);
+}
+
+void StackPool::CacheLocked(Stack& stack) noexcept {
   State& s = *state_;
   const int c = stack.class_index_;
-  if (!check_red_zone(stack)) DieRedZone(stack.lo_, c);
-  std::unique_lock<std::mutex> lock(s.mu);
   State::Class& cls = s.classes[c];
-  const bool keep = s.cached_bytes + ClassSize(c) <= s.options.max_cached_bytes;
-  if (stack.protection_ == StackProtection::kGuarded) {
+  const bool guarded = stack.protection_ == StackProtection::kGuarded;
+  if (guarded) {
     --s.counts.live_guarded;
-    if (keep) {
-      cls.guarded_free.push_back(stack.lo_);
-      s.cached_bytes += ClassSize(c);
-      ++s.counts.cached_guarded;
-    } else {
-      // Past the budget: unmapped in a batch when idle (each munmap flushes every core's TLB);
-      // reused first until then.
-      ++s.counts.cached_guarded;
-      cls.guarded_pending.push_back(stack.lo_);
-      s.pending_changed = std::chrono::steady_clock::now();
-      ++s.pending_total;
-    }
+    ++s.counts.cached_guarded;
   } else {
     --s.counts.live_compact;
     ++s.counts.cached_compact;
-    if (keep) {
-      s.cached_bytes += ClassSize(c);
-      cls.compact_free.push_back(stack.lo_);
-    } else {
-      cls.pending.push_back(stack.lo_);  // pages given back in a batch (see State)
-      s.pending_changed = std::chrono::steady_clock::now();
-      ++s.pending_total;
-    }
+  }
+  if (s.cached_bytes + ClassSize(c) <= s.options.max_cached_bytes) {
+    s.cached_bytes += ClassSize(c);
+    (guarded ? cls.guarded_free : cls.compact_free).push_back(stack.lo_);
+  } else {
+    // Past the budget: pending, reused first, given back (compact) or unmapped (guarded) in a
+    // batch when idle; each madvise or munmap flushes every core's TLB (see State).
+    (guarded ? cls.guarded_pending : cls.pending).push_back(stack.lo_);
+    ++s.pending_total;
+    s.pending_changed = std::chrono::steady_clock::now();
   }
 }
 

@@ -135,6 +135,9 @@ class StackPool {
   friend struct StackPoolInternals;  // stack.cc's helpers
   struct State;
   void release(Stack& stack) noexcept;
+  // CacheLocked: takes a live stack back (lock held): its class's free list while the cache
+  // budget lasts, else its pending list. release and release_many both use it.
+  void CacheLocked(Stack& stack) noexcept;
   std::unique_ptr<State> state_;
 };
 
