@@ -245,6 +245,10 @@ struct Worker {
 thread_local Worker* t_worker = nullptr;
 thread_local Fiber* t_region_fiber = nullptr;  // the fiber a blocking thread runs for a region
 
+// WorkerOf: the calling thread's worker if it belongs to runtime `rt`, else null (a plain
+// thread, a blocking thread, or a worker of another runtime in the same process).
+Worker* WorkerOf(const Runtime::Impl* rt);
+
 }  // namespace
 }  // namespace scheduler_internal
 
@@ -334,8 +338,7 @@ struct Runtime::Impl {
   // Schedule: makes f runnable from any thread. On a worker of this runtime it becomes that
   // worker's next fiber (a woken fiber runs right after its waker: message-passing locality).
   void Schedule(Fiber* f) {
-    Worker* w = t_worker;
-    if (w != nullptr && w->rt != this) w = nullptr;
+    Worker* w = WorkerOf(this);
     if (f->pinned != nullptr && f->pinned != w) {
       Mail(*f->pinned, f, nullptr);
       return;
@@ -489,6 +492,11 @@ struct Runtime::Impl {
 
 namespace scheduler_internal {
 namespace {
+
+Worker* WorkerOf(const Runtime::Impl* rt) {
+  Worker* w = t_worker;
+  return w != nullptr && w->rt == rt ? w : nullptr;
+}
 
 Waiter* ProvideWaiter(void* arg) {
   auto* w = static_cast<Worker*>(arg);
@@ -682,7 +690,7 @@ void FiberWaiter::note_wait(const char* what, const void* object) {
 
 void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& options) {
   Runtime::Impl& impl = *rt.impl_;
-  Worker* w = t_worker != nullptr && t_worker->rt == &impl ? t_worker : nullptr;
+  Worker* w = WorkerOf(&impl);
   StackOptions so{.size = options.stack_size != 0 ? options.stack_size : impl.options.stack_size,
                   .protection = options.protection};
   Result<Stack> stack =
@@ -787,12 +795,8 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
   if (w.reactor != nullptr && w.reactor->pending_ops() != 0) {
     PollReactor(w, Clock::time_point::min());
   }
-  if (Fiber* g = w.run_next) {  // woken by a timer or a completion
-    w.run_next = nullptr;
-    return g;
-  }
-  if (w.queue.steal(&f) == StealResult::kSuccess) return f;
-  if (Fiber* g = w.yields.pop()) return g;
+  // A fiber woken by a timer or a completion (run_next or the queue), else the yield ring.
+  if (Fiber* g = NextLocal(w)) return g;
   if (std::optional<Fiber*> g = inject.try_pop()) return *g;
   const auto n = static_cast<unsigned>(workers.size());
   if (n > 1) {
@@ -996,8 +1000,8 @@ unsigned Runtime::workers() const { return static_cast<unsigned>(impl_->workers.
 namespace scheduler_internal {
 ForkJoinPool& ForkJoinPoolOf(Runtime& rt) { return *rt.impl_->fork_join; }
 bool InFiberOf(const Runtime& rt) {
-  Worker* w = t_worker;
-  return w != nullptr && w->rt == rt.impl_.get() && w->current != nullptr;
+  Worker* w = WorkerOf(rt.impl_.get());
+  return w != nullptr && w->current != nullptr;
 }
 }  // namespace scheduler_internal
 
