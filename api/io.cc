@@ -60,16 +60,29 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
                     options, "io send", fd));
 }
 
-Result<void> write_all(int fd, const void* buf, std::size_t len, const WaitOptions& options) {
+namespace {
+// WriteAll: repeats one writing operation until len bytes went out.
+template <typename WriteOp>
+Result<void> WriteAll(WriteOp op, const void* buf, std::size_t len) {
   const char* p = static_cast<const char*>(buf);
   while (len != 0) {
-    Result<std::size_t> n = write(fd, p, len, options);
+    Result<std::size_t> n = op(p, len);
     if (!n.ok()) return n.error();
     if (*n == 0) return std::errc::io_error;  // a write that makes no progress
     p += *n;
     len -= *n;
   }
   return {};
+}
+}  // namespace
+
+Result<void> write_all(int fd, const void* buf, std::size_t len, const WaitOptions& options) {
+  return WriteAll([&](const char* p, std::size_t n) { return write(fd, p, n, options); }, buf, len);
+}
+
+Result<void> send_all(int fd, const void* buf, std::size_t len, const WaitOptions& options) {
+  return WriteAll([&](const char* p, std::size_t n) { return send(fd, p, n, 0, options); }, buf,
+                  len);
 }
 
 Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& options) {

@@ -4,8 +4,8 @@
 // and a cancellation token (std::errc::operation_canceled); a runtime shutting down cancels too.
 // Errors are the errno values of the underlying operation, as std::errc.
 //
-// Defines: weft::io::read, write, readv, writev, recv, send, write_all, read_exact, accept,
-// connect, poll, close, make_nonblocking.
+// Defines: weft::io::read, write, readv, writev, recv, send, write_all, send_all, read_exact,
+// accept, connect, poll, close, make_nonblocking.
 //
 // Rules: buffers must stay valid until the call returns (the call always waits for the
 // operation's completion, even when cancelled). Close an fd with io::close (not ::close) while
@@ -43,6 +43,9 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags = 0
 // write the error is returned; the bytes written so far are lost to the caller, as with a stream
 // that broke.
 Result<void> write_all(int fd, const void* buf, std::size_t len, const WaitOptions& options = {});
+// send_all: write_all for sockets, through send (MSG_NOSIGNAL: a closed peer is EPIPE, not a
+// SIGPIPE).
+Result<void> send_all(int fd, const void* buf, std::size_t len, const WaitOptions& options = {});
 // read_exact: reads exactly len bytes; std::errc::connection_aborted if the stream ends first.
 Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& options = {});
 

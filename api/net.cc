@@ -213,26 +213,11 @@ Result<std::size_t> TcpStream::write(const void* buf, std::size_t len, const Wai
 }
 
 Result<void> TcpStream::write_all(const void* buf, std::size_t len, const WaitOptions& options) {
-  const char* p = static_cast<const char*>(buf);
-  while (len != 0) {
-    Result<std::size_t> n = write(p, len, options);
-    if (!n.ok()) return n.error();
-    p += *n;
-    len -= *n;
-  }
-  return {};
+  return io::send_all(fd_, buf, len, options);
 }
 
 Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions& options) {
-  char* p = static_cast<char*>(buf);
-  while (len != 0) {
-    Result<std::size_t> n = read(p, len, options);
-    if (!n.ok()) return n.error();
-    if (*n == 0) return std::errc::connection_aborted;
-    p += *n;
-    len -= *n;
-  }
-  return {};
+  return io::read_exact(fd_, buf, len, options);
 }
 
 Result<void> TcpStream::shutdown_write() {
