@@ -29,11 +29,7 @@ using net::SocketAddress;
 using net::TcpListener;
 using net::TcpStream;
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kSanitizerDivisor = 10;
-#else
-constexpr int kSanitizerDivisor = 1;
-#endif
+constexpr int kSanitizerDivisor = ::weft::testing::kTsan || ::weft::testing::kAsan ? 10 : 1;
 
 constexpr int kMessages = 100;
 constexpr std::size_t kMessageSize = 32;

@@ -84,6 +84,15 @@ std::vector<double> Walls(const std::vector<Sample>& s) {
   return v;
 }
 
+// SpawnAllThenJoin: from a fiber of rt, spawns n fibers running f, then joins every one.
+template <typename F>
+void SpawnAllThenJoin(Runtime& rt, long n, const F& f) {
+  std::vector<JoinHandle<void>> hs;
+  hs.reserve(static_cast<std::size_t>(n));
+  for (long i = 0; i < n; ++i) hs.push_back(rt.spawn(f));
+  for (auto& h : hs) (void)h.join();
+}
+
 // ---- W1: two fibers on one worker alternately yield -------------------------------------------
 void W1(const Options& o) {
   constexpr long kYields = 1000000;
@@ -112,12 +121,7 @@ void W2(const Options& o, unsigned workers) {
   Runtime rt({.workers = workers, .stack_size = 16 << 10});
   auto s = Repeat(o, [&] {
     auto start = Clock::now();
-    rt.block_on([&] {
-      std::vector<JoinHandle<void>> hs;
-      hs.reserve(kN);
-      for (long i = 0; i < kN; ++i) hs.push_back(rt.spawn([] {}));
-      for (auto& h : hs) (void)h.join();
-    });
+    rt.block_on([&] { SpawnAllThenJoin(rt, kN, [] {}); });
     return Sample{Ms(Clock::now() - start)};
   });
   double wall = Median(Walls(s));
@@ -194,12 +198,7 @@ void W5(const Options& o, unsigned workers) {
   auto s = Repeat(o, [&] {
     auto start = Clock::now();
     rt.block_on([&] {
-      std::vector<JoinHandle<void>> hs;
-      hs.reserve(kN);
-      for (long i = 0; i < kN; ++i) {
-        hs.push_back(rt.spawn([] { (void)this_fiber::sleep_for(std::chrono::milliseconds(1)); }));
-      }
-      for (auto& h : hs) (void)h.join();
+      SpawnAllThenJoin(rt, kN, [] { (void)this_fiber::sleep_for(std::chrono::milliseconds(1)); });
     });
     return Sample{Ms(Clock::now() - start)};
   });
@@ -275,17 +274,13 @@ void W7(const Options& o, unsigned workers) {
     long counter = 0;
     auto start = Clock::now();
     rt.block_on([&] {
-      std::vector<JoinHandle<void>> hs;
-      for (long i = 0; i < kFibers; ++i) {
-        hs.push_back(rt.spawn([&] {
-          for (long k = 0; k < kOps; ++k) {
-            (void)m.lock();
-            ++counter;
-            (void)m.unlock();
-          }
-        }));
-      }
-      for (auto& h : hs) (void)h.join();
+      SpawnAllThenJoin(rt, kFibers, [&] {
+        for (long k = 0; k < kOps; ++k) {
+          (void)m.lock();
+          ++counter;
+          (void)m.unlock();
+        }
+      });
     });
     double ms = Ms(Clock::now() - start);
     if (counter != kFibers * kOps) {

@@ -24,15 +24,11 @@ namespace {
 using namespace std::chrono_literals;
 using ::weft::testing::kTsan;
 using ::weft::testing::StressScale;
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 // Under TSan and ASan a context switch costs far more than the fib(20) the spread test measures
 // (fiber annotations, fake stacks), so the count of fibs per worker stops measuring work: the
 // worker that runs yield segments does switch work instead (measured 20/80 under ASan, 44/56
 // without). The spread is checked in the other configurations.
-constexpr bool kSwitchHeavySanitizer = true;
-#else
-constexpr bool kSwitchHeavySanitizer = false;
-#endif
+constexpr bool kSwitchHeavySanitizer = ::weft::testing::kTsan || ::weft::testing::kAsan;
 
 // The calling thread's id, read afresh (pthread_self is declared const: see context_test.cc).
 [[gnu::noinline]] std::thread::id ThreadId() {
