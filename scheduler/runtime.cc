@@ -161,7 +161,6 @@ struct IoRequest {
   Waiter* waiter = nullptr;
   Worker* owner = nullptr;
   std::int64_t result = 0;
-  bool completed = false;                // owner thread only
   std::atomic<bool> finished{false};     // the completion ran (release: result is written)
   std::atomic<bool> cancel_done{false};  // the owner consumed our cancel request
   IoRequest* next_cancel = nullptr;      // the owner's mailbox
@@ -294,15 +293,18 @@ struct Runtime::Impl {
     sleepers.fetch_sub(1, std::memory_order_relaxed);
     w->Wake();
   }
+  // LeaveIdleLocked: takes a sleeping w off the idle list (idle_mu held); false if not on it.
+  bool LeaveIdleLocked(Worker& w) {
+    if (!w.sleeping) return false;
+    idle.erase(std::find(idle.begin(), idle.end(), &w));
+    w.sleeping = false;
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
   // WakeWorker: w specifically has work (its mailbox).
   void WakeWorker(Worker& w) {
     std::lock_guard<std::mutex> lock(idle_mu);
-    if (w.sleeping) {
-      idle.erase(std::find(idle.begin(), idle.end(), &w));
-      w.sleeping = false;
-      sleepers.fetch_sub(1, std::memory_order_relaxed);
-      w.Wake();
-    }
+    if (LeaveIdleLocked(w)) w.Wake();
   }
   void WakeAll() {
     std::lock_guard<std::mutex> lock(idle_mu);
@@ -745,7 +747,8 @@ void Runtime::Impl::TakeMail(Worker& w) {
   }
   while (IoRequest* r = cancels) {
     cancels = r->next_cancel;
-    if (!r->completed) w.reactor->cancel(r->op);
+    // relaxed: the completion, which sets it, runs on this thread too.
+    if (!r->finished.load(std::memory_order_relaxed)) w.reactor->cancel(r->op);
     Waiter* waiter = r->waiter;  // read before the release: r may be gone right after it
     // release: the fiber may leave (and reuse r's memory) once it sees this.
     r->cancel_done.store(true, std::memory_order_release);
@@ -877,11 +880,7 @@ void Runtime::Impl::Sleep(Worker& w) {
              std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()));
   }
   std::lock_guard<std::mutex> lock(idle_mu);
-  if (w.sleeping) {
-    idle.erase(std::find(idle.begin(), idle.end(), &w));
-    w.sleeping = false;
-    sleepers.fetch_sub(1, std::memory_order_relaxed);
-  }
+  (void)LeaveIdleLocked(w);  // still listed if nobody woke us (a timer, or the safety net)
 }
 
 void Runtime::Impl::WorkerLoop(Worker& w) {
@@ -1079,7 +1078,6 @@ void CompleteIo(IoOp& op, std::int64_t result, unsigned /*flags*/) {
   auto* r = static_cast<IoRequest*>(op.user);
   Waiter* waiter = r->waiter;  // read first: r may be gone once `finished` is seen
   r->result = result;
-  r->completed = true;
   // release: the fiber reads result after its acquire load of finished.
   r->finished.store(true, std::memory_order_release);
   waiter->notify();
