@@ -1,105 +1,191 @@
 #!/usr/bin/env bash
 # bench/run_workloads.sh: the standard workloads W1..W8 (../shared/WORKLOADS.md) on weft and on the
-# peers whose toolchains are present, interleaved workload by workload (weft, then each peer), in
-# one run on this machine. Prints a progress line per step and a summary table; writes the JSON
-# lines to bench/results/latest.jsonl and appends them, keyed by commit, to
-# bench/results/history.jsonl.
+# runtimes users would pick instead (Go, Tokio, Boost.Fiber, oneTBB), side by side in one run on
+# this machine. Builds everything first (installing a peer's Debian packages when missing and
+# possible, else skipping that peer with a note), then runs workload by workload, each runtime in
+# turn (weft, then each peer: interleaved, so a slow minute of the machine hits all of them), each
+# in its own process. Prints a progress line per step and a summary table; writes
+#   bench/results/latest.jsonl     this run's JSON lines
+#   bench/results/history.jsonl    every run's lines, keyed by commit (committed to the repo)
+#   bench/results/dashboard.html   ratio plot of the newest run and history plots per workload
 #
-#   bench/run_workloads.sh [--reps N] [--workers N] [--only W1,W2]
+#   bench/run_workloads.sh [--reps N] [--workers N] [--only W1,W2] [--peers go,tokio,...]
+#                          [--no-history] [--check [BASELINE]] [--save-baseline] [--components]
 #
-# Peers so far: Go (Debian's golang-go; installed here when missing and possible, else skipped
-# with a note). Tokio, Boost.Fiber and oneTBB, the dashboard and the regression check: issue 8.
+#   --check       compare weft's results with BASELINE (default bench/results/baseline.jsonl) by
+#                 `bench/report.py compare` and exit 1 on a regression (for CI)
+#   --save-baseline  make this run's weft lines the baseline
+#   --components  also run the component Google Benchmark suites (//...:*_benchmark) with
+#                 --benchmark_format=json into bench/results/components/
+# docs/bench.md explains the numbers.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 reps=5
 workers=2
 only="W1,W2,W3,W4,W5,W6,W7,W8"
+want_peers="go,tokio,boost_fiber,tbb"
+history=1
+check=""
+save_baseline=0
+components=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) reps="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    *) echo "usage: $0 [--reps N] [--workers N] [--only W1,W2,...]" >&2; exit 2 ;;
+    --peers) want_peers="$2"; shift 2 ;;
+    --no-history) history=0; shift ;;
+    --check)
+      if [ $# -gt 1 ] && [ "${2#--}" = "$2" ]; then check="$2"; shift 2; else check=bench/results/baseline.jsonl; shift; fi ;;
+    --save-baseline) save_baseline=1; shift ;;
+    --components) components=1; shift ;;
+    *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 done
-
-echo "building weft's workloads (-c opt)..." >&2
-./bazelw build -c opt //bench:weft_workloads >/dev/null 2>&1 || {
-  echo "weft build failed: ./bazelw build -c opt //bench:weft_workloads" >&2
-  exit 1
+[[ "$reps" =~ ^[1-9][0-9]*$ && "$workers" =~ ^[1-9][0-9]*$ ]] || {
+  echo "--reps and --workers take a positive number" >&2
+  exit 2
 }
-weft_bin="$(./bazelw info -c opt bazel-bin 2>/dev/null)/bench/weft_workloads"
 
+note() { echo "note: $*" >&2; }
+has_peer() { [[ ",$want_peers," == *",$1,"* ]]; }
+
+# apt_install PKG...: installs Debian packages when root (or password-less sudo) allows; else 1.
+apt_install() {
+  local sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo=(sudo); else return 1; fi
+  fi
+  command -v apt-get >/dev/null 2>&1 || return 1
+  echo "installing $* (Debian)..." >&2
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1 ||
+    { "${sudo[@]}" apt-get update -qq >/dev/null 2>&1 &&
+      DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1; }
+}
+
+# ---- build ----------------------------------------------------------------------------------------
 peers=()
-if ! command -v go >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  echo "installing golang-go (Debian) for the Go peer..." >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go >/dev/null 2>&1 || true
+bazel_targets=(//bench:weft_workloads)
+if has_peer tbb; then bazel_targets+=(//bench/peers/tbb:tbb_workloads); fi
+if has_peer boost_fiber; then
+  if [ -f /usr/include/boost/fiber/all.hpp ] || apt_install libboost-fiber-dev; then
+    bazel_targets+=(//bench/peers/boost_fiber:boost_fiber_workloads)
+  else
+    note "no Boost.Fiber (apt-get install libboost-fiber-dev); the boost_fiber peer is skipped"
+  fi
 fi
-if command -v go >/dev/null 2>&1; then
-  echo "building the Go peer ($(go version | cut -d' ' -f3))..." >&2
-  go_bin="$(mktemp -d)/go_workloads"
-  (cd bench/peers/go && GOCACHE="${GOCACHE:-/tmp/weft-gocache}" GOFLAGS=-mod=mod GOPROXY=off \
-    go build -o "$go_bin" .) && peers+=("go")
-else
-  echo "note: no Go toolchain (apt-get install golang-go); the Go peer is skipped" >&2
+echo "building weft's workloads and the C++ peers (-c opt)..." >&2
+if ! ./bazelw build -c opt "${bazel_targets[@]}" >/tmp/weft-bench-build.log 2>&1; then
+  cat /tmp/weft-bench-build.log >&2
+  echo "build failed: ./bazelw build -c opt ${bazel_targets[*]}" >&2
+  exit 1
+fi
+bin="$(./bazelw info -c opt bazel-bin 2>/dev/null)"
+weft_bin="$bin/bench/weft_workloads"
+[[ " ${bazel_targets[*]} " == *" //bench/peers/tbb:tbb_workloads "* ]] && peers+=(tbb)
+[[ " ${bazel_targets[*]} " == *"boost_fiber_workloads"* ]] && peers+=(boost_fiber)
+
+if has_peer go; then
+  command -v go >/dev/null 2>&1 || apt_install golang-go || true
+  if command -v go >/dev/null 2>&1; then
+    echo "building the Go peer ($(go version | cut -d' ' -f3))..." >&2
+    go_bin="$(mktemp -d)/go_workloads"
+    (cd bench/peers/go && GOCACHE="${GOCACHE:-/tmp/weft-gocache}" GOFLAGS=-mod=mod GOPROXY=off \
+      go build -o "$go_bin" .) && peers+=(go)
+  else
+    note "no Go toolchain (apt-get install golang-go); the Go peer is skipped"
+  fi
 fi
 
+if has_peer tokio; then
+  # Tokio's source comes from Debian (librust-tokio-dev, a directory registry); cargo from
+  # Debian's package or a rustup install already on PATH.
+  [ -d /usr/share/cargo/registry ] && ls -d /usr/share/cargo/registry/tokio-1.* >/dev/null 2>&1 ||
+    apt_install librust-tokio-dev || true
+  command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || apt_install cargo || true
+  cargo="$(command -v cargo || echo "$HOME/.cargo/bin/cargo")"
+  if [ -x "$cargo" ] && ls -d /usr/share/cargo/registry/tokio-1.* >/dev/null 2>&1; then
+    echo "building the Tokio peer ($("$cargo" --version | cut -d' ' -f1-2), tokio $(basename /usr/share/cargo/registry/tokio-1.* | cut -d- -f2))..." >&2
+    if (cd bench/peers/tokio && "$cargo" build --release --offline -q) >/tmp/weft-bench-cargo.log 2>&1; then
+      tokio_bin=bench/peers/tokio/target/release/tokio_workloads
+      peers+=(tokio)
+    else
+      cat /tmp/weft-bench-cargo.log >&2
+      note "the Tokio peer did not build (above); it is skipped"
+    fi
+  else
+    note "no cargo or no librust-tokio-dev (apt-get install cargo librust-tokio-dev); the Tokio peer is skipped"
+  fi
+fi
+
+# What each peer implements (the others are omitted: the peer's file says why).
+peer_has() {
+  case "$1:$2" in
+    tbb:W2 | tbb:W4) return 0 ;;
+    tbb:*) return 1 ;;
+    boost_fiber:W6) return 1 ;;
+    *) return 0 ;;
+  esac
+}
+peer_cmd() {
+  case "$1" in
+    go) echo "$go_bin" ;;
+    tokio) echo "$tokio_bin" ;;
+    tbb) echo "$bin/bench/peers/tbb/tbb_workloads" ;;
+    boost_fiber) echo "$bin/bench/peers/boost_fiber/boost_fiber_workloads" ;;
+  esac
+}
+
+# ---- run ------------------------------------------------------------------------------------------
 mkdir -p bench/results
 out=bench/results/latest.jsonl
 : >"$out"
 IFS=',' read -r -a ids <<<"$only"
+runtimes=(weft "${peers[@]}")
+echo "runtimes: ${runtimes[*]}; $workers workers; median of $reps runs after a warm-up" >&2
+step=0
 for id in "${ids[@]}"; do
-  echo "[$id] weft..." >&2
-  "$weft_bin" --reps "$reps" --workers "$workers" --only "$id" >>"$out"
-  for peer in "${peers[@]}"; do
-    echo "[$id] $peer..." >&2
-    case "$peer" in
-      go) "$go_bin" --reps "$reps" --workers "$workers" --only "$id" >>"$out" ;;
-    esac
+  step=$((step + 1))
+  for rt in "${runtimes[@]}"; do
+    if [ "$rt" != weft ] && ! peer_has "$rt" "$id"; then
+      note "$rt has no $id (see bench/peers/$rt)"
+      continue
+    fi
+    echo "[$id $step/${#ids[@]}] $rt..." >&2
+    cmd="$weft_bin"
+    [ "$rt" = weft ] || cmd="$(peer_cmd "$rt")"
+    if ! "$cmd" --reps "$reps" --workers "$workers" --only "$id" >>"$out"; then
+      note "$rt failed on $id; its line is missing"
+    fi
   done
 done
 
-commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-when="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-python3 - "$out" "$commit" "$when" <<'PY' >>bench/results/history.jsonl
-import json, sys
-path, commit, when = sys.argv[1:4]
-for raw in open(path):
-    rec = json.loads(raw)
-    rec["commit"], rec["time"] = commit, when
-    print(json.dumps(rec, sort_keys=True))
-PY
+if [ "$components" = 1 ]; then
+  mkdir -p bench/results/components
+  mapfile -t suites < <(./bazelw query 'attr(tags, "benchmark", kind(cc_binary, //...))' 2>/dev/null)
+  ./bazelw build -c opt "${suites[@]}" >/dev/null 2>&1
+  for t in "${suites[@]}"; do
+    name="${t##*:}"
+    echo "[components] $t..." >&2
+    "$bin/$(echo "${t#//}" | tr ':' '/')" --benchmark_format=json --benchmark_repetitions=5 \
+      --benchmark_out="bench/results/components/$name.json" --benchmark_out_format=json \
+      >/dev/null || note "$t failed"
+  done
+  note "component benchmarks: bench/results/components/*.json (Debian's libbenchmark is a debug build)"
+fi
 
-python3 - "$out" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-by = {}
-for r in rows:
-    by.setdefault(r["workload"], {})[r["runtime"]] = r
-def metric(r):
-    w = r["workload"]
-    if w == "tcp_echo":
-        return r["msgs_per_s"], "msgs/s", True        # higher is better
-    if w == "park_many":
-        return r["release_ms"], "release ms", False
-    if w in ("fib", "sleep_fanout"):
-        return r["wall_ms"], "wall ms", False
-    return r["ns_per_op"], "ns/op", False
-peers = sorted({r["runtime"] for r in rows} - {"weft"})
-print("\n%-18s %-10s %12s" % ("workload", "unit", "weft") + "".join("%14s %8s" % (p, "x") for p in peers))
-for w, rs in by.items():
-    if "weft" not in rs:
-        continue
-    v, unit, higher = metric(rs["weft"])
-    line = "%-18s %-10s %12.2f" % (w, unit, v)
-    for p in peers:
-        if p in rs:
-            pv = metric(rs[p])[0]
-            ratio = (v / pv) if higher else (pv / v)   # > 1: weft is better
-            line += "%14.2f %7.2fx" % (pv, ratio)
-        else:
-            line += "%14s %8s" % ("-", "")
-    print(line)
-print("\nx: how many times better weft is (> 1: weft ahead). JSON lines: bench/results/latest.jsonl")
-PY
+# ---- report ---------------------------------------------------------------------------------------
+if [ "$history" = 1 ]; then
+  python3 bench/report.py history "$out" bench/results/history.jsonl
+  python3 bench/report.py dashboard bench/results/history.jsonl bench/results/dashboard.html >&2
+fi
+python3 bench/report.py table "$out"
+if [ "$save_baseline" = 1 ]; then
+  grep '"runtime": *"weft"' "$out" >bench/results/baseline.jsonl
+  echo "baseline: bench/results/baseline.jsonl" >&2
+fi
+if [ -n "$check" ]; then
+  echo >&2
+  python3 bench/report.py compare "$check" "$out"
+fi

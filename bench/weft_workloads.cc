@@ -1,87 +1,36 @@
 // bench/weft_workloads.cc: the standard workloads W1..W8 of ../shared/WORKLOADS.md on weft's
-// public API (api/weft.h). One JSON object per line per workload:
-//
-//   {"runtime":"weft","workload":"spawn_join","n":100000,"workers":2,"ns_per_op":123.4,
-//    "wall_ms":12.3,"rss_kb":4567}
-//
+// public API (api/weft.h), one JSON line per workload in the format of bench/workload_common.h.
 // Each workload runs once as a warm-up, then --reps times (default 5); the line reports the
-// median. Usage: weft_workloads [--reps N] [--workers N] [--only W1,W4,...]
+// median and the samples. Usage: weft_workloads [--reps N] [--workers N] [--only W1,W4,...]
 //
 //   ./bazelw run -c opt //bench:weft_workloads
 //
 // Extra fields: W4 adds "seq_ms" (sequential fib(30) in the same process) and "ns_per_task";
 // W6 adds "msgs_per_s"; W8 adds "release_ms" (ns_per_op is then unused) and "rss_kb_per_task".
 
-#include <malloc.h>
-
-#include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "api/weft.h"
+#include "bench/workload_common.h"
 
 namespace {
 
 using namespace weft;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::Ms;
+using bench::Options;
+using bench::Repeat;
+using bench::RssKb;
 
-long RssKb() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
-  }
-  return -1;
-}
-
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-struct Sample {
-  double wall_ms = 0;
-  double extra = 0;  // workload-specific (W8: release ms; W4: unused)
-};
-
-struct Options {
-  int reps = 5;
-  unsigned workers = 0;
-  std::string only;
-};
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-void Emit(const char* workload, long n, unsigned workers, double ns_per_op, double wall_ms,
-          const std::string& extra = "") {
-  std::printf(
-      "{\"runtime\":\"weft\",\"workload\":\"%s\",\"n\":%ld,\"workers\":%u,\"ns_per_op\":%.2f,"
-      "\"wall_ms\":%.3f,\"rss_kb\":%ld%s}\n",
-      workload, n, workers, ns_per_op, wall_ms, RssKb(), extra.c_str());
-  std::fflush(stdout);
-}
-
-// Runs body() warm-up + reps times; returns the samples.
-std::vector<Sample> Repeat(const Options& o, const std::function<Sample()>& body) {
-  (void)body();
-  std::vector<Sample> out;
-  for (int i = 0; i < o.reps; ++i) out.push_back(body());
-  return out;
-}
-
-std::vector<double> Walls(const std::vector<Sample>& s) {
-  std::vector<double> v;
-  for (const Sample& x : s) v.push_back(x.wall_ms);
-  return v;
+void Emit(const char* workload, long n, unsigned workers, double ns_per_op,
+          const std::vector<double>& samples, const std::string& extra = "") {
+  bench::Emit("weft", workload, n, workers, ns_per_op, samples, extra);
 }
 
 // SpawnAllThenJoin: from a fiber of rt, spawns n fibers running f, then joins every one.
@@ -109,10 +58,10 @@ void W1(const Options& o) {
       (void)a.join();
       (void)b.join();
     });
-    return Sample{Ms(Clock::now() - start)};
+    return Ms(Clock::now() - start);
   });
-  double wall = Median(Walls(s));
-  Emit("yield_pingpong", kYields, 1, wall * 1e6 / (2.0 * kYields), wall);
+  double wall = bench::Median(s);
+  Emit("yield_pingpong", kYields, 1, wall * 1e6 / (2.0 * kYields), s);
 }
 
 // ---- W2: a root fiber spawns 100,000 empty fibers, then joins every one ----------------------
@@ -122,10 +71,10 @@ void W2(const Options& o, unsigned workers) {
   auto s = Repeat(o, [&] {
     auto start = Clock::now();
     rt.block_on([&] { SpawnAllThenJoin(rt, kN, [] {}); });
-    return Sample{Ms(Clock::now() - start)};
+    return Ms(Clock::now() - start);
   });
-  double wall = Median(Walls(s));
-  Emit("spawn_join", kN, rt.workers(), wall * 1e6 / kN, wall);
+  double wall = bench::Median(s);
+  Emit("spawn_join", kN, rt.workers(), wall * 1e6 / kN, s);
 }
 
 // ---- W3: two fibers bounce a message over two capacity-1 channels -----------------------------
@@ -145,16 +94,13 @@ void W3(const Options& o, unsigned workers) {
       }
       (void)echo.join();
     });
-    return Sample{Ms(Clock::now() - start)};
+    return Ms(Clock::now() - start);
   });
-  double wall = Median(Walls(s));
-  Emit("channel_pingpong", kRounds, rt.workers(), wall * 1e6 / kRounds, wall);
+  double wall = bench::Median(s);
+  Emit("channel_pingpong", kRounds, rt.workers(), wall * 1e6 / kRounds, s);
 }
 
 // ---- W4: fork-join fib(30), a task per call ----------------------------------------------------
-// noinline: the plain recursion, as in //deque:deque_benchmark (GCC otherwise turns it half
-// iterative, which no spawned version can be).
-[[gnu::noinline]] std::uint64_t SeqFib(int n) { return n < 2 ? n : SeqFib(n - 1) + SeqFib(n - 2); }
 std::uint64_t Fib(ForkJoinWorker& w, int n) {
   if (n < 2) return static_cast<std::uint64_t>(n);
   auto a = w.spawn<Fib>(n - 1);
@@ -163,32 +109,18 @@ std::uint64_t Fib(ForkJoinWorker& w, int n) {
 }
 
 void W4(const Options& o, unsigned workers) {
-  constexpr int kN = 30;
-  constexpr double kTasks = 1664079;  // calls of fib(30) that spawn: fib(31) - 1 ... (n >= 2)
-  std::vector<double> seq;
-  for (int i = 0; i < o.reps + 1; ++i) {
-    auto start = Clock::now();
-    volatile std::uint64_t r = SeqFib(kN);
-    (void)r;
-    if (i > 0) seq.push_back(Ms(Clock::now() - start));
-  }
   Runtime rt({.workers = workers});
-  std::uint64_t expect = SeqFib(kN);
   auto s = Repeat(o, [&] {
     auto start = Clock::now();
-    std::uint64_t r = rt.fork_join(Fib, kN);
+    std::uint64_t r = rt.fork_join(Fib, bench::kFibN);
     double ms = Ms(Clock::now() - start);
-    if (r != expect) {
+    if (r != bench::kFibResult) {
       std::fprintf(stderr, "W4: wrong result\n");
       std::exit(1);
     }
-    return Sample{ms};
+    return ms;
   });
-  double wall = Median(Walls(s));
-  char extra[96];
-  std::snprintf(extra, sizeof extra, ",\"seq_ms\":%.3f,\"ns_per_task\":%.2f", Median(seq),
-                wall * 1e6 / kTasks);
-  Emit("fib", kN, rt.workers(), wall * 1e6, wall, extra);
+  bench::EmitFib("weft", o, rt.workers(), s);
 }
 
 // ---- W5: 10,000 fibers each sleep 1 ms ----------------------------------------------------------
@@ -200,10 +132,10 @@ void W5(const Options& o, unsigned workers) {
     rt.block_on([&] {
       SpawnAllThenJoin(rt, kN, [] { (void)this_fiber::sleep_for(std::chrono::milliseconds(1)); });
     });
-    return Sample{Ms(Clock::now() - start)};
+    return Ms(Clock::now() - start);
   });
-  double wall = Median(Walls(s));
-  Emit("sleep_fanout", kN, rt.workers(), wall * 1e6 / kN, wall);
+  double wall = bench::Median(s);
+  Emit("sleep_fanout", kN, rt.workers(), wall * 1e6 / kN, s);
 }
 
 // ---- W6: loopback TCP echo, 100 connections x 1,000 round trips of 64 bytes ------------------
@@ -256,13 +188,13 @@ void W6(const Options& o, unsigned workers) {
       std::fprintf(stderr, "W6: lost messages\n");
       std::exit(1);
     }
-    return Sample{Ms(Clock::now() - start)};
+    return Ms(Clock::now() - start);
   });
-  double wall = Median(Walls(s));
+  double wall = bench::Median(s);
   constexpr double kOps = double{kConns} * kTrips;
   char extra[64];
   std::snprintf(extra, sizeof extra, ",\"msgs_per_s\":%.0f", kOps / (wall / 1000.0));
-  Emit("tcp_echo", static_cast<long>(kOps), rt.workers(), wall * 1e6 / kOps, wall, extra);
+  Emit("tcp_echo", static_cast<long>(kOps), rt.workers(), wall * 1e6 / kOps, s, extra);
 }
 
 // ---- W7: 1,000 fibers x 1,000 lock/increment/unlock on one mutex ------------------------------
@@ -287,10 +219,10 @@ void W7(const Options& o, unsigned workers) {
       std::fprintf(stderr, "W7: lost increments\n");
       std::exit(1);
     }
-    return Sample{ms};
+    return ms;
   });
-  double wall = Median(Walls(s));
-  Emit("mutex_contended", kFibers * kOps, rt.workers(), wall * 1e6 / (kFibers * kOps), wall);
+  double wall = bench::Median(s);
+  Emit("mutex_contended", kFibers * kOps, rt.workers(), wall * 1e6 / (kFibers * kOps), s);
 }
 
 // ---- W8: 100,000 fibers parked on one event at once, then released ---------------------------
@@ -321,49 +253,31 @@ void W8(const Options& o, unsigned workers) {
       for (auto& h : hs) (void)h.join();
       auto end = Clock::now();
       rss_per_task.push_back(static_cast<double>(rss1 - rss0) / kN);
-      return Sample{Ms(end - release)};
+      return Ms(end - release);
     });
   });
-  double release_ms = Median(Walls(s));
+  double release_ms = bench::Median(s);
   char extra[96];
   // RSS per task from the first (warm-up) run: later runs reuse the stacks and fiber objects it
   // left resident, so their deltas show only what was not kept.
   std::snprintf(extra, sizeof extra, ",\"release_ms\":%.3f,\"rss_kb_per_task\":%.3f", release_ms,
                 rss_per_task.front());
-  Emit("park_many", kN, rt.workers(), 0, release_ms, extra);
+  Emit("park_many", kN, rt.workers(), 0, s, extra);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Keep freed memory (WORKLOADS.md: a first-touch page fault costs ~11 us here).
-  mallopt(M_TRIM_THRESHOLD, INT_MAX);
-  mallopt(M_MMAP_THRESHOLD, INT_MAX);
+  bench::KeepFreedMemory();
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--reps") {
-      o.reps = std::max(1, std::atoi(argv[i + 1]));
-    } else if (a == "--workers") {
-      o.workers = static_cast<unsigned>(std::atoi(argv[i + 1]));
-    } else if (a == "--only") {
-      o.only = argv[i + 1];
-    } else {
-      std::fprintf(stderr, "usage: weft_workloads [--reps N] [--workers N] [--only W1,W2,...]\n");
-      return 2;
-    }
-  }
-  auto want = [&](const char* id) {
-    return o.only.empty() ||
-           ("," + o.only + ",").find(std::string(",") + id + ",") != std::string::npos;
-  };
-  if (want("W1")) W1(o);
-  if (want("W2")) W2(o, o.workers);
-  if (want("W3")) W3(o, o.workers);
-  if (want("W4")) W4(o, o.workers);
-  if (want("W5")) W5(o, o.workers);
-  if (want("W6")) W6(o, o.workers);
-  if (want("W7")) W7(o, o.workers);
-  if (want("W8")) W8(o, o.workers);
+  if (!bench::ParseOptions(argc, argv, &o)) return 2;
+  if (o.wants("W1")) W1(o);
+  if (o.wants("W2")) W2(o, o.workers);
+  if (o.wants("W3")) W3(o, o.workers);
+  if (o.wants("W4")) W4(o, o.workers);
+  if (o.wants("W5")) W5(o, o.workers);
+  if (o.wants("W6")) W6(o, o.workers);
+  if (o.wants("W7")) W7(o, o.workers);
+  if (o.wants("W8")) W8(o, o.workers);
   return 0;
 }

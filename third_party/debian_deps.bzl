@@ -9,6 +9,7 @@ upstream source archives (see README, "Using weft from another monorepo"):
   @com_github_google_benchmark//:benchmark, :benchmark_main   libbenchmark-dev
   @liburing//:liburing                    liburing-dev, link flags from pkg-config
   @oneapi_tbb//:tbb                       libtbb-dev (oneTBB; benchmark baselines only)
+  @boost//:fiber                          libboost-fiber-dev (the Boost.Fiber benchmark peer only)
 
 Headers come from /usr/include (a builtin include directory of the host compiler), so the
 generated targets carry only link flags. Debian's abseil is built with ABSL_OPTION_USE_STD_*=0:
@@ -152,6 +153,14 @@ def weft_debian_dependencies():
             debian_package = "liburing-dev",
             headers = {"/usr/include/liburing.h": "liburing-dev"},
             pkg_config_targets = {"liburing": "liburing"},
+        )
+    if "boost" not in existing:
+        # Only the benchmark peer (//bench/peers/boost_fiber, tagged manual) uses it, so the
+        # package is checked when that target is built, not by `//...`.
+        _debian_library(
+            name = "boost",
+            headers = {"/usr/include/boost/fiber/all.hpp": "libboost-fiber-dev"},
+            targets = {"fiber": ["-lboost_fiber", "-lboost_context", "-pthread"]},
         )
     if "oneapi_tbb" not in existing:
         _debian_library(

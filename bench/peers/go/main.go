@@ -37,6 +37,8 @@ type line struct {
 	NsPerOp  float64 `json:"ns_per_op"`
 	WallMs   float64 `json:"wall_ms"`
 	RssKb    int64   `json:"rss_kb"`
+	// The timed runs (ms) whose median is WallMs.
+	SamplesMs []float64 `json:"samples_ms"`
 	// Workload-specific, as in weft_workloads.
 	SeqMs        *float64 `json:"seq_ms,omitempty"`
 	NsPerTask    *float64 `json:"ns_per_task,omitempty"`
@@ -112,7 +114,7 @@ func w1(reps int) {
 		return ms(time.Since(start))
 	})
 	wall := median(walls)
-	emit(line{Workload: "yield_pingpong", N: yields, Workers: 1, NsPerOp: wall * 1e6 / (2 * yields), WallMs: wall})
+	emit(line{SamplesMs: walls, Workload: "yield_pingpong", N: yields, Workers: 1, NsPerOp: wall * 1e6 / (2 * yields), WallMs: wall})
 }
 
 func w2(reps, workers int) {
@@ -131,7 +133,7 @@ func w2(reps, workers int) {
 		return ms(time.Since(start))
 	})
 	wall := median(walls)
-	emit(line{Workload: "spawn_join", N: n, Workers: workers, NsPerOp: wall * 1e6 / n, WallMs: wall})
+	emit(line{SamplesMs: walls, Workload: "spawn_join", N: n, Workers: workers, NsPerOp: wall * 1e6 / n, WallMs: wall})
 }
 
 func w3(reps, workers int) {
@@ -151,7 +153,7 @@ func w3(reps, workers int) {
 		return ms(time.Since(start))
 	})
 	wall := median(walls)
-	emit(line{Workload: "channel_pingpong", N: rounds, Workers: workers, NsPerOp: wall * 1e6 / rounds, WallMs: wall})
+	emit(line{SamplesMs: walls, Workload: "channel_pingpong", N: rounds, Workers: workers, NsPerOp: wall * 1e6 / rounds, WallMs: wall})
 }
 
 //go:noinline
@@ -194,7 +196,7 @@ func w4(reps, workers int) {
 		return ms(time.Since(start))
 	})
 	wall := median(walls)
-	emit(line{Workload: "fib", N: n, Workers: workers, NsPerOp: wall * 1e6, WallMs: wall,
+	emit(line{SamplesMs: walls, Workload: "fib", N: n, Workers: workers, NsPerOp: wall * 1e6, WallMs: wall,
 		SeqMs: f64(median(seq)), NsPerTask: f64(wall * 1e6 / tasks)})
 }
 
@@ -214,7 +216,7 @@ func w5(reps, workers int) {
 		return ms(time.Since(start))
 	})
 	wall := median(walls)
-	emit(line{Workload: "sleep_fanout", N: n, Workers: workers, NsPerOp: wall * 1e6 / n, WallMs: wall})
+	emit(line{SamplesMs: walls, Workload: "sleep_fanout", N: n, Workers: workers, NsPerOp: wall * 1e6 / n, WallMs: wall})
 }
 
 func w6(reps, workers int) {
@@ -279,7 +281,7 @@ func w6(reps, workers int) {
 	})
 	wall := median(walls)
 	ops := float64(conns * trips)
-	emit(line{Workload: "tcp_echo", N: int64(ops), Workers: workers, NsPerOp: wall * 1e6 / ops, WallMs: wall,
+	emit(line{SamplesMs: walls, Workload: "tcp_echo", N: int64(ops), Workers: workers, NsPerOp: wall * 1e6 / ops, WallMs: wall,
 		MsgsPerS: f64(ops / (wall / 1000))})
 }
 
@@ -308,7 +310,7 @@ func w7(reps, workers int) {
 		return ms(time.Since(start))
 	})
 	wall := median(walls)
-	emit(line{Workload: "mutex_contended", N: fibers * ops, Workers: workers, NsPerOp: wall * 1e6 / (fibers * ops), WallMs: wall})
+	emit(line{SamplesMs: walls, Workload: "mutex_contended", N: fibers * ops, Workers: workers, NsPerOp: wall * 1e6 / (fibers * ops), WallMs: wall})
 }
 
 func w8(reps, workers int) {
@@ -337,7 +339,7 @@ func w8(reps, workers int) {
 	})
 	release := median(walls)
 	// As weft's: RSS per task from the first (warm-up) run.
-	emit(line{Workload: "park_many", N: n, Workers: workers, NsPerOp: 0, WallMs: release,
+	emit(line{SamplesMs: walls, Workload: "park_many", N: n, Workers: workers, NsPerOp: 0, WallMs: release,
 		ReleaseMs: f64(release), RssKbPerTask: f64(rssPerTask[0])})
 }
 

@@ -1,0 +1,451 @@
+// bench/peers/tokio: the standard workloads W1..W8 of ../../../../shared/WORKLOADS.md written for
+// Tokio, printing the same JSON lines as //bench:weft_workloads ("runtime":"tokio"). Built offline
+// against Debian's librust-tokio-dev. Run through bench/run_workloads.sh, or:
+//
+//     cargo run --release -- --reps 5 --workers 2 [--only W1,W3]
+//
+// Where Tokio's model differs from the workload's wording:
+//   - Tokio tasks are stackless futures: there is no stack to switch, and W8's RSS per task is the
+//     size of one task's future state, not of a parked stack.
+//   - W1: two tasks on a current-thread runtime calling `yield_now`; Tokio defers a yielded task's
+//     wake-up until after the next I/O driver poll, which it counts as part of a yield.
+//   - W5: Tokio's timer wheel has 1 ms resolution and rounds a sleep up to the next tick.
+//   - W7: `tokio::sync::Mutex` (the asynchronous one, which parks tasks), not `std::sync::Mutex`.
+//   - W8: tasks park on a `Semaphore` with no permits; release adds one permit per task.
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::{Builder, Runtime};
+use tokio::sync::{mpsc, Mutex, Semaphore};
+
+extern "C" {
+    fn mallopt(param: i32, value: i32) -> i32;
+}
+const M_TRIM_THRESHOLD: i32 = -1;
+const M_MMAP_THRESHOLD: i32 = -3;
+
+#[derive(Default)]
+struct Line {
+    workload: &'static str,
+    n: u64,
+    workers: usize,
+    ns_per_op: f64,
+    wall_ms: f64,
+    samples: Vec<f64>,
+    extra: Vec<(&'static str, f64)>,
+}
+
+fn rss_kb() -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1)
+}
+
+fn emit(l: Line) {
+    let mut s = format!(
+        "{{\"runtime\":\"tokio\",\"workload\":\"{}\",\"n\":{},\"workers\":{},\"ns_per_op\":{:.3},\"wall_ms\":{:.3},\"rss_kb\":{}",
+        l.workload, l.n, l.workers, l.ns_per_op, l.wall_ms, rss_kb()
+    );
+    let list: Vec<String> = l.samples.iter().map(|v| format!("{:.3}", v)).collect();
+    s += &format!(",\"samples_ms\":[{}]", list.join(","));
+    for (k, v) in l.extra {
+        s += &format!(",\"{}\":{:.3}", k, v);
+    }
+    println!("{}}}", s);
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    s[s.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+// One warm-up, then `reps` timed runs; their walls (ms).
+fn repeat(reps: usize, mut body: impl FnMut() -> f64) -> Vec<f64> {
+    body();
+    (0..reps).map(|_| body()).collect()
+}
+
+fn multi(workers: usize) -> Runtime {
+    Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+// Spawns n tasks made by `task`, then awaits every one (W2, W5, W7).
+async fn spawn_all_then_join<F, Fut>(n: usize, task: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let handles: Vec<_> = (0..n).map(|_| tokio::spawn(task())).collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+}
+
+// Emits a line whose op is one of `ops` equal parts of each run.
+fn emit_per_op(workload: &'static str, n: u64, ops: f64, workers: usize, samples: Vec<f64>) {
+    let wall = median(&samples);
+    emit(Line {
+        samples,
+        workload,
+        n,
+        workers,
+        ns_per_op: wall * 1e6 / ops,
+        wall_ms: wall,
+        ..Default::default()
+    });
+}
+
+fn w1(reps: usize) {
+    const YIELDS: u64 = 1_000_000;
+    let rt = Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let samples = repeat(reps, || {
+        rt.block_on(async {
+            let start = Instant::now();
+            let a = tokio::spawn(async {
+                for _ in 0..YIELDS {
+                    tokio::task::yield_now().await;
+                }
+            });
+            let b = tokio::spawn(async {
+                for _ in 0..YIELDS {
+                    tokio::task::yield_now().await;
+                }
+            });
+            a.await.unwrap();
+            b.await.unwrap();
+            ms(start.elapsed())
+        })
+    });
+    emit_per_op("yield_pingpong", YIELDS, (2 * YIELDS) as f64, 1, samples);
+}
+
+fn w2(rt: &Runtime, reps: usize, workers: usize) {
+    const N: usize = 100_000;
+    let samples = repeat(reps, || {
+        rt.block_on(async {
+            let start = Instant::now();
+            spawn_all_then_join(N, || async {}).await;
+            ms(start.elapsed())
+        })
+    });
+    emit_per_op("spawn_join", N as u64, N as f64, workers, samples);
+}
+
+fn w3(rt: &Runtime, reps: usize, workers: usize) {
+    const ROUNDS: u64 = 1_000_000;
+    let samples = repeat(reps, || {
+        rt.block_on(async {
+            let start = Instant::now();
+            let (ping_tx, mut ping_rx) = mpsc::channel::<u64>(1);
+            let (pong_tx, mut pong_rx) = mpsc::channel::<u64>(1);
+            let echo = tokio::spawn(async move {
+                while let Some(v) = ping_rx.recv().await {
+                    if pong_tx.send(v).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            // The root side runs in a spawned task too, so both ends are on worker threads.
+            let root = tokio::spawn(async move {
+                for i in 0..ROUNDS {
+                    ping_tx.send(i).await.unwrap();
+                    assert_eq!(pong_rx.recv().await, Some(i));
+                }
+            });
+            root.await.unwrap();
+            echo.await.unwrap();
+            ms(start.elapsed())
+        })
+    });
+    emit_per_op("channel_pingpong", ROUNDS, ROUNDS as f64, workers, samples);
+}
+
+#[inline(never)]
+fn seq_fib(n: u32) -> u64 {
+    if n < 2 {
+        n as u64
+    } else {
+        seq_fib(n - 1) + seq_fib(n - 2)
+    }
+}
+
+// A task spawned for fib(n-1) at every call; fib(n-2) runs in the calling task (as Go's and weft's).
+fn fib(n: u32) -> Pin<Box<dyn Future<Output = u64> + Send>> {
+    Box::pin(async move {
+        if n < 2 {
+            return n as u64;
+        }
+        let child = tokio::spawn(fib(n - 1));
+        let b = fib(n - 2).await;
+        child.await.unwrap() + b
+    })
+}
+
+fn w4(rt: &Runtime, reps: usize, workers: usize) {
+    const N: u32 = 30;
+    const TASKS: f64 = 1_664_079.0;
+    let seq = median(&repeat(reps, || {
+        let start = Instant::now();
+        // A volatile read keeps the argument opaque, so the call is not folded at compile time.
+        assert_eq!(seq_fib(unsafe { std::ptr::read_volatile(&N) }), 832_040);
+        ms(start.elapsed())
+    }));
+    let samples = repeat(reps, || {
+        rt.block_on(async {
+            let start = Instant::now();
+            let r = tokio::spawn(fib(N)).await.unwrap();
+            assert_eq!(r, 832_040);
+            ms(start.elapsed())
+        })
+    });
+    let wall = median(&samples);
+    emit(Line {
+        samples,
+        workload: "fib",
+        n: N as u64,
+        workers,
+        ns_per_op: wall * 1e6,
+        wall_ms: wall,
+        extra: vec![("seq_ms", seq), ("ns_per_task", wall * 1e6 / TASKS)],
+    });
+}
+
+fn w5(rt: &Runtime, reps: usize, workers: usize) {
+    const N: usize = 10_000;
+    let samples = repeat(reps, || {
+        rt.block_on(async {
+            let start = Instant::now();
+            spawn_all_then_join(N, || tokio::time::sleep(Duration::from_millis(1))).await;
+            ms(start.elapsed())
+        })
+    });
+    emit_per_op("sleep_fanout", N as u64, N as f64, workers, samples);
+}
+
+fn w6(rt: &Runtime, reps: usize, workers: usize) {
+    const CONNS: usize = 100;
+    const TRIPS: usize = 1000;
+    const SIZE: usize = 64;
+    let samples = repeat(reps, || {
+        rt.block_on(async {
+            let start = Instant::now();
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = listener.local_addr().unwrap();
+            let server = tokio::spawn(async move {
+                let mut echoers = Vec::with_capacity(CONNS);
+                for _ in 0..CONNS {
+                    let (mut s, _) = listener.accept().await.expect("accept");
+                    s.set_nodelay(true).unwrap();
+                    echoers.push(tokio::spawn(async move {
+                        let mut buf = [0u8; SIZE];
+                        loop {
+                            match s.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(k) => {
+                                    if s.write_all(&buf[..k]).await.is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                    }));
+                }
+                for e in echoers {
+                    e.await.unwrap();
+                }
+            });
+            let delivered = Arc::new(AtomicUsize::new(0));
+            let mut clients = Vec::with_capacity(CONNS);
+            for _ in 0..CONNS {
+                let delivered = delivered.clone();
+                clients.push(tokio::spawn(async move {
+                    let mut s = TcpStream::connect(addr).await.expect("connect");
+                    s.set_nodelay(true).unwrap();
+                    let mut out = [0u8; SIZE];
+                    let mut inb = [0u8; SIZE];
+                    for i in 0..TRIPS {
+                        out[0] = i as u8;
+                        out[1] = (i >> 8) as u8;
+                        if s.write_all(&out).await.is_err()
+                            || s.read_exact(&mut inb).await.is_err()
+                            || inb != out
+                        {
+                            break;
+                        }
+                        delivered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }));
+            }
+            for c in clients {
+                c.await.unwrap();
+            }
+            server.await.unwrap();
+            assert_eq!(
+                delivered.load(Ordering::Relaxed),
+                CONNS * TRIPS,
+                "W6: lost messages"
+            );
+            ms(start.elapsed())
+        })
+    });
+    let wall = median(&samples);
+    let ops = (CONNS * TRIPS) as f64;
+    emit(Line {
+        samples,
+        workload: "tcp_echo",
+        n: ops as u64,
+        workers,
+        ns_per_op: wall * 1e6 / ops,
+        wall_ms: wall,
+        extra: vec![("msgs_per_s", ops / (wall / 1000.0))],
+    });
+}
+
+fn w7(rt: &Runtime, reps: usize, workers: usize) {
+    const TASKS: usize = 1000;
+    const OPS: usize = 1000;
+    let samples = repeat(reps, || {
+        rt.block_on(async {
+            let counter = Arc::new(Mutex::new(0usize));
+            let start = Instant::now();
+            spawn_all_then_join(TASKS, || {
+                let counter = counter.clone();
+                async move {
+                    for _ in 0..OPS {
+                        *counter.lock().await += 1;
+                    }
+                }
+            })
+            .await;
+            let wall = ms(start.elapsed());
+            assert_eq!(*counter.lock().await, TASKS * OPS, "W7: lost increments");
+            wall
+        })
+    });
+    emit_per_op(
+        "mutex_contended",
+        (TASKS * OPS) as u64,
+        (TASKS * OPS) as f64,
+        workers,
+        samples,
+    );
+}
+
+fn w8(rt: &Runtime, reps: usize, workers: usize) {
+    const N: usize = 100_000;
+    let mut rss_per_task = Vec::new();
+    let samples = repeat(reps, || {
+        rt.block_on(async {
+            let rss0 = rss_kb();
+            let gate = Arc::new(Semaphore::new(0));
+            let parked = Arc::new(AtomicUsize::new(0));
+            let mut handles = Vec::with_capacity(N);
+            for _ in 0..N {
+                let (gate, parked) = (gate.clone(), parked.clone());
+                handles.push(tokio::spawn(async move {
+                    parked.fetch_add(1, Ordering::Relaxed);
+                    gate.acquire().await.unwrap().forget();
+                }));
+            }
+            while parked.load(Ordering::Relaxed) < N {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            rss_per_task.push((rss_kb() - rss0) as f64 / N as f64);
+            let start = Instant::now();
+            gate.add_permits(N);
+            for h in handles {
+                h.await.unwrap();
+            }
+            ms(start.elapsed())
+        })
+    });
+    let release = median(&samples);
+    // As weft's: RSS per task from the first (warm-up) run.
+    emit(Line {
+        samples,
+        workload: "park_many",
+        n: N as u64,
+        workers,
+        ns_per_op: 0.0,
+        wall_ms: release,
+        extra: vec![
+            ("release_ms", release),
+            ("rss_kb_per_task", rss_per_task[0]),
+        ],
+    });
+}
+
+fn main() {
+    let mut reps = 5usize;
+    let mut workers = 0usize;
+    let mut only = String::new();
+    let args: Vec<String> = std::env::args().collect();
+    let mut i = 1;
+    while i < args.len() {
+        let value = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--reps" => reps = value.parse().expect("--reps N"),
+            "--workers" => workers = value.parse().expect("--workers N"),
+            "--only" => only = value,
+            other => {
+                eprintln!("unknown argument {other}; usage: tokio_workloads [--reps N] [--workers N] [--only W1,W2]");
+                std::process::exit(2);
+            }
+        }
+        i += 2;
+    }
+    if reps == 0 {
+        eprintln!("--reps must be at least 1");
+        std::process::exit(2);
+    }
+    // Keep freed memory, as the other runtimes do (WORKLOADS.md: page faults dominate otherwise).
+    unsafe {
+        mallopt(M_TRIM_THRESHOLD, i32::MAX);
+        mallopt(M_MMAP_THRESHOLD, i32::MAX);
+    }
+    if workers == 0 {
+        workers = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+    }
+    let want = |id: &str| only.is_empty() || only.split(',').any(|w| w == id);
+    if want("W1") {
+        w1(reps);
+    }
+    let rt = multi(workers);
+    let suites: [(&str, fn(&Runtime, usize, usize)); 7] = [
+        ("W2", w2),
+        ("W3", w3),
+        ("W4", w4),
+        ("W5", w5),
+        ("W6", w6),
+        ("W7", w7),
+        ("W8", w8),
+    ];
+    for (id, run) in suites {
+        if want(id) {
+            run(&rt, reps, workers);
+        }
+    }
+}

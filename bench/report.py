@@ -1,0 +1,419 @@
+#!/usr/bin/env python3
+"""bench/report.py: reads the workloads' JSON lines (bench/workload_common.h has the format) and
+Google Benchmark JSON, and writes what bench/run_workloads.sh shows. Python 3 standard library only.
+
+  report.py table LATEST.jsonl
+      The terminal summary: weft against each peer, as ratios.
+  report.py history LATEST.jsonl HISTORY.jsonl
+      Appends LATEST's lines to HISTORY, each keyed by commit, run id and time.
+  report.py dashboard HISTORY.jsonl OUT.html
+      A static HTML page with SVG plots: the newest run's ratios per peer, and every workload's
+      history (weft and the peers) across runs.
+  report.py compare BASELINE CURRENT [--threshold 0.15] [--alpha 0.05] [--runtime weft]
+      The regression check, for CI. BASELINE and CURRENT are both workload JSON lines or both
+      Google Benchmark JSON (--benchmark_repetitions >= 5). A metric regresses when its median is
+      worse than the baseline's by more than the threshold AND a one-sided Mann-Whitney U test on
+      the repeated samples says the difference is not noise (p < alpha). Exit status 1 on any
+      regression, 0 otherwise; 2 on unusable input.
+"""
+
+import argparse
+import html
+import itertools
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+
+# What each workload is judged by: (workload, field, unit, higher_is_better, label).
+METRICS = [
+    ("yield_pingpong", "ns_per_op", "ns/yield", False, "W1 yield"),
+    ("spawn_join", "ns_per_op", "ns/spawn+join", False, "W2 spawn+join"),
+    ("channel_pingpong", "ns_per_op", "ns/round trip", False, "W3 channel"),
+    ("fib", "wall_ms", "ms", False, "W4 fib(30)"),
+    ("sleep_fanout", "wall_ms", "ms", False, "W5 sleep fan-out"),
+    ("tcp_echo", "msgs_per_s", "msgs/s", True, "W6 TCP echo"),
+    ("mutex_contended", "ns_per_op", "ns/lock", False, "W7 mutex"),
+    ("park_many", "release_ms", "release ms", False, "W8 release"),
+    ("park_many", "rss_kb_per_task", "KiB/task", False, "W8 RSS"),
+]
+PEER_ORDER = ["go", "tokio", "boost_fiber", "tbb"]
+
+
+def read_lines(path):
+    rows = []
+    with open(path) as f:
+        for n, raw in enumerate(f, 1):
+            raw = raw.strip()
+            if not raw:
+                continue
+            try:
+                rows.append(json.loads(raw))
+            except json.JSONDecodeError as e:
+                print("%s:%d: not a JSON line (%s)" % (path, n, e), file=sys.stderr)
+                sys.exit(2)
+    return rows
+
+
+def by_runtime(rows):
+    out = {}
+    for r in rows:
+        out.setdefault(r.get("runtime"), {})[r.get("workload")] = r
+    return out
+
+
+def peers_in(rows):
+    seen = {r.get("runtime") for r in rows} - {"weft"}
+    return [p for p in PEER_ORDER if p in seen] + sorted(seen - set(PEER_ORDER))
+
+
+def ratio(weft, peer, higher):
+    """How many times better weft is than peer (> 1: weft ahead)."""
+    if not weft or not peer:
+        return None
+    return weft / peer if higher else peer / weft
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    if v >= 1e5:
+        return "%.0fk" % (v / 1e3)
+    if v >= 100:
+        return "%.0f" % v
+    if v >= 10:
+        return "%.1f" % v
+    return "%.2f" % v
+
+
+def cmd_table(args):
+    rows = read_lines(args.latest)
+    rt = by_runtime(rows)
+    peers = peers_in(rows)
+    head = "%-18s %-14s %9s" % ("workload", "unit", "weft")
+    head += "".join("%13s %7s" % (p, "x") for p in peers)
+    print("\n" + head)
+    for workload, field, unit, higher, label in METRICS:
+        w = rt.get("weft", {}).get(workload, {}).get(field)
+        line = "%-18s %-14s %9s" % (label, unit, fmt(w))
+        for p in peers:
+            pv = rt.get(p, {}).get(workload, {}).get(field)
+            r = ratio(w, pv, higher)
+            line += "%13s %7s" % (fmt(pv), "" if r is None else "%.2fx" % r)
+        print(line)
+    print("\nx: how many times better weft is (> 1: weft ahead); -: the peer has no such workload.")
+    print("JSON lines: %s" % args.latest)
+
+
+def git(*argv):
+    try:
+        return subprocess.run(["git", *argv], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def cmd_history(args):
+    rows = read_lines(args.latest)
+    commit = git("rev-parse", "--short", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    run = "%s@%s" % (commit + ("+" if dirty and dirty != "unknown" else ""), when)
+    with open(args.history, "a") as f:
+        for r in rows:
+            r = dict(r, commit=commit, time=when, run=run)
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+
+
+# ---- dashboard ----------------------------------------------------------------------------------
+
+COLORS = {"weft": "#1f77b4", "go": "#2ca02c", "tokio": "#d62728", "boost_fiber": "#9467bd",
+          "tbb": "#ff7f0e"}
+
+
+def color(runtime):
+    return COLORS.get(runtime, "#7f7f7f")
+
+
+def svg_ratio_chart(latest_rt, peers):
+    """Horizontal bars on a log axis: for each metric, weft's ratio against each peer."""
+    bars = []
+    for workload, field, unit, higher, label in METRICS:
+        w = latest_rt.get("weft", {}).get(workload, {}).get(field)
+        for p in peers:
+            r = ratio(w, latest_rt.get(p, {}).get(workload, {}).get(field), higher)
+            if r:
+                bars.append((label, p, r))
+    if not bars:
+        return "<p>No peer results in the newest run.</p>"
+    lo = min(0.25, min(r for _, _, r in bars) / 1.5)
+    hi = max(4.0, max(r for _, _, r in bars) * 1.5)
+    width, left, bar_h, gap = 760, 150, 14, 10
+    plot_w = width - left - 60
+
+    def x(r):
+        return left + plot_w * (math.log10(r) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+
+    parts, y, last = [], 30, None
+    for label, p, r in bars:
+        if label != last:
+            y += gap
+            parts.append('<text x="%d" y="%d" font-size="12" text-anchor="end">%s</text>'
+                         % (left - 8, y + bar_h - 3, html.escape(label)))
+            last = label
+        x0, x1 = x(1.0), x(r)
+        parts.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s: %.2fx</title></rect>'
+                     % (min(x0, x1), y, abs(x1 - x0), bar_h - 2, color(p), html.escape(p), r))
+        parts.append('<text x="%.1f" y="%d" font-size="10">%.2fx</text>' % (max(x0, x1) + 3, y + bar_h - 4, r))
+        y += bar_h
+    height = y + 40
+    ticks = []
+    t = 10 ** math.floor(math.log10(lo))
+    while t <= hi:
+        for m in (1, 2, 5):
+            v = t * m
+            if lo <= v <= hi:
+                ticks.append('<line x1="%.1f" x2="%.1f" y1="25" y2="%d" stroke="#ddd"/>'
+                             '<text x="%.1f" y="%d" font-size="10" text-anchor="middle">%gx</text>'
+                             % (x(v), x(v), y, x(v), y + 14, v))
+        t *= 10
+    legend = "".join('<rect x="%d" y="6" width="10" height="10" fill="%s"/><text x="%d" y="15" font-size="11">%s</text>'
+                     % (left + 110 * i, color(p), left + 110 * i + 14, html.escape(p)) for i, p in enumerate(peers))
+    return ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d">%s%s'
+            '<line x1="%.1f" x2="%.1f" y1="25" y2="%d" stroke="#333"/>%s'
+            '<text x="%d" y="%d" font-size="11">weft behind &#8592; 1x &#8594; weft ahead (log scale)</text></svg>'
+            % (width, height, legend, "".join(ticks), x(1.0), x(1.0), y, "".join(parts), left, height - 6))
+
+
+def svg_history(points_by_runtime, runs, title, unit):
+    """One metric across runs: a polyline per runtime, the x axis in run order."""
+    width, height, left, bottom, top = 560, 220, 60, 40, 24
+    values = [v for pts in points_by_runtime.values() for _, v in pts]
+    if not values:
+        return ""
+    vmax = max(values) * 1.1 or 1.0
+    log = max(values) / max(min(values), 1e-9) > 50  # a wide spread reads better on a log axis
+    vmin = min(values) / 1.3 if log else 0.0
+
+    def y(v):
+        if log:
+            f = (math.log10(v) - math.log10(vmin)) / (math.log10(vmax) - math.log10(vmin))
+        else:
+            f = (v - vmin) / (vmax - vmin)
+        return height - bottom - f * (height - bottom - top)
+
+    n = max(len(runs), 2)
+
+    def x(i):
+        return left + i * (width - left - 20) / (n - 1)
+
+    parts = ['<text x="%d" y="16" font-size="13"><tspan font-weight="bold">%s</tspan> %s%s</text>'
+             % (left, html.escape(title), html.escape(unit), ", log scale" if log else "")]
+    for frac in (0, 0.5, 1):
+        v = (vmin * (vmax / vmin) ** frac) if log else vmin + frac * (vmax - vmin)
+        parts.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" font-size="9" text-anchor="end">%s</text>'
+                     % (left, width - 20, y(v), y(v), left - 4, y(v) + 3, fmt(v)))
+    for i, run in enumerate(runs):
+        if len(runs) <= 12 or i % math.ceil(len(runs) / 12) == 0 or i == len(runs) - 1:
+            parts.append('<text x="%.1f" y="%d" font-size="9" text-anchor="end" transform="rotate(-30 %.1f %d)">%s</text>'
+                         % (x(i), height - bottom + 14, x(i), height - bottom + 14, html.escape(run.split("@")[0])))
+    for rt_name, pts in points_by_runtime.items():
+        if not pts:
+            continue
+        path = " ".join("%.1f,%.1f" % (x(i), y(v)) for i, v in pts)
+        dash = "" if rt_name == "weft" else ' stroke-dasharray="4 3"'
+        parts.append('<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>' % (color(rt_name), dash, path))
+        for i, v in pts:
+            parts.append('<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"><title>%s %s: %s %s</title></circle>'
+                         % (x(i), y(v), color(rt_name), html.escape(rt_name), html.escape(runs[i]), fmt(v), html.escape(unit)))
+    legend = "".join('<rect x="%d" y="%d" width="10" height="3" fill="%s"/><text x="%d" y="%d" font-size="10">%s</text>'
+                     % (width - 110, top + 12 * k, color(r), width - 96, top + 12 * k + 4, html.escape(r))
+                     for k, r in enumerate(points_by_runtime) if points_by_runtime[r])
+    return '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d">%s%s</svg>' % (width, height, "".join(parts), legend)
+
+
+def cmd_dashboard(args):
+    rows = read_lines(args.history)
+    if not rows:
+        sys.exit("%s is empty: run bench/run_workloads.sh first" % args.history)
+    runs = []
+    for r in rows:
+        run = r.get("run") or "%s@%s" % (r.get("commit", "?"), r.get("time", "?"))
+        r["run"] = run
+        if run not in runs:
+            runs.append(run)
+    runs = runs[-args.last:]
+    index = {run: i for i, run in enumerate(runs)}
+    newest = [r for r in rows if r["run"] == runs[-1]]
+    # Peers of the newest run may be missing from it (toolchain absent): take each runtime's latest.
+    latest_rt = {}
+    for r in rows:
+        if r["run"] in index:
+            latest_rt.setdefault(r["runtime"], {})[r["workload"]] = r
+    peers = peers_in([r for r in rows if r["run"] in index])
+    body = ["<h1>weft: standard workloads</h1>",
+            "<p>Workloads W1..W8 of WORKLOADS.md, run by <code>bench/run_workloads.sh</code>: weft and each "
+            "peer interleaved, the same worker count, the median of repeated runs after a warm-up. Newest run: "
+            "<b>%s</b> (%d runs in the history shown). A ratio above 1 means weft is ahead.</p>"
+            % (html.escape(runs[-1]), len(runs)),
+            "<h2>Newest ratios</h2>", svg_ratio_chart(by_runtime(newest) if len(peers_in(newest)) else latest_rt, peers_in(newest) or peers)]
+    table = ["<table border=1 cellpadding=4 cellspacing=0><tr><th>workload</th><th>unit</th><th>weft</th>"]
+    table += ["<th>%s</th><th>x</th>" % html.escape(p) for p in peers]
+    table.append("</tr>")
+    nrt = by_runtime(newest)
+    for workload, field, unit, higher, label in METRICS:
+        w = nrt.get("weft", {}).get(workload, {}).get(field)
+        cells = "<td>%s</td><td>%s</td><td>%s</td>" % (html.escape(label), unit, fmt(w))
+        for p in peers:
+            pv = nrt.get(p, {}).get(workload, {}).get(field)
+            r = ratio(w, pv, higher)
+            cells += "<td>%s</td><td>%s</td>" % (fmt(pv), "" if r is None else "%.2fx" % r)
+        table.append("<tr>%s</tr>" % cells)
+    table.append("</table>")
+    body += ["<h2>Newest run</h2>", "".join(table), "<h2>History</h2>",
+             "<p>weft solid, peers dashed; x axis: runs in order, labelled by commit.</p>"]
+    for workload, field, unit, higher, label in METRICS:
+        pts = {}
+        for r in rows:
+            if r["run"] in index and r["workload"] == workload and r.get(field) is not None:
+                pts.setdefault(r["runtime"], []).append((index[r["run"]], r[field]))
+        ordered = {k: pts[k] for k in ["weft"] + PEER_ORDER + sorted(pts) if k in pts}
+        body.append(svg_history(ordered, runs, label + (" (higher is better)" if higher else ""), unit))
+    page = ("<!doctype html><html><head><meta charset=utf-8><title>weft benchmarks</title>"
+            "<style>body{font-family:sans-serif;max-width:1200px;margin:1em auto}svg{margin:6px}"
+            "td{text-align:right}</style></head><body>%s</body></html>\n" % "\n".join(body))
+    with open(args.out, "w") as f:
+        f.write(page)
+    print("dashboard: %s (%d runs)" % (args.out, len(runs)))
+
+
+# ---- regression check ---------------------------------------------------------------------------
+
+def mann_whitney_greater(a, b):
+    """One-sided p-value that samples a tend to be larger than samples b (Mann-Whitney U).
+
+    Exact (every assignment of the pooled ranks) for small samples, the normal approximation with
+    a continuity correction otherwise. Ties count a half.
+    """
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+
+    def u_of(xs, ys):
+        return sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in xs for y in ys)
+
+    u = u_of(a, b)
+    pooled = list(a) + list(b)
+    if math.comb(n1 + n2, n1) <= 200000:
+        count = total = 0
+        for idx in itertools.combinations(range(n1 + n2), n1):
+            chosen = set(idx)
+            xs = [pooled[i] for i in idx]
+            ys = [pooled[i] for i in range(n1 + n2) if i not in chosen]
+            total += 1
+            if u_of(xs, ys) >= u - 1e-9:
+                count += 1
+        return count / total
+    mean = n1 * n2 / 2.0
+    sd = math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12.0)
+    z = (u - mean - 0.5) / sd
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def load_samples(path, runtime):
+    """{metric name: (samples, higher_is_better)} from workload lines or Google Benchmark JSON."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        print("compare: %s" % e, file=sys.stderr)
+        sys.exit(2)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    out = {}
+    if isinstance(doc, dict) and "benchmarks" in doc:  # Google Benchmark JSON
+        for b in doc["benchmarks"]:
+            if b.get("run_type", "iteration") != "iteration":
+                continue
+            name = b.get("run_name", b["name"])
+            t = b.get("real_time")
+            if t is not None:
+                out.setdefault(name, ([], False))[0].append(float(t))
+        return out
+    for r in read_lines(path):
+        if r.get("runtime") != runtime:
+            continue
+        for workload, field, unit, higher, label in METRICS:
+            if r.get("workload") != workload:
+                continue
+            if field in ("ns_per_op", "wall_ms", "release_ms", "msgs_per_s") and r.get("samples_ms"):
+                # Every timed metric is a fixed amount of work over a wall: compare the walls.
+                out["%s (wall ms)" % workload] = ([float(s) for s in r["samples_ms"]], False)
+            elif field == "rss_kb_per_task" and r.get(field) is not None:
+                out[label] = ([float(r[field])], False)
+    return out
+
+
+def cmd_compare(args):
+    base = load_samples(args.baseline, args.runtime)
+    cur = load_samples(args.current, args.runtime)
+    if not base or not cur:
+        print("compare: no %s results in %s" % (args.runtime, args.baseline if not base else args.current))
+        return 2
+    regressions = 0
+    print("%-36s %12s %12s %8s %8s  %s" % ("metric", "baseline", "current", "change", "p", "verdict"))
+    for name in sorted(set(base) & set(cur)):
+        (b, higher), (c, _) = base[name], cur[name]
+        mb, mc = statistics.median(b), statistics.median(c)
+        change = (mc - mb) / mb if mb else 0.0
+        worse = -change if higher else change
+        if len(b) >= 2 and len(c) >= 2:
+            p = mann_whitney_greater(b, c) if higher else mann_whitney_greater(c, b)
+            regressed = worse > args.threshold and p < args.alpha
+            ptxt = "%.3f" % p
+        else:  # a single value (W8's RSS): the threshold alone, doubled for lack of samples
+            regressed = worse > 2 * args.threshold
+            ptxt = "n/a"
+        regressions += regressed
+        verdict = "REGRESSION" if regressed else ("better" if worse < -args.threshold else "ok")
+        print("%-36s %12s %12s %+7.1f%% %8s  %s" % (name[:36], fmt(mb), fmt(mc), 100 * change, ptxt, verdict))
+    for name in sorted(set(base) - set(cur)):
+        print("%-36s missing from the current run" % name[:36])
+    print("\n%d regression(s) beyond %.0f%% at p < %.2f" % (regressions, 100 * args.threshold, args.alpha))
+    return 1 if regressions else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("table")
+    t.add_argument("latest")
+    h = sub.add_parser("history")
+    h.add_argument("latest")
+    h.add_argument("history")
+    d = sub.add_parser("dashboard")
+    d.add_argument("history")
+    d.add_argument("out")
+    d.add_argument("--last", type=int, default=40, help="how many runs of the history to plot")
+    c = sub.add_parser("compare")
+    c.add_argument("baseline")
+    c.add_argument("current")
+    c.add_argument("--threshold", type=float, default=0.15)
+    c.add_argument("--alpha", type=float, default=0.05)
+    c.add_argument("--runtime", default="weft")
+    args = ap.parse_args()
+    if args.cmd == "table":
+        cmd_table(args)
+    elif args.cmd == "history":
+        cmd_history(args)
+    elif args.cmd == "dashboard":
+        cmd_dashboard(args)
+    else:
+        sys.exit(cmd_compare(args))
+
+
+if __name__ == "__main__":
+    main()

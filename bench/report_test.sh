@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench/report_test.sh: bench/report.py's regression check flags a real slowdown (exit 1), passes
+# noise and speed-ups (exit 0), refuses unusable input (exit 2); the table and dashboard render.
+set -euo pipefail
+report="${TEST_SRCDIR:-$(dirname "$0")/..}/${TEST_WORKSPACE:-weft}/bench/report.py"
+[ -f "$report" ] || report="$(dirname "$0")/report.py"
+dir="${TEST_TMPDIR:-$(mktemp -d)}"
+
+line() {  # line RUNTIME WORKLOAD SAMPLES...
+  local rt="$1" w="$2"
+  shift 2
+  local list
+  list="$(IFS=,; echo "$*")"
+  echo "{\"runtime\":\"$rt\",\"workload\":\"$w\",\"n\":1,\"workers\":2,\"ns_per_op\":1,\"wall_ms\":$1,\"rss_kb\":1,\"samples_ms\":[$list]}"
+}
+expect() {  # expect STATUS COMMAND...
+  local want="$1" got=0
+  shift
+  "$@" >"$dir/out" 2>&1 || got=$?
+  if [ "$got" != "$want" ]; then
+    echo "FAIL: '$*' exited $got, expected $want:" >&2
+    cat "$dir/out" >&2
+    exit 1
+  fi
+}
+
+line weft spawn_join 10.0 10.1 9.9 10.2 10.0 >"$dir/base.jsonl"
+line weft spawn_join 12.0 12.1 11.9 12.2 12.3 >"$dir/slower.jsonl"      # +20%, clearly apart
+line weft spawn_join 10.1 9.8 10.3 10.0 9.9 >"$dir/noise.jsonl"         # the same, reshuffled
+line weft spawn_join 8.0 8.1 7.9 8.2 8.0 >"$dir/faster.jsonl"
+line weft spawn_join 9.0 15.0 9.5 14.0 10.0 >"$dir/wild.jsonl"          # median +5%, no signal
+line go spawn_join 9.0 9.0 9.0 9.0 9.0 >>"$dir/slower.jsonl"
+
+expect 1 python3 "$report" compare "$dir/base.jsonl" "$dir/slower.jsonl"
+grep -q REGRESSION "$dir/out"
+expect 0 python3 "$report" compare "$dir/base.jsonl" "$dir/noise.jsonl"
+expect 0 python3 "$report" compare "$dir/base.jsonl" "$dir/faster.jsonl"
+grep -q better "$dir/out"
+expect 0 python3 "$report" compare "$dir/base.jsonl" "$dir/wild.jsonl"
+# A slowdown smaller than the threshold is not a regression, however certain.
+expect 0 python3 "$report" compare --threshold 0.25 "$dir/base.jsonl" "$dir/slower.jsonl"
+
+echo "not json" >"$dir/bad.jsonl"
+expect 2 python3 "$report" compare "$dir/base.jsonl" "$dir/bad.jsonl"
+expect 2 python3 "$report" compare "$dir/base.jsonl" "$dir/missing.jsonl"
+: >"$dir/empty.jsonl"
+expect 2 python3 "$report" compare "$dir/base.jsonl" "$dir/empty.jsonl"
+
+# Google Benchmark JSON with repetitions: the same test on per-repetition real_time.
+gbench() {  # gbench NAME TIMES...
+  local name="$1" first=1
+  shift
+  echo '{"context":{},"benchmarks":['
+  for t in "$@"; do
+    [ $first = 1 ] || echo ','
+    first=0
+    echo "{\"name\":\"$name\",\"run_name\":\"$name\",\"run_type\":\"iteration\",\"real_time\":$t}"
+  done
+  echo ',{"name":"'"$name"'_mean","run_name":"'"$name"'","run_type":"aggregate","real_time":1}]}'
+}
+gbench BM_Switch 5.0 5.1 4.9 5.0 5.1 >"$dir/gb_base.json"
+gbench BM_Switch 6.5 6.4 6.6 6.5 6.7 >"$dir/gb_slow.json"
+expect 1 python3 "$report" compare "$dir/gb_base.json" "$dir/gb_slow.json"
+expect 0 python3 "$report" compare "$dir/gb_base.json" "$dir/gb_base.json"
+
+# Table and dashboard.
+expect 0 python3 "$report" table "$dir/slower.jsonl"
+grep -q "W2 spawn+join" "$dir/out"
+expect 0 python3 "$report" history "$dir/slower.jsonl" "$dir/history.jsonl"
+expect 0 python3 "$report" history "$dir/base.jsonl" "$dir/history.jsonl"
+expect 0 python3 "$report" dashboard "$dir/history.jsonl" "$dir/dash.html"
+[ "$(grep -o '<svg' "$dir/dash.html" | wc -l)" -ge 2 ]
+echo PASS

@@ -1,0 +1,132 @@
+// bench/workload_common.h: what every C++ implementation of the standard workloads
+// (../shared/WORKLOADS.md) shares, so that weft and its C++ peers (Boost.Fiber, oneTBB) time,
+// repeat and report the same way: command line, malloc settings, RSS, medians and the JSON line.
+//
+// A JSON line (one per workload):
+//   {"runtime":"weft","workload":"spawn_join","n":100000,"workers":2,"ns_per_op":123.4,
+//    "wall_ms":12.3,"rss_kb":4567,"samples_ms":[12.1,12.3,...]<,extra fields>}
+// wall_ms is the median of samples_ms, the timed runs after one warm-up; bench/compare_runs.py
+// uses the samples for its regression test.
+#ifndef WEFT_BENCH_WORKLOAD_COMMON_H_
+#define WEFT_BENCH_WORKLOAD_COMMON_H_
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace weft::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+inline long RssKb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
+}
+
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Options {
+  int reps = 5;
+  unsigned workers = 0;  // 0: the implementation's default (all cores)
+  std::string only;      // comma-separated ids ("W1,W4"); empty: all
+
+  bool wants(const char* id) const {
+    return only.empty() ||
+           ("," + only + ",").find(std::string(",") + id + ",") != std::string::npos;
+  }
+};
+
+// Parses --reps N, --workers N and --only LIST. On anything else prints a usage line and returns
+// false (the caller exits with 2).
+inline bool ParseOptions(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; i += 2) {
+    std::string a = argv[i];
+    if (i + 1 >= argc || (a != "--reps" && a != "--workers" && a != "--only")) {
+      std::fprintf(stderr, "usage: %s [--reps N] [--workers N] [--only W1,W2,...]\n", argv[0]);
+      return false;
+    }
+    if (a == "--reps") o->reps = std::max(1, std::atoi(argv[i + 1]));
+    if (a == "--workers") o->workers = static_cast<unsigned>(std::max(0, std::atoi(argv[i + 1])));
+    if (a == "--only") o->only = argv[i + 1];
+  }
+  return true;
+}
+
+// Keeps freed memory in the process, the same for every runtime (WORKLOADS.md: a first-touch
+// page fault costs ~11 us on these machines and would otherwise dominate spawn-heavy workloads).
+inline void KeepFreedMemory() {
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+  mallopt(M_MMAP_THRESHOLD, INT_MAX);
+}
+
+// Runs body() once as a warm-up, then reps times; returns the timed runs' results (ms).
+inline std::vector<double> Repeat(const Options& o, const std::function<double()>& body) {
+  (void)body();
+  std::vector<double> out;
+  for (int i = 0; i < o.reps; ++i) out.push_back(body());
+  return out;
+}
+
+// Prints one JSON line; wall_ms is the median of samples. extra is appended verbatim (",\"k\":v").
+inline void Emit(const char* runtime, const char* workload, long n, unsigned workers,
+                 double ns_per_op, const std::vector<double>& samples,
+                 const std::string& extra = "") {
+  std::string list;
+  for (double s : samples) list += (list.empty() ? "" : ",") + std::to_string(s);
+  std::printf(
+      "{\"runtime\":\"%s\",\"workload\":\"%s\",\"n\":%ld,\"workers\":%u,\"ns_per_op\":%.2f,"
+      "\"wall_ms\":%.3f,\"rss_kb\":%ld,\"samples_ms\":[%s]%s}\n",
+      runtime, workload, n, workers, ns_per_op, Median(samples), RssKb(), list.c_str(),
+      extra.c_str());
+  std::fflush(stdout);
+}
+
+// ---- W4 -------------------------------------------------------------------------------------
+inline constexpr int kFibN = 30;
+inline constexpr std::uint64_t kFibResult = 832040;
+inline constexpr double kFibTasks = 1664079;  // calls of fib(30) that spawn (n >= 2): fib(31) - 1
+
+// The plain recursion, W4's baseline. noinline: GCC otherwise turns it half iterative, which no
+// spawned version can be.
+[[gnu::noinline]] inline std::uint64_t SeqFib(int n) {
+  return n < 2 ? static_cast<std::uint64_t>(n) : SeqFib(n - 1) + SeqFib(n - 2);
+}
+
+// Emits W4's line from the spawned runs' samples, with the sequential baseline timed here the
+// same way ("seq_ms") and the cost per spawned task ("ns_per_task").
+inline void EmitFib(const char* runtime, const Options& o, unsigned workers,
+                    const std::vector<double>& samples) {
+  auto seq = Repeat(o, [] {
+    auto start = Clock::now();
+    volatile std::uint64_t r = SeqFib(kFibN);
+    (void)r;
+    return Ms(Clock::now() - start);
+  });
+  double wall = Median(samples);
+  char extra[96];
+  std::snprintf(extra, sizeof extra, ",\"seq_ms\":%.3f,\"ns_per_task\":%.2f", Median(seq),
+                wall * 1e6 / kFibTasks);
+  Emit(runtime, "fib", kFibN, workers, wall * 1e6, samples, extra);
+}
+
+}  // namespace weft::bench
+
+#endif  // WEFT_BENCH_WORKLOAD_COMMON_H_
