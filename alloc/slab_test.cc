@@ -155,7 +155,7 @@ TEST(SlabRemoteFreeTest, ShardRoutesOtherShardsObjectsThroughTheirOwner) {
 
 #if defined(__SANITIZE_ADDRESS__)
 TEST(SlabAsanDeathTest, UseAfterFreeIsReported) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle());
   EXPECT_DEATH(
       {
         SlabAllocator a(64);

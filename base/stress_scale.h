@@ -1,5 +1,5 @@
-// base/stress_scale.h: the knob that makes weft's stress tests run longer, and which sanitizer
-// a test runs under. Tests size their loops
+// base/stress_scale.h: the knob that makes weft's stress tests run longer, which sanitizer a
+// test runs under, and the death-test style that works where the test runs. Tests size their loops
 // as base * StressScale(); WEFT_STRESS_SCALE=N (N >= 1, default 1) in the environment sets it, and
 // tools/test_all.sh passes it through to Bazel.
 
@@ -28,6 +28,23 @@ inline constexpr bool kAsan = true;
 #else
 inline constexpr bool kAsan = false;
 #endif
+
+// DeathTestStyle: GoogleTest's death-test style for tests whose process has threads.
+// "threadsafe" re-executes the test binary for each death test, which an emulator without
+// binfmt_misc cannot do (qemu-user in the aarch64 config). There WEFT_DEATH_TEST_STYLE=fast, set
+// by //:.bazelrc, forks without exec instead.
+inline const char* DeathTestStyle() {
+  const char* s = std::getenv("WEFT_DEATH_TEST_STYLE");
+  return s != nullptr && *s != '\0' ? s : "threadsafe";
+}
+
+// Emulated: the test runs under an emulator (WEFT_EMULATOR=qemu-aarch64, set by //:.bazelrc's
+// aarch64 config), where every instruction and syscall costs many times more host CPU. Tests that
+// bound CPU use loosen the bound there; they never time anything.
+inline bool Emulated() {
+  const char* s = std::getenv("WEFT_EMULATOR");
+  return s != nullptr && *s != '\0';
+}
 
 }  // namespace weft::testing
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/stress_scale.h"
 #include "context/stack.h"
 #include "gtest/gtest.h"
 
@@ -288,7 +289,7 @@ TEST(ContextTest, MakeContextRejectsBadInput) {
 
 class ContextDeathTest : public ::testing::Test {
  protected:
-  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle()); }
 };
 
 TEST_F(ContextDeathTest, ResumingARunningContextAborts) {

@@ -302,7 +302,7 @@ TEST(StackCacheTest, RecycledStacksComeBackWithoutThePool) {
 
 class StackOverflowDeathTest : public ::testing::Test {
  protected:
-  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle()); }
 };
 
 TEST_F(StackOverflowDeathTest, GuardPageOverflowNamesTheFiberStack) {

@@ -174,7 +174,7 @@ INSTANTIATE_TEST_SUITE_P(Workers, ForkJoinIdleTest, ::testing::Values(1u, 2u),
 
 #ifndef NDEBUG
 TEST(ForkJoinDeathTest, SyncOutOfLifoOrderIsCaught) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle());
   EXPECT_DEATH(
       {
         ForkJoinPool pool({.workers = 1});

@@ -386,7 +386,10 @@ TEST(IdleTest, AnIdleRuntimeUsesUnderOnePercentOfACore) {
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double share = (ProcessCpuSeconds() - cpu0) / wall;
   RecordProperty("idle_cpu_share_permille", static_cast<int>(share * 1000));
-  EXPECT_LT(share, 0.01) << "an idle runtime used " << share * 100 << "% of a core";
+  // Under qemu-user each idle wake-up (at most one per worker per 100 ms) costs the emulator's
+  // translation and syscall overhead on top: measured 1.4% there, so the bound is 5%.
+  const double bound = weft::testing::Emulated() ? 0.05 : 0.01;
+  EXPECT_LT(share, bound) << "an idle runtime used " << share * 100 << "% of a core";
 }
 
 TEST(SeveralRuntimesTest, TwoRuntimesTalkThroughAChannel) {
@@ -431,7 +434,7 @@ TEST(SleepTest, SleepIsCancellable) {
 
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 TEST(FiberStackOverflowDeathTest, TheDiagnosticNamesTheFiber) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle());
   EXPECT_EXIT(
       {
         Runtime rt({.workers = 1});

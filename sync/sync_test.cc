@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/stress_scale.h"
 #include "gtest/gtest.h"
 #include "sync/channel.h"
 #include "sync/sync_suite.h"
@@ -30,7 +31,7 @@ INSTANTIATE_TEST_SUITE_P(Threads, SyncTest,
                          [](const auto& info) { return info.param.name; });
 
 TEST(SyncDeathTest, DestroyingAChannelWithWaitersAborts) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle());
   EXPECT_DEATH(
       {
         auto* ch = new Channel<int>(0);

@@ -16,6 +16,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <vector>
@@ -201,7 +202,7 @@ class EpollReactor final : public Reactor {
       }
     }
     epoll_event events[256];
-    int n = epoll_pwait2(epfd_, events, 256, tsp, nullptr);
+    int n = Wait(events, 256, tsp);
     if (n < 0 && errno != EINTR) return static_cast<std::errc>(errno);
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
@@ -217,6 +218,24 @@ class EpollReactor final : public Reactor {
     delivered += ExpireTimers();
     delivered += DeliverReady();
     return delivered;
+  }
+
+  // Wait: epoll_pwait2 (nanosecond timeouts, Linux 5.11+), or epoll_wait with the timeout rounded
+  // up to a millisecond where the kernel or an emulator (qemu-user 7.2) lacks it: ENOSYS once,
+  // then epoll_wait from there on.
+  int Wait(epoll_event* events, int max, const timespec* tsp) {
+    if (have_pwait2_) {
+      int n = epoll_pwait2(epfd_, events, max, tsp, nullptr);
+      if (n >= 0 || errno != ENOSYS) return n;
+      have_pwait2_ = false;
+    }
+    int ms = -1;
+    if (tsp != nullptr) {
+      long long total =
+          static_cast<long long>(tsp->tv_sec) * 1000 + (tsp->tv_nsec + 999999) / 1000000;
+      ms = static_cast<int>(std::min<long long>(total, 1 << 30));
+    }
+    return epoll_wait(epfd_, events, max, ms);
   }
 
   bool Init() {
@@ -445,6 +464,7 @@ class EpollReactor final : public Reactor {
   OpList ready_;
   TimerHeap timers_;
   std::size_t pending_ = 0;
+  bool have_pwait2_ = true;  // cleared on the first ENOSYS (see Wait)
 };
 
 }  // namespace
