@@ -76,6 +76,22 @@ def ratio(weft, peer, higher):
     return weft / peer if higher else peer / weft
 
 
+def comparisons(rt, peers):
+    """Per metric of METRICS: (label, unit, weft's value, [(peer, peer's value, ratio)]); a value
+    or ratio is None where that runtime has no such result."""
+    for workload, field, unit, higher, label in METRICS:
+        w = rt.get("weft", {}).get(workload, {}).get(field)
+        cells = []
+        for p in peers:
+            pv = rt.get(p, {}).get(workload, {}).get(field)
+            cells.append((p, pv, ratio(w, pv, higher)))
+        yield label, unit, w, cells
+
+
+def fmt_ratio(r):
+    return "" if r is None else "%.2fx" % r
+
+
 def fmt(v):
     if v is None:
         return "-"
@@ -95,14 +111,9 @@ def cmd_table(args):
     head = "%-18s %-14s %9s" % ("workload", "unit", "weft")
     head += "".join("%13s %7s" % (p, "x") for p in peers)
     print("\n" + head)
-    for workload, field, unit, higher, label in METRICS:
-        w = rt.get("weft", {}).get(workload, {}).get(field)
-        line = "%-18s %-14s %9s" % (label, unit, fmt(w))
-        for p in peers:
-            pv = rt.get(p, {}).get(workload, {}).get(field)
-            r = ratio(w, pv, higher)
-            line += "%13s %7s" % (fmt(pv), "" if r is None else "%.2fx" % r)
-        print(line)
+    for label, unit, w, cells in comparisons(rt, peers):
+        print("%-18s %-14s %9s" % (label, unit, fmt(w)) +
+              "".join("%13s %7s" % (fmt(pv), fmt_ratio(r)) for _, pv, r in cells))
     print("\nx: how many times better weft is (> 1: weft ahead); -: the peer has no such workload.")
     print("JSON lines: %s" % args.latest)
 
@@ -136,15 +147,9 @@ def color(runtime):
     return COLORS.get(runtime, "#7f7f7f")
 
 
-def svg_ratio_chart(latest_rt, peers):
+def svg_ratio_chart(rt, peers):
     """Horizontal bars on a log axis: for each metric, weft's ratio against each peer."""
-    bars = []
-    for workload, field, unit, higher, label in METRICS:
-        w = latest_rt.get("weft", {}).get(workload, {}).get(field)
-        for p in peers:
-            r = ratio(w, latest_rt.get(p, {}).get(workload, {}).get(field), higher)
-            if r:
-                bars.append((label, p, r))
+    bars = [(label, p, r) for label, _, _, cells in comparisons(rt, peers) for p, _, r in cells if r]
     if not bars:
         return "<p>No peer results in the newest run.</p>"
     lo = min(0.25, min(r for _, _, r in bars) / 1.5)
@@ -246,30 +251,24 @@ def cmd_dashboard(args):
     runs = runs[-args.last:]
     index = {run: i for i, run in enumerate(runs)}
     newest = [r for r in rows if r["run"] == runs[-1]]
-    # Peers of the newest run may be missing from it (toolchain absent): take each runtime's latest.
-    latest_rt = {}
-    for r in rows:
-        if r["run"] in index:
-            latest_rt.setdefault(r["runtime"], {})[r["workload"]] = r
-    peers = peers_in([r for r in rows if r["run"] in index])
+    nrt = by_runtime(newest)
+    shown = [r for r in rows if r["run"] in index]
+    peers = peers_in(shown)
+    # The chart shows the newest run; if that ran no peer, each runtime's latest result instead.
+    chart = (nrt, peers_in(newest)) if peers_in(newest) else (by_runtime(shown), peers)
     body = ["<h1>weft: standard workloads</h1>",
             "<p>Workloads W1..W8 of WORKLOADS.md, run by <code>bench/run_workloads.sh</code>: weft and each "
             "peer interleaved, the same worker count, the median of repeated runs after a warm-up. Newest run: "
             "<b>%s</b> (%d runs in the history shown). A ratio above 1 means weft is ahead.</p>"
             % (html.escape(runs[-1]), len(runs)),
-            "<h2>Newest ratios</h2>", svg_ratio_chart(by_runtime(newest) if len(peers_in(newest)) else latest_rt, peers_in(newest) or peers)]
+            "<h2>Newest ratios</h2>", svg_ratio_chart(*chart)]
     table = ["<table border=1 cellpadding=4 cellspacing=0><tr><th>workload</th><th>unit</th><th>weft</th>"]
     table += ["<th>%s</th><th>x</th>" % html.escape(p) for p in peers]
     table.append("</tr>")
-    nrt = by_runtime(newest)
-    for workload, field, unit, higher, label in METRICS:
-        w = nrt.get("weft", {}).get(workload, {}).get(field)
-        cells = "<td>%s</td><td>%s</td><td>%s</td>" % (html.escape(label), unit, fmt(w))
-        for p in peers:
-            pv = nrt.get(p, {}).get(workload, {}).get(field)
-            r = ratio(w, pv, higher)
-            cells += "<td>%s</td><td>%s</td>" % (fmt(pv), "" if r is None else "%.2fx" % r)
-        table.append("<tr>%s</tr>" % cells)
+    for label, unit, w, cells in comparisons(nrt, peers):
+        table.append("<tr><td>%s</td><td>%s</td><td>%s</td>%s</tr>" % (
+            html.escape(label), unit, fmt(w),
+            "".join("<td>%s</td><td>%s</td>" % (fmt(pv), fmt_ratio(r)) for _, pv, r in cells)))
     table.append("</table>")
     body += ["<h2>Newest run</h2>", "".join(table), "<h2>History</h2>",
              "<p>weft solid, peers dashed; x axis: runs in order, labelled by commit.</p>"]
