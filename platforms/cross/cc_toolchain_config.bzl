@@ -125,3 +125,32 @@ cross_cc_toolchain_config = rule(
     },
     provides = [CcToolchainConfigInfo],
 )
+
+def cross_cc_toolchain(name, os, cpu, **config):
+    """A cross GCC toolchain for @platforms//os:<os> + @platforms//cpu:<cpu>, built on x86-64 Linux:
+    its config (`config` are cross_cc_toolchain_config's attributes), the cc_toolchain, and the
+    `<name>_toolchain` target that toolchain resolution picks."""
+    cross_cc_toolchain_config(name = name + "_config", **config)
+    native.cc_toolchain(
+        name = name,
+        all_files = ":empty",
+        compiler_files = ":empty",
+        dwp_files = ":empty",
+        linker_files = ":empty",
+        objcopy_files = ":empty",
+        strip_files = ":empty",
+        toolchain_config = ":" + name + "_config",
+    )
+    native.toolchain(
+        name = name + "_toolchain",
+        exec_compatible_with = [
+            "@platforms//os:linux",
+            "@platforms//cpu:x86_64",
+        ],
+        target_compatible_with = [
+            "@platforms//os:" + os,
+            "@platforms//cpu:" + cpu,
+        ],
+        toolchain = ":" + name,
+        toolchain_type = "@bazel_tools//tools/cpp:toolchain_type",
+    )
