@@ -51,26 +51,19 @@ done
 note() { echo "note: $*" >&2; }
 has_peer() { [[ ",$want_peers," == *",$1,"* ]]; }
 
-# apt_install PKG...: installs Debian packages when root (or password-less sudo) allows; else 1.
-apt_install() {
-  local sudo=()
-  if [ "$(id -u)" != 0 ]; then
-    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo=(sudo); else return 1; fi
-  fi
-  command -v apt-get >/dev/null 2>&1 || return 1
-  echo "installing $* (Debian)..." >&2
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1 ||
-    { "${sudo[@]}" apt-get update -qq >/dev/null 2>&1 &&
-      DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1; }
-}
-
 # ---- build ----------------------------------------------------------------------------------------
+# The C++ peers build with weft in one Bazel command (a failure there ends the run), so a peer
+# whose target is added is a peer that runs.
 peers=()
 bazel_targets=(//bench:weft_workloads)
-if has_peer tbb; then bazel_targets+=(//bench/peers/tbb:tbb_workloads); fi
+if has_peer tbb; then
+  bazel_targets+=(//bench/peers/tbb:tbb_workloads)
+  peers+=(tbb)
+fi
 if has_peer boost_fiber; then
-  if [ -f /usr/include/boost/fiber/all.hpp ] || apt_install libboost-fiber-dev; then
+  if [ -f /usr/include/boost/fiber/all.hpp ] || tools/apt_install.sh libboost-fiber-dev; then
     bazel_targets+=(//bench/peers/boost_fiber:boost_fiber_workloads)
+    peers+=(boost_fiber)
   else
     note "no Boost.Fiber (apt-get install libboost-fiber-dev); the boost_fiber peer is skipped"
   fi
@@ -83,11 +76,9 @@ if ! ./bazelw build -c opt "${bazel_targets[@]}" >/tmp/weft-bench-build.log 2>&1
 fi
 bin="$(./bazelw info -c opt bazel-bin 2>/dev/null)"
 weft_bin="$bin/bench/weft_workloads"
-[[ " ${bazel_targets[*]} " == *" //bench/peers/tbb:tbb_workloads "* ]] && peers+=(tbb)
-[[ " ${bazel_targets[*]} " == *"boost_fiber_workloads"* ]] && peers+=(boost_fiber)
 
 if has_peer go; then
-  command -v go >/dev/null 2>&1 || apt_install golang-go || true
+  command -v go >/dev/null 2>&1 || tools/apt_install.sh golang-go || true
   if command -v go >/dev/null 2>&1; then
     echo "building the Go peer ($(go version | cut -d' ' -f3))..." >&2
     go_bin="$(mktemp -d)/go_workloads"
@@ -102,8 +93,8 @@ if has_peer tokio; then
   # Tokio's source comes from Debian (librust-tokio-dev, a directory registry); cargo from
   # Debian's package or a rustup install already on PATH.
   [ -d /usr/share/cargo/registry ] && ls -d /usr/share/cargo/registry/tokio-1.* >/dev/null 2>&1 ||
-    apt_install librust-tokio-dev || true
-  command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || apt_install cargo || true
+    tools/apt_install.sh librust-tokio-dev || true
+  command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || tools/apt_install.sh cargo || true
   cargo="$(command -v cargo || echo "$HOME/.cargo/bin/cargo")"
   if [ -x "$cargo" ] && ls -d /usr/share/cargo/registry/tokio-1.* >/dev/null 2>&1; then
     echo "building the Tokio peer ($("$cargo" --version | cut -d' ' -f1-2), tokio $(basename /usr/share/cargo/registry/tokio-1.* | cut -d- -f2))..." >&2

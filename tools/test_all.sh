@@ -6,6 +6,7 @@
 #   tools/test_all.sh                      # default, asan, tsan, ubsan, ucontext, epoll
 #   WEFT_TEST_CONFIGS="default tsan" tools/test_all.sh
 #   WEFT_STRESS_SCALE=10 tools/test_all.sh # stress tests run 10x longer
+#   WEFT_TEST_TARGETS="//context/... //deque/..." tools/test_all.sh   # some packages (default //...)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -15,7 +16,9 @@ failed=0
 status=0
 
 # The first ./bazelw call installs what is missing.
-targets=$(./bazelw query 'tests(//...)') || { echo "0 passed, 1 failed"; exit 1; }
+read -r -a patterns <<<"${WEFT_TEST_TARGETS:-//...}"
+union="${patterns[*]}"
+targets=$(./bazelw query "tests(${union// / + })") || { echo "0 passed, 1 failed"; exit 1; }
 
 for config in "${configs[@]}"; do
   args=()
@@ -23,7 +26,7 @@ for config in "${configs[@]}"; do
   echo "=== weft tests: $config"
   env_args=()
   [ -n "${WEFT_STRESS_SCALE:-}" ] && env_args=(--test_env=WEFT_STRESS_SCALE="$WEFT_STRESS_SCALE")
-  ./bazelw test "${args[@]}" "${env_args[@]}" //... || status=1
+  ./bazelw test "${args[@]}" "${env_args[@]}" -- "${patterns[@]}" || status=1
   testlogs=$(./bazelw info "${args[@]}" bazel-testlogs 2>/dev/null)
   for label in $targets; do
     path=${label#//}
