@@ -1,6 +1,7 @@
 // base/futex.h: wait on a 32-bit word until it changes or a timeout passes, and wake
-// waiters. Linux uses futex(2) (futex_linux.cc); other systems a portable stand-in
-// (futex_portable.cc), chosen by select() in base/BUILD.bazel.
+// waiters. Linux uses futex(2) (futex_linux.cc), Windows WaitOnAddress (futex_windows.cc),
+// other systems a portable stand-in (futex_portable.cc), chosen by select() in
+// base/BUILD.bazel.
 
 #ifndef WEFT_BASE_FUTEX_H_
 #define WEFT_BASE_FUTEX_H_

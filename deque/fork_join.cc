@@ -167,8 +167,11 @@ void ForkJoinPool::Await(Job& job) {
     if (job.done.load(std::memory_order_acquire) != 0) return;
     CpuRelax();
   }
-  // acquire: as above. atomic::wait blocks on a futex on Linux.
-  while (job.done.load(std::memory_order_acquire) == 0) job.done.wait(0, std::memory_order_acquire);
+  // acquire: as above. Our own futex rather than std::atomic::wait: libstdc++'s wait off Linux
+  // (a mutex/condvar pool) can lose a notify and hang; the timeout bounds any lost wake too.
+  while (job.done.load(std::memory_order_acquire) == 0) {
+    base_internal::FutexWait(job.done, 0, kSleepMax);
+  }
 }
 
 void ForkJoinPool::WakeOne() {
@@ -207,7 +210,9 @@ void ForkJoinPool::WorkerLoop(unsigned index) {
       (*job)->run(**job, self);
       // release: the result happens before the submitter's acquire of done.
       (*job)->done.store(1, std::memory_order_release);
-      (*job)->done.notify_one();
+      // The submitter may already have returned and freed the job: a wake names the address
+      // only and never touches the memory behind it.
+      base_internal::FutexWake((*job)->done, 1);
       idle_rounds = 0;
       sleep_for = kSleepFirst;
       continue;

@@ -6,6 +6,7 @@ for cross builds). One rule serves both targets weft cross-builds: linux_aarch64
 load("@bazel_tools//tools/build_defs/cc:action_names.bzl", "ACTION_NAMES")
 load(
     "@bazel_tools//tools/cpp:cc_toolchain_config_lib.bzl",
+    "artifact_name_pattern",
     "feature",
     "flag_group",
     "flag_set",
@@ -50,6 +51,8 @@ def _impl(ctx):
         feature(name = "dbg"),
         feature(name = "fastbuild"),
         feature(name = "supports_pic", enabled = ctx.attr.supports_pic),
+        # Windows targets: binaries and tests are `<name>.exe`, which Wine (and Windows) wants.
+        feature(name = "targets_windows", enabled = ctx.attr.targets_windows),
         # Tests link their dependencies statically (alwayslink libraries whole): a binary run
         # under qemu-user or Wine then needs no shared objects of weft's beside it.
         feature(name = "supports_dynamic_linker", enabled = False),
@@ -108,6 +111,9 @@ def _impl(ctx):
         abi_version = "gcc",
         abi_libc_version = ctx.attr.target_libc,
         tool_paths = [tool_path(name = k, path = v) for k, v in tools.items()],
+        artifact_name_patterns = [
+            artifact_name_pattern(category_name = "executable", prefix = "", extension = ".exe"),
+        ] if ctx.attr.targets_windows else [],
     )
 
 cross_cc_toolchain_config = rule(
@@ -120,6 +126,7 @@ cross_cc_toolchain_config = rule(
         "target_cpu": attr.string(mandatory = True),
         "target_libc": attr.string(mandatory = True),
         "target_system_name": attr.string(mandatory = True),
+        "targets_windows": attr.bool(doc = "PE executables: `.exe` names"),
         "tool_prefix": attr.string(mandatory = True, doc = "e.g. aarch64-linux-gnu-"),
         "tool_suffix": attr.string(doc = "e.g. -posix for mingw's posix thread model"),
     },
