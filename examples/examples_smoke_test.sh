@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs the tour, then starts the echo and chat example servers on free ports, floods each with the load driver
 # (exact delivery, server fds back to their baseline after each round), then stops them with
-# SIGTERM and checks they exit cleanly.
+# SIGTERM and checks they exit cleanly. When fds stay open, the driver prints them and the
+# server's live fibers (the example servers dump them on SIGUSR1).
 set -euo pipefail
 dir="$(dirname "$0")"
 echo_server="$dir/echo_server"

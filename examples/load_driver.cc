@@ -7,6 +7,7 @@
 //   load_driver --mode chat --port 7001 --conns 50 --messages 100 [--server-pid PID]
 
 #include <dirent.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "api/weft.h"
@@ -53,6 +55,23 @@ long FdCount(long pid) {
   while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
   ::closedir(d);
   return n;
+}
+
+// ShowServer: what the server holds when its fds did not come back: each fd's target, and (the
+// example servers dump their live fibers on SIGUSR1) what every fiber is parked on.
+void ShowServer(long pid) {
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      char target[256] = {};
+      ssize_t n = ::readlink((dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+      std::fprintf(stderr, "load_driver: server fd %s -> %s\n", e->d_name, n > 0 ? target : "?");
+    }
+    ::closedir(d);
+  }
+  ::kill(static_cast<pid_t>(pid), SIGUSR1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it print
 }
 
 // Echo: each connection sends `messages` messages of `size` bytes and checks each echo.
@@ -205,6 +224,7 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       rss = RssKiB(f.server_pid);
+      if (fds > fds0) ShowServer(f.server_pid);
     }
     bool round_pass = ratio >= 0.999 && (f.server_pid == 0 || fds <= fds0);
     pass = pass && round_pass;

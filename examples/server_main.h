@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -52,17 +53,32 @@ inline ServerFlags ParseServerFlags(int argc, char** argv, const char* usage) {
   return f;
 }
 
-// StopOnSignal: SIGINT/SIGTERM cancel `source`. Call before starting any thread (the runtime's
-// workers inherit the blocked mask, so only the watcher thread receives the signals).
+// The runtime that SIGUSR1 dumps (see StopOnSignal); set by Serve while it runs. The mutex keeps
+// the runtime alive while a dump reads it.
+inline std::mutex g_dump_mu;
+inline const Runtime* g_dump_runtime = nullptr;
+
+// StopOnSignal: SIGINT/SIGTERM cancel `source`; SIGUSR1 prints the live fibers (id, name, state,
+// what each is parked on) to stderr and keeps serving. Call before starting any thread (the
+// runtime's workers inherit the blocked mask, so only the watcher thread receives the signals).
 inline std::thread StopOnSignal(CancellationSource& source) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return std::thread([set, &source] {
-    int sig = 0;
-    sigwait(&set, &sig);
+    for (;;) {
+      int sig = 0;
+      sigwait(&set, &sig);
+      if (sig != SIGUSR1) break;
+      std::lock_guard<std::mutex> lock(g_dump_mu);
+      if (g_dump_runtime != nullptr) {
+        std::string dump = g_dump_runtime->dump_fibers();
+        std::fprintf(stderr, "--- live fibers (SIGUSR1)\n%s---\n", dump.c_str());
+      }
+    }
     source.cancel();
   });
 }
@@ -74,6 +90,16 @@ template <typename OnConnection>
 int Serve(const char* name, const ServerFlags& flags, const CancellationToken& stop,
           OnConnection on_connection) {
   Runtime rt({.workers = flags.workers});
+  {
+    std::lock_guard<std::mutex> lock(g_dump_mu);
+    g_dump_runtime = &rt;
+  }
+  struct Unpublish {  // before ~Runtime
+    ~Unpublish() {
+      std::lock_guard<std::mutex> lock(g_dump_mu);
+      g_dump_runtime = nullptr;
+    }
+  } unpublish;
   return rt.block_on([&]() -> int {
     auto listener = net::TcpListener::bind(
         net::SocketAddress::ipv4_any(static_cast<std::uint16_t>(flags.port)));
