@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/futex.h"
+#include "base/thread_exit.h"
 
 namespace weft {
 namespace {
@@ -105,26 +106,33 @@ WaiterPool& Pool() {
   return *pool;
 }
 
-struct ThreadWaiterHolder {
-  ThreadWaiter* waiter = Pool().Take();
-  ~ThreadWaiterHolder();
-};
-
-// The fast path reads a plain pointer (constant-initialised: no TLS init guard per access); the
-// holder, whose destructor recycles the waiter at thread exit, is touched once per thread.
+// The fast path reads a plain pointer (constant-initialised: no TLS init guard per access). The
+// waiter goes back to the pool at thread exit through a ThreadExitKey, not a thread_local
+// destructor (base/thread_exit.h says why).
 constinit thread_local ThreadWaiter* t_waiter = nullptr;
-thread_local ThreadWaiterHolder t_holder;
 constinit thread_local WaiterProvider t_provider = nullptr;
 constinit thread_local void* t_provider_arg = nullptr;
 
-ThreadWaiterHolder::~ThreadWaiterHolder() {
+void GiveBack(void* w) {
+#if !defined(_WIN32)
+  // Native TLS outlives the key destructors: a later one that waits takes a fresh waiter (and
+  // sets the key again, which POSIX answers with another destructor round). Under MinGW's
+  // emulated TLS the storage may be gone already, so it is left alone there.
   t_waiter = nullptr;
-  Pool().Give(waiter);
+#endif
+  Pool().Give(static_cast<ThreadWaiter*>(w));
+}
+
+base_internal::ThreadExitKey& ExitKey() {
+  static auto* key = new base_internal::ThreadExitKey(&GiveBack);  // never destroyed
+  return *key;
 }
 
 [[gnu::noinline]] Waiter& InitThreadWaiter() {
-  t_waiter = t_holder.waiter;
-  return *t_waiter;
+  ThreadWaiter* w = Pool().Take();
+  ExitKey().Set(w);
+  t_waiter = w;
+  return *w;
 }
 
 }  // namespace

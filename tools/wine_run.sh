@@ -12,6 +12,8 @@ if [[ -z "$wine" ]]; then
   exit 127
 fi
 
+wineserver_bin=$(command -v wineserver || true)
+
 export WINEPREFIX="${WEFT_WINEPREFIX:-/tmp/weft-wineprefix-$(id -u)}"
 export WINEDEBUG="${WINEDEBUG:--all}"
 # No desktop integration or Mono/Gecko installers: a test prefix needs none of them.
@@ -23,9 +25,20 @@ if [[ ! -f "$WINEPREFIX/system.reg" ]]; then
     flock 9
     if [[ ! -f "$WINEPREFIX/system.reg" ]]; then
       "$wine" wineboot --init >/dev/null 2>&1 || true
-      wineserver_bin=$(command -v wineserver || true)
       [[ -n "$wineserver_bin" ]] && "$wineserver_bin" --wait || true
     fi
+  ) 9>"$WINEPREFIX.lock"
+fi
+
+# Every Wine process of a prefix talks to one wineserver, started by the first of them, as its
+# child. Bazel kills a test's whole process group when the test ends, wineserver included, and
+# every other test still running under Wine then dies or hangs with it. So the server is started
+# here in a session of its own (setsid), kept for 60 s after its last client exits; when one
+# already runs, wineserver exits at once (status 2).
+if [[ -n "$wineserver_bin" ]]; then
+  (
+    flock 9
+    setsid "$wineserver_bin" -p60 >/dev/null 2>&1 || true
   ) 9>"$WINEPREFIX.lock"
 fi
 
@@ -37,4 +50,13 @@ if [[ "${XML_OUTPUT_FILE:-}" == /* ]]; then
   export XML_OUTPUT_FILE="Z:${XML_OUTPUT_FILE//\//\\}"
 fi
 
-exec "$wine" "$@"
+# A crash starts winedbg, which prints a backtrace (worth keeping in the log) and then lets
+# Wine exit 0 as if the test had passed. GoogleTest creates TEST_PREMATURE_EXIT_FILE when it
+# starts and deletes it when it finishes, so a file left behind means the test died.
+rc=0
+"$wine" "$@" || rc=$?
+if [[ $rc -eq 0 && -n "${TEST_PREMATURE_EXIT_FILE:-}" && -f "$TEST_PREMATURE_EXIT_FILE" ]]; then
+  echo "wine_run.sh: the test exited before GoogleTest finished (a crash?); failing it" >&2
+  rc=1
+fi
+exit $rc
