@@ -1,12 +1,18 @@
 // Tests of the context switch alone: switch order, values both ways, on-top functions, stack
-// alignment at entry, FP control state per context, deep recursion, migration between threads,
-// and misuse that must fail loudly. Runs against whichever backend the build selected.
+// alignment at entry, FP control state per context, deep recursion, exceptions, migration
+// between threads, (Windows) the TEB's stack bounds, and misuse that must fail loudly. Runs against
+// whichever backend the build selected.
 
 #include "context/context.h"
+
+#ifdef _WIN32
+#include <windows.h>
+#endif
 
 #include <cfenv>
 #include <cstdint>
 #include <latch>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -205,6 +211,64 @@ TEST(ContextTest, DeepRecursionInsideAStack) {
   jump_context(fiber.context);
   EXPECT_EQ(result, 2000ull * 2001 / 2);
 }
+
+[[gnu::noinline]] int ThrowFrom(int depth) {
+  volatile char pad[64];
+  pad[0] = static_cast<char>(depth);
+  if (depth == 0) throw std::runtime_error("from deep inside the context");
+  return ThrowFrom(depth - 1) + pad[0];
+}
+
+// A C++ exception thrown and caught on a context's stack, with a switch away and back between:
+// on Windows the unwinder (RtlUnwindEx) rejects frames outside the TEB's stack bounds, so this
+// checks that each context carries its own.
+TEST(ContextTest, ExceptionsUnwindInsideAContext) {
+  static std::string caught;
+  TestFiber fiber([](Transfer t) {
+    t = jump_context(t.from);  // come back on a possibly different switch path
+    try {
+      ThrowFrom(50);
+    } catch (const std::runtime_error& e) {
+      caught = e.what();
+    }
+    Finish(t.from);
+  });
+  Transfer t = jump_context(fiber.context);
+  try {  // and the main stack's own unwinding is intact while the fiber is suspended
+    ThrowFrom(3);
+  } catch (const std::runtime_error&) {
+    caught = "main";
+  }
+  EXPECT_EQ(caught, "main");
+  jump_context(t.from);
+  EXPECT_EQ(caught, "from deep inside the context");
+}
+
+#ifdef _WIN32
+// The TEB's StackBase/StackLimit describe the running context's stack, and the thread's own
+// come back when it resumes.
+TEST(ContextTest, WindowsTebStackBoundsFollowTheContext) {
+  static void* fiber_base = nullptr;
+  static void* fiber_limit = nullptr;
+  const NT_TIB* tib = reinterpret_cast<const NT_TIB*>(NtCurrentTeb());
+  void* thread_base = tib->StackBase;
+  void* thread_limit = tib->StackLimit;
+  TestFiber fiber([](Transfer t) {
+    const NT_TIB* in = reinterpret_cast<const NT_TIB*>(NtCurrentTeb());
+    fiber_base = in->StackBase;
+    fiber_limit = in->StackLimit;
+    Finish(t.from);
+  });
+  jump_context(fiber.context);
+  StackSpan span = fiber.stack.span();
+  auto* lo = static_cast<char*>(span.base);
+  EXPECT_GE(static_cast<char*>(fiber_limit), lo);
+  EXPECT_LE(static_cast<char*>(fiber_base), lo + span.size);
+  EXPECT_GT(static_cast<char*>(fiber_base), static_cast<char*>(fiber_limit));
+  EXPECT_EQ(tib->StackBase, thread_base);
+  EXPECT_EQ(tib->StackLimit, thread_limit);
+}
+#endif
 
 TEST(ContextTest, ChainOfContexts) {
   // Each fiber adds one and passes the counter to the next; the last returns to main.

@@ -1,20 +1,17 @@
 // context/stack.cc: StackPool (size classes, guarded and compact stacks, caching) and the
 // stack-overflow SIGSEGV handler with its registry of guard pages.
 //
-// Slot layout, for both protection classes (kPage = 4 KiB, S = the class's usable size):
+// Slot layout, for both protection classes (G = kGuard: 4 KiB, 8 KiB on Windows; S = the
+// class's usable size):
 //
-//   lo                lo + kPage                                   lo + kPage + S
+//   lo                lo + G                                       lo + G + S
 //   | guard / red zone | usable stack (grows down) ... [record] |
 //
-// A guarded slot is its own mapping with the first page PROT_NONE (2 VMAs). A compact slot is
-// one of N = max(1, 4 MiB / (S + kPage)) slots in a shared chunk mapping.
+// A guarded slot is its own mapping with its guard area protected (2 VMAs on Linux). A compact
+// slot is one of N = max(1, 4 MiB / (S + G)) slots in a shared chunk mapping. The OS calls are
+// behind context/internal/vm.h.
 
 #include "context/stack.h"
-
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,11 +25,14 @@
 #include <vector>
 
 #include "context/internal/record.h"
+#include "context/internal/vm.h"
 
 namespace weft {
 namespace {
 
 constexpr std::size_t kPage = 4096;
+// kGuard: the guard area or red zone below each stack (see context/internal/vm.h).
+constexpr std::size_t kGuard = context_internal::kVmGuardBytes;
 constexpr int kMinClassShift = 14;  // 16 KiB
 constexpr int kMaxClassShift = 26;  // 64 MiB
 constexpr int kNumClasses = kMaxClassShift - kMinClassShift + 1;
@@ -40,7 +40,7 @@ constexpr std::size_t kCompactChunkBytes = std::size_t{4} << 20;
 constexpr std::size_t kRedZoneCheckBytes = 256;
 
 constexpr std::size_t ClassSize(int index) { return std::size_t{1} << (kMinClassShift + index); }
-constexpr std::size_t SlotSize(int index) { return ClassSize(index) + kPage; }
+constexpr std::size_t SlotSize(int index) { return ClassSize(index) + kGuard; }
 
 int ClassIndex(std::size_t size) {
   int index = 0;
@@ -147,11 +147,7 @@ struct Line {
     } while (v != 0);
     Add(digits + i);
   }
-  void Write() {
-    buf[n] = '\0';
-    ssize_t ignored = ::write(STDERR_FILENO, buf, n);
-    (void)ignored;
-  }
+  void Write() { context_internal::WriteStderr(buf, n); }
 };
 
 // DescribeStack: "fiber stack [lo, hi) (N bytes usable), context "name"".
@@ -179,96 +175,28 @@ void DescribeStack(Line& line, std::uintptr_t usable_lo, std::size_t usable) {
   }
 }
 
-struct sigaction g_previous_segv;
-
-void OnSegv(int sig, siginfo_t* info, void* ucontext) {
-  auto addr = reinterpret_cast<std::uintptr_t>(info->si_addr);
-  std::size_t usable = 0;
-  if (LookupGuard(addr & ~std::uintptr_t{kPage - 1}, &usable)) {
-    Line line;
-    line.Add("weft: fiber stack overflow: fault at ");
-    line.Hex(addr);
-    line.Add(" in the guard page of ");
-    DescribeStack(line, (addr & ~std::uintptr_t{kPage - 1}) + kPage, usable);
-    line.Add(". Give the fiber a larger stack (StackOptions::size) or make it use less.\n");
-    line.Write();
-    // Back to the default action: the faulting instruction runs again and kills the process
-    // with SIGSEGV, so exit status and core dumps stay what tools expect.
-    signal(SIGSEGV, SIG_DFL);
-    return;
+// OnGuardFault: the context_internal::FaultHook. Async-signal-safe.
+bool OnGuardFault(std::uintptr_t addr) {
+  std::uintptr_t page = addr & ~std::uintptr_t{kPage - 1};
+  for (std::uintptr_t lo = page; lo + kGuard > page; lo -= kPage) {  // each page of the area
+    std::size_t usable = 0;
+    if (LookupGuard(lo, &usable)) {
+      Line line;
+      line.Add("weft: fiber stack overflow: fault at ");
+      line.Hex(addr);
+      line.Add(" in the guard page of ");
+      DescribeStack(line, lo + kGuard, usable);
+      line.Add(". Give the fiber a larger stack (StackOptions::size) or make it use less.\n");
+      line.Write();
+      return true;
+    }
   }
-  // Not ours: hand over to whoever was installed before us.
-  if ((g_previous_segv.sa_flags & SA_SIGINFO) != 0 && g_previous_segv.sa_sigaction != nullptr) {
-    g_previous_segv.sa_sigaction(sig, info, ucontext);
-  } else if (g_previous_segv.sa_handler != SIG_DFL && g_previous_segv.sa_handler != SIG_IGN) {
-    g_previous_segv.sa_handler(sig);
-  } else {
-    signal(SIGSEGV, SIG_DFL);  // re-fault into the default action
-  }
-}
-
-// Per-thread alternate signal stack, removed at thread exit.
-struct AltStack {
-  void* memory = nullptr;
-  std::size_t size = 0;
-  ~AltStack() {
-    if (memory == nullptr) return;
-    stack_t off{};
-    off.ss_flags = SS_DISABLE;
-    sigaltstack(&off, nullptr);
-    munmap(memory, size);
-  }
-};
-thread_local AltStack t_alt_stack;
-thread_local bool t_thread_ready = false;
-
-bool InstallAltStackForThread() {
-  stack_t current{};
-  if (sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE) == 0) return true;
-  long min = sysconf(_SC_SIGSTKSZ);
-  std::size_t size = std::max<std::size_t>(64 << 10, min > 0 ? static_cast<std::size_t>(min) : 0);
-  void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return false;
-  stack_t ss{};
-  ss.ss_sp = memory;
-  ss.ss_size = size;
-  if (sigaltstack(&ss, nullptr) != 0) {
-    munmap(memory, size);
-    return false;
-  }
-  t_alt_stack.memory = memory;
-  t_alt_stack.size = size;
-  return true;
-}
-
-std::size_t DefaultGuardedBudget() {
-  std::size_t max_map_count = 65530;
-  int fd = open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    char buf[32] = {};
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    if (n > 0) max_map_count = std::strtoull(buf, nullptr, 10);
-    close(fd);
-  }
-  return max_map_count / 2;
+  return false;
 }
 
 }  // namespace
 
-bool install_stack_overflow_handler() {
-  if (t_thread_ready) return true;
-  static std::once_flag once;
-  static bool installed = false;
-  std::call_once(once, [] {
-    struct sigaction action {};
-    action.sa_sigaction = &OnSegv;
-    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&action.sa_mask);
-    installed = sigaction(SIGSEGV, &action, &g_previous_segv) == 0;
-  });
-  t_thread_ready = installed && InstallAltStackForThread();
-  return t_thread_ready;
-}
+bool install_stack_overflow_handler() { return context_internal::InstallFaultHook(&OnGuardFault); }
 
 // ---- StackPool --------------------------------------------------------------------------------
 
@@ -313,7 +241,7 @@ void GiveBack(std::vector<std::pair<std::byte*, int>>& slots) {
     std::byte* hi = lo + SlotSize(slots[i].second);
     std::size_t j = i + 1;
     while (j < slots.size() && slots[j].first == hi) hi += SlotSize(slots[j++].second);
-    madvise(lo, static_cast<std::size_t>(hi - lo), MADV_DONTNEED);
+    context_internal::VmDiscard(lo, static_cast<std::size_t>(hi - lo));
     i = j;
   }
 }
@@ -354,7 +282,7 @@ void StackPoolInternals::FlushTrimLocked(StackPool::State& s, std::unique_lock<s
   GiveBack(batch);
   for (auto& [lo, c] : unmap) {
     UnregisterGuard(lo);
-    munmap(lo, SlotSize(c));
+    context_internal::VmUnmap(lo, SlotSize(c));
   }
   lock.lock();
   for (auto& [lo, c] : batch) s.classes[c].compact_free.push_back(lo);
@@ -378,7 +306,7 @@ bool StackPool::trim_pending() const {
 
 StackPool::StackPool(StackPoolOptions options) : state_(std::make_unique<State>()) {
   if (options.guarded_mapping_budget == 0) {
-    options.guarded_mapping_budget = DefaultGuardedBudget();
+    options.guarded_mapping_budget = context_internal::VmMappingLimit() / 2;
   }
   state_->options = options;
   state_->counts.guarded_mapping_budget = options.guarded_mapping_budget;
@@ -395,10 +323,10 @@ StackPool::~StackPool() {
   for (int c = 0; c < kNumClasses; ++c) {
     for (std::byte* lo : s.classes[c].guarded_free) {
       UnregisterGuard(lo);
-      munmap(lo, SlotSize(c));
+      context_internal::VmUnmap(lo, SlotSize(c));
     }
   }
-  for (auto& [chunk, bytes] : s.chunks) munmap(chunk, bytes);
+  for (auto& [chunk, bytes] : s.chunks) context_internal::VmUnmap(chunk, bytes);
 }
 
 StackPool& StackPool::default_pool() {
@@ -413,8 +341,7 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
   install_stack_overflow_handler();
   const int c = ClassIndex(options.size);
   State& s = *state_;
-  Stack stack;
-  stack.pool_ = this;
+  Stack stack;  // owned by the pool (pool_ set) only once it has memory
   stack.class_index_ = static_cast<std::uint8_t>(c);
 
   std::unique_lock<std::mutex> lock(s.mu);
@@ -439,11 +366,10 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
     } else {
       s.guarded_mappings += 2;  // reserve before dropping the lock for the system calls
       lock.unlock();
-      void* lo = mmap(nullptr, SlotSize(c), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-      bool ok = lo != MAP_FAILED;
-      if (ok && mprotect(lo, kPage, PROT_NONE) != 0) {
-        munmap(lo, SlotSize(c));
+      void* lo = context_internal::VmMap(SlotSize(c));
+      bool ok = lo != nullptr;
+      if (ok && !context_internal::VmMakeGuard(lo)) {
+        context_internal::VmUnmap(lo, SlotSize(c));
         ok = false;
       }
       lock.lock();
@@ -457,6 +383,7 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
       }
     }
     if (stack.lo_ != nullptr) {
+      stack.pool_ = this;
       stack.protection_ = StackProtection::kGuarded;
       ++s.counts.live_guarded;
       return stack;
@@ -480,9 +407,8 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
     if (cls.carve_left == 0) {
       std::size_t slots = std::max<std::size_t>(1, kCompactChunkBytes / SlotSize(c));
       std::size_t bytes = slots * SlotSize(c);
-      void* chunk = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-      if (chunk == MAP_FAILED) return std::errc::not_enough_memory;
+      void* chunk = context_internal::VmMap(bytes);
+      if (chunk == nullptr) return std::errc::not_enough_memory;
       s.chunks.emplace_back(static_cast<std::byte*>(chunk), bytes);
       ++s.counts.mappings;
       cls.carve_next = static_cast<std::byte*>(chunk);
@@ -493,17 +419,15 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
     --cls.carve_left;
     carved = true;
   }
+  stack.pool_ = this;
   stack.protection_ = StackProtection::kCompact;
   ++s.counts.live_compact;
   if (carved) {
     lock.unlock();
     // Map the zero page under the new slot's red zone now, with one call: the red-zone check
     // at release reads it, and a read fault there (~1.1 us here) was the largest single cost of
-    // releasing 100,000 fibers. No memory is spent. Kernels before 5.14 refuse
-    // MADV_POPULATE_READ; the check then faults as before.
-#ifdef MADV_POPULATE_READ
-    (void)madvise(stack.lo_, kPage, MADV_POPULATE_READ);
-#endif
+    // releasing 100,000 fibers. No memory is spent.
+    context_internal::VmPrefaultRead(stack.lo_, kGuard);
   }
   return stack;
 }
@@ -511,7 +435,7 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
 bool StackPool::check_red_zone(const Stack& stack) {
   if (stack.protection_ != StackProtection::kCompact || stack.lo_ == nullptr) return true;
   // Reading a never-written anonymous page maps the shared zero page: no memory is spent.
-  const std::byte* probe = stack.lo_ + kPage - kRedZoneCheckBytes;
+  const std::byte* probe = stack.lo_ + kGuard - kRedZoneCheckBytes;
   for (std::size_t i = 0; i < kRedZoneCheckBytes; ++i) {
     if (probe[i] != std::byte{0}) return false;
   }
@@ -522,7 +446,7 @@ namespace {
 [[noreturn]] void DieRedZone(const std::byte* lo, int c) {
   Line line;
   line.Add("weft: fiber stack overflow detected: the red zone below compact ");
-  DescribeStack(line, reinterpret_cast<std::uintptr_t>(lo) + kPage, ClassSize(c));
+  DescribeStack(line, reinterpret_cast<std::uintptr_t>(lo) + kGuard, ClassSize(c));
   line.Add(" was written. Memory below it may be corrupt; aborting.\n");
   line.Write();
   std::abort();
@@ -629,13 +553,13 @@ void StackPool::trim() {
       s.counts.mappings -= 2 * cls.guarded_free.size();
       s.counts.cached_guarded -= cls.guarded_free.size();
       cls.guarded_free.clear();
-      for (std::byte* lo : cls.compact_free) madvise(lo + kPage, ClassSize(c), MADV_DONTNEED);
+      for (std::byte* lo : cls.compact_free) context_internal::VmDiscard(lo + kGuard, ClassSize(c));
     }
     s.cached_bytes = 0;
   }
   for (auto& [lo, c] : unmap) {
     UnregisterGuard(lo);
-    munmap(lo, SlotSize(c));
+    context_internal::VmUnmap(lo, SlotSize(c));
   }
 }
 
@@ -661,7 +585,7 @@ Stack& Stack::operator=(Stack&& other) noexcept {
 
 StackSpan Stack::span() const {
   if (pool_ == nullptr) return {};
-  return StackSpan{lo_ + kPage, ClassSize(class_index_)};
+  return StackSpan{lo_ + kGuard, ClassSize(class_index_)};
 }
 
 std::size_t Stack::size() const { return pool_ == nullptr ? 0 : ClassSize(class_index_); }

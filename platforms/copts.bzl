@@ -39,5 +39,7 @@ def weft_cc_benchmark(name, copts = [], deps = [], tags = [], **kwargs):
         copts = WEFT_COPTS + copts,
         deps = deps + ["@com_github_google_benchmark//:benchmark_main"],
         tags = tags + ["benchmark"],
+        # Google Benchmark comes from the host's Debian package: skipped in cross builds.
+        target_compatible_with = ["//platforms:debian_libraries_host"],
         **kwargs
     )
