@@ -3,7 +3,11 @@
 
 #include "alloc/slab.h"
 
+#ifdef _WIN32
+#include <windows.h>
+#else
 #include <sys/mman.h>
+#endif
 
 #include <cstdint>
 #include <cstdio>
@@ -60,7 +64,23 @@ SlabHeader* SlabOf(const void* p) {
                                        ~(SlabAllocator::kSlabSize - 1));
 }
 
-// MapAlignedSlab: kSlabSize bytes aligned to kSlabSize (over-map, then trim the ends).
+// MapAlignedSlab / UnmapSlab: kSlabSize bytes aligned to kSlabSize, from the OS.
+#ifdef _WIN32
+// VirtualAlloc hands out regions aligned to the allocation granularity, 64 KiB on every Windows
+// that runs x64: exactly a slab.
+static_assert(SlabAllocator::kSlabSize == std::size_t{64} << 10);
+void* MapAlignedSlab() {
+  void* p =
+      VirtualAlloc(nullptr, SlabAllocator::kSlabSize, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+  if (p != nullptr && (reinterpret_cast<std::uintptr_t>(p) & (SlabAllocator::kSlabSize - 1)) != 0) {
+    VirtualFree(p, 0, MEM_RELEASE);  // a granularity other than 64 KiB: not supported
+    return nullptr;
+  }
+  return p;
+}
+void UnmapSlab(void* p) { VirtualFree(p, 0, MEM_RELEASE); }
+#else
+// Over-map twice the size, then trim the ends.
 void* MapAlignedSlab() {
   const std::size_t size = SlabAllocator::kSlabSize;
   void* raw = mmap(nullptr, 2 * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -73,6 +93,8 @@ void* MapAlignedSlab() {
   if (raw_end > tail) munmap(reinterpret_cast<void*>(tail), raw_end - tail);
   return reinterpret_cast<void*>(aligned);
 }
+void UnmapSlab(void* p) { munmap(p, SlabAllocator::kSlabSize); }
+#endif
 
 }  // namespace
 
@@ -90,7 +112,7 @@ SlabAllocator::~SlabAllocator() {
     SlabHeader* next = it->all_next;
     leaked += it->used;
     WEFT_UNPOISON(it, kSlabSize);
-    munmap(it, kSlabSize);
+    UnmapSlab(it);
     it = next;
   }
   if (leaked != 0) {
@@ -247,7 +269,7 @@ void SlabAllocator::Retire(SlabHeader* s) {
   --slabs_;
   ++released_;
   WEFT_UNPOISON(s, kSlabSize);
-  munmap(s, kSlabSize);
+  UnmapSlab(s);
 }
 
 SlabStats SlabAllocator::stats() const {

@@ -8,7 +8,7 @@ set -euo pipefail
 
 wine=$(command -v wine64 || command -v wine || true)
 if [[ -z "$wine" ]]; then
-  echo "wine_run.sh: Wine is not installed (tools/test_cross.sh installs it: apt-get install wine64)" >&2
+  echo "wine_run.sh: Wine is not installed (tools/test_cross.sh installs it: apt-get install wine wine64)" >&2
   exit 127
 fi
 
