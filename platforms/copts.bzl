@@ -13,20 +13,31 @@ WEFT_COPTS = [
     "-Wnon-virtual-dtor",
 ]
 
+# Windows: Winsock 2 rather than <windows.h>'s old winsock.h, no min/max macros, Windows 8 APIs
+# (WaitOnAddress, SetFileCompletionNotificationModes).
+_WEFT_OS_COPTS = select({
+    "//platforms:windows_x86_64": [
+        "-DWIN32_LEAN_AND_MEAN",
+        "-DNOMINMAX",
+        "-D_WIN32_WINNT=0x0602",
+    ],
+    "//conditions:default": [],
+})
+
 WEFT_TEST_COPTS = WEFT_COPTS
 
 def weft_cc_library(name, copts = [], **kwargs):
-    native.cc_library(name = name, copts = WEFT_COPTS + copts, **kwargs)
+    native.cc_library(name = name, copts = WEFT_COPTS + copts + _WEFT_OS_COPTS, **kwargs)
 
 def weft_cc_binary(name, copts = [], **kwargs):
-    native.cc_binary(name = name, copts = WEFT_COPTS + copts, **kwargs)
+    native.cc_binary(name = name, copts = WEFT_COPTS + copts + _WEFT_OS_COPTS, **kwargs)
 
 def weft_cc_test(name, size = "small", copts = [], deps = [], **kwargs):
     """A GoogleTest cc_test; gtest_main is linked unless the test brings its own main."""
     native.cc_test(
         name = name,
         size = size,
-        copts = WEFT_TEST_COPTS + copts,
+        copts = WEFT_TEST_COPTS + copts + _WEFT_OS_COPTS,
         deps = deps + ["@com_google_googletest//:gtest_main"],
         **kwargs
     )

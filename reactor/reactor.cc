@@ -16,11 +16,29 @@
 namespace weft {
 
 std::string_view Reactor::backend_name() const {
-  return backend() == ReactorBackend::kIoUring ? "io_uring" : "epoll";
+  switch (backend()) {
+    case ReactorBackend::kIoUring:
+      return "io_uring";
+    case ReactorBackend::kEpoll:
+      return "epoll";
+    case ReactorBackend::kIocp:
+      return "iocp";
+    default:
+      return "?";
+  }
 }
 
+#ifdef _WIN32
+Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& options) {
+  if (options.backend != ReactorBackend::kAuto && options.backend != ReactorBackend::kIocp) {
+    return std::errc::invalid_argument;  // a Linux backend
+  }
+  return reactor_internal::MakeIocpReactor(options);
+}
+#else
 Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& options) {
   ReactorBackend want = options.backend;
+  if (want == ReactorBackend::kIocp) return std::errc::invalid_argument;  // Windows only
   if (want == ReactorBackend::kAuto) {
     if (const char* env = std::getenv("WEFT_REACTOR")) {
       std::string_view v(env);
@@ -50,5 +68,6 @@ Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& options) 
 #endif
   return reactor_internal::MakeEpollReactor(options);
 }
+#endif
 
 }  // namespace weft

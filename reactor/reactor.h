@@ -16,19 +16,29 @@
 // (-ETIMEDOUT) or when its fd is closed through close() (-ECANCELED). Completions are delivered
 // only from poll(), never from inside the call that submits, so a callback may submit freely.
 // Bad input (a bad fd, a null buffer) completes with -EBADF / -EINVAL like any other error.
+// A write or send may complete with fewer bytes than asked on Linux; IOCP completes an
+// overlapped send only once all of it is sent.
 //
 // Threads: one Reactor per worker thread, created on that thread (the io_uring backend binds its
 // ring to the creating thread: IORING_SETUP_SINGLE_ISSUER). Only wake() may be called from
 // another thread; all other calls, and all callbacks, happen on the thread that calls poll().
 //
-// Backends: io_uring (liburing) where the kernel allows it, else epoll; see docs/reactor.md for
-// the rules and the WEFT_REACTOR environment override.
+// Backends: io_uring (liburing) where the kernel allows it, else epoll; IOCP on Windows; see
+// docs/reactor.md for the rules and the WEFT_REACTOR environment override.
 
 #ifndef WEFT_REACTOR_REACTOR_H_
 #define WEFT_REACTOR_REACTOR_H_
 
+#ifdef _WIN32
+// Windows: Winsock 2 (include it before <windows.h>, or define WIN32_LEAN_AND_MEAN, as weft's
+// own Windows builds do). An `fd` below is a SOCKET (or an overlapped HANDLE) cast to int:
+// Windows socket handles are small kernel handle values that fit in 32 bits.
+#include <winsock2.h>
+#include <ws2tcpip.h>
+#else
 #include <sys/socket.h>
 #include <sys/uio.h>
+#endif
 
 #include <chrono>
 #include <cstddef>
@@ -43,6 +53,17 @@
 namespace weft {
 
 using ReactorClock = std::chrono::steady_clock;
+
+// IoVec: one buffer of a readv/writev. POSIX's struct iovec; on Windows, which has none, a struct
+// with the same two fields.
+#ifdef _WIN32
+struct IoVec {
+  void* iov_base;
+  std::size_t iov_len;
+};
+#else
+using IoVec = ::iovec;
+#endif
 
 // IoOp: one operation in flight. Owned by the caller (typically on a fiber's stack); must stay
 // alive and unmoved from submission until its (final) completion.
@@ -78,7 +99,7 @@ struct IoOp {
   std::uint32_t poll_events = 0;
   void* buf = nullptr;
   std::size_t len = 0;
-  const iovec* iov = nullptr;
+  const IoVec* iov = nullptr;
   int iovcnt = 0;
   std::int64_t offset = -1;
   sockaddr* addr = nullptr;
@@ -89,13 +110,18 @@ struct IoOp {
   IoOp* prev = nullptr;
   TimerNode timer;  // the deadline, in backends that keep their own timers
   std::int64_t timespec_storage[2] = {0, 0};  // io_uring timeouts read it at submission
+#ifdef _WIN32
+  OVERLAPPED overlapped{};        // IOCP: the operation in flight
+  void* backend_extra = nullptr;  // IOCP: what the operation needs until it completes
+#endif
 };
 
-enum class ReactorBackend : std::uint8_t { kAuto, kIoUring, kEpoll };
+// kIocp: Windows' I/O completion ports, the only backend there (kIoUring and kEpoll are Linux's).
+enum class ReactorBackend : std::uint8_t { kAuto, kIoUring, kEpoll, kIocp };
 
 struct ReactorOptions {
-  // backend: kAuto probes io_uring and falls back to epoll (logging why, once per process).
-  // The environment variable WEFT_REACTOR=io_uring|epoll overrides kAuto.
+  // backend: kAuto probes io_uring and falls back to epoll (logging why, once per process); on
+  // Windows it is IOCP. The environment variable WEFT_REACTOR=io_uring|epoll overrides kAuto.
   ReactorBackend backend = ReactorBackend::kAuto;
   unsigned entries = 256;  // io_uring submission queue size
 };
@@ -123,8 +149,8 @@ class Reactor {
   virtual void read(IoOp& op, int fd, void* buf, std::size_t len, std::int64_t offset = -1) = 0;
   virtual void write(IoOp& op, int fd, const void* buf, std::size_t len,
                      std::int64_t offset = -1) = 0;
-  virtual void readv(IoOp& op, int fd, const iovec* iov, int iovcnt) = 0;
-  virtual void writev(IoOp& op, int fd, const iovec* iov, int iovcnt) = 0;
+  virtual void readv(IoOp& op, int fd, const IoVec* iov, int iovcnt) = 0;
+  virtual void writev(IoOp& op, int fd, const IoVec* iov, int iovcnt) = 0;
   virtual void recv(IoOp& op, int fd, void* buf, std::size_t len, int flags = 0) = 0;
   virtual void send(IoOp& op, int fd, const void* buf, std::size_t len, int flags = 0) = 0;
   // accept: result is the new fd (close-on-exec, non-blocking).

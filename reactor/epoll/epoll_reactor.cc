@@ -84,13 +84,13 @@ class EpollReactor final : public Reactor {
     op.offset = offset;
     Submit(op, fd, buf == nullptr && len > 0);
   }
-  void readv(IoOp& op, int fd, const iovec* iov, int iovcnt) override {
+  void readv(IoOp& op, int fd, const IoVec* iov, int iovcnt) override {
     op.kind = Kind::kReadv;
     op.iov = iov;
     op.iovcnt = iovcnt;
     Submit(op, fd, iov == nullptr || iovcnt < 0);
   }
-  void writev(IoOp& op, int fd, const iovec* iov, int iovcnt) override {
+  void writev(IoOp& op, int fd, const IoVec* iov, int iovcnt) override {
     op.kind = Kind::kWritev;
     op.iov = iov;
     op.iovcnt = iovcnt;

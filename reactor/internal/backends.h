@@ -12,6 +12,7 @@
 
 namespace weft::reactor_internal {
 
+// Linux only.
 Result<std::unique_ptr<Reactor>> MakeEpollReactor(const ReactorOptions& options);
 
 // TimeLeft: how long until `deadline`, 0 if it passed. Compares before subtracting: a deadline
@@ -24,6 +25,8 @@ inline std::chrono::nanoseconds TimeLeft(ReactorClock::time_point deadline) {
 }
 // Defined only when the io_uring backend is compiled in (see reactor/BUILD.bazel).
 Result<std::unique_ptr<Reactor>> MakeIoUringReactor(const ReactorOptions& options);
+// Windows only.
+Result<std::unique_ptr<Reactor>> MakeIocpReactor(const ReactorOptions& options);
 
 }  // namespace weft::reactor_internal
 

@@ -88,13 +88,13 @@ class UringReactor final : public Reactor {
                         static_cast<std::uint64_t>(offset));
     Publish(op, sqe);
   }
-  void readv(IoOp& op, int fd, const iovec* iov, int iovcnt) override {
+  void readv(IoOp& op, int fd, const IoVec* iov, int iovcnt) override {
     if (!Begin(op, Kind::kReadv, fd, iov == nullptr || iovcnt < 0)) return;
     io_uring_sqe* sqe = Sqe(op);
     io_uring_prep_readv(sqe, fd, iov, static_cast<unsigned>(iovcnt), ~std::uint64_t{0});
     Publish(op, sqe);
   }
-  void writev(IoOp& op, int fd, const iovec* iov, int iovcnt) override {
+  void writev(IoOp& op, int fd, const IoVec* iov, int iovcnt) override {
     if (!Begin(op, Kind::kWritev, fd, iov == nullptr || iovcnt < 0)) return;
     io_uring_sqe* sqe = Sqe(op);
     io_uring_prep_writev(sqe, fd, iov, static_cast<unsigned>(iovcnt), ~std::uint64_t{0});
