@@ -1,10 +1,17 @@
 // base/stress_scale.h: the knob that makes weft's stress tests run longer, which sanitizer a
-// test runs under, and the death-test style that works where the test runs. Tests size their loops
+// test runs under, the death-test style that works where the test runs, and how a stack
+// overflow ends a process there. Tests size their loops
 // as base * StressScale(); WEFT_STRESS_SCALE=N (N >= 1, default 1) in the environment sets it, and
 // tools/test_all.sh passes it through to Bazel.
 
 #ifndef WEFT_BASE_STRESS_SCALE_H_
 #define WEFT_BASE_STRESS_SCALE_H_
+
+#ifndef _WIN32
+#include <sys/wait.h>
+
+#include <csignal>
+#endif
 
 #include <cstdlib>
 
@@ -36,6 +43,17 @@ inline constexpr bool kAsan = false;
 inline const char* DeathTestStyle() {
   const char* s = std::getenv("WEFT_DEATH_TEST_STYLE");
   return s != nullptr && *s != '\0' ? s : "threadsafe";
+}
+
+// DiedOfStackOverflow: how a fiber's guard-page overflow ends a death test's child, for
+// EXPECT_EXIT: killed by SIGSEGV on POSIX; on Windows, exit status STATUS_STACK_OVERFLOW
+// (0xC00000FD), which weft's handler ends the process with.
+inline bool DiedOfStackOverflow(int status) {
+#ifdef _WIN32
+  return static_cast<unsigned>(status) == 0xC00000FDu;
+#else
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+#endif
 }
 
 // Emulated: the test runs under an emulator (WEFT_EMULATOR=qemu-aarch64, set by //:.bazelrc's

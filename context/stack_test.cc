@@ -338,16 +338,6 @@ TEST(StackCacheTest, RecycledStacksComeBackWithoutThePool) {
   return Recurse(depth - 1) + frame[0];
 }
 
-// How a guard-page overflow ends the process: the default SIGSEGV action on POSIX; on Windows
-// the handler terminates it with STATUS_STACK_OVERFLOW.
-bool DiedOfOverflow(int status) {
-#ifdef _WIN32
-  return ::testing::ExitedWithCode(static_cast<int>(0xC00000FDu))(status);
-#else
-  return ::testing::KilledBySignal(SIGSEGV)(status);
-#endif
-}
-
 class StackOverflowDeathTest : public ::testing::Test {
  protected:
   void SetUp() override { GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle()); }
@@ -362,7 +352,7 @@ TEST_F(StackOverflowDeathTest, GuardPageOverflowNamesTheFiberStack) {
         set_context_name(*c, "runaway-parser");
         jump_context(*c);
       },
-      DiedOfOverflow,
+      ::weft::testing::DiedOfStackOverflow,
       // \\w, not [0-9a-f]: GoogleTest's simple regex on Windows has no bracket expressions.
       "weft: fiber stack overflow: fault at 0x\\w+ in the guard page of fiber stack "
       "\\[0x\\w+, 0x\\w+\\) \\(16384 bytes usable\\), context \"runaway-parser\"");

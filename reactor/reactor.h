@@ -113,6 +113,7 @@ struct IoOp {
 #ifdef _WIN32
   OVERLAPPED overlapped{};        // IOCP: the operation in flight
   void* backend_extra = nullptr;  // IOCP: what the operation needs until it completes
+  void* backend_owner = nullptr;  // IOCP: the completion port of the reactor that submitted it
 #endif
 };
 

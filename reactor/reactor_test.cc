@@ -165,6 +165,33 @@ TEST_P(ReactorTest, SocketPairReadWrite) {
   EXPECT_EQ(r.completions, 1);
 }
 
+// A socket is not tied to the reactor that used it first: a scheduler's fibers move between
+// workers (one reactor each), and sockets outlive reactors. (IOCP ties a handle to one completion
+// port for good: the backend routes completions to the submitting reactor.)
+TEST_P(ReactorTest, ASocketMovesToAnotherReactorAndOutlivesTheFirst) {
+  auto [a, b] = SocketPair();
+  char got[2] = {};
+  {
+    Result<std::unique_ptr<Reactor>> first = Reactor::create({.backend = GetParam()});
+    ASSERT_TRUE(first.ok());
+    Op w, r;
+    reactor_->write(w, a, "x", 1);
+    (*first)->read(r, b, &got[0], 1);
+    RunUntil([&] { return w.done(); });
+    auto give_up = ReactorClock::now() + 10s;
+    while (!r.done() && ReactorClock::now() < give_up) {
+      ASSERT_TRUE((*first)->poll(ReactorClock::now() + 100ms).ok());
+    }
+    ASSERT_EQ(r.last, 1);
+  }
+  Op w, r;
+  reactor_->read(r, b, &got[1], 1);  // the same socket, another reactor, the first one gone
+  reactor_->write(w, a, "y", 1);
+  RunUntil([&] { return w.done() && r.done(); });
+  EXPECT_EQ(r.last, 1);
+  EXPECT_EQ(std::string(got, 2), "xy");
+}
+
 TEST_P(ReactorTest, PipeEndOfFile) {
 #ifdef _WIN32
   // Anonymous pipes cannot do overlapped I/O: the far end of a socket pair closes instead.

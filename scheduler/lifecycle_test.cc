@@ -445,7 +445,7 @@ TEST(FiberStackOverflowDeathTest, TheDiagnosticNamesTheFiber) {
           (void)h.join();
         });
       },
-      ::testing::KilledBySignal(SIGSEGV),
+      ::weft::testing::DiedOfStackOverflow,
       "weft: fiber stack overflow: .* context \"runaway-parser\"");
 }
 #endif

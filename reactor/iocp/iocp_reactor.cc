@@ -7,9 +7,15 @@
 // completion port reports each one; poll() waits in GetQueuedCompletionStatusEx for them, for
 // the next deadline, or for wake(), which posts a packet with its own key.
 //
-// A handle is associated with the port on first use (CreateIoCompletionPort; "already associated"
-// is taken to mean "with this port": a socket must stay with one reactor). Completions are not
-// skipped on synchronous success, so every operation completes through the port, in one path.
+// A handle can be associated with one completion port only, for its lifetime, while a socket is
+// used by whichever worker its fiber runs on, and may outlive the reactor that first used it.
+// So every handle is associated with one process-wide hub port, on first use, and a hub thread
+// forwards each completion to the port of the reactor that submitted the operation (its
+// OVERLAPPED and byte count, with PostQueuedCompletionStatus). Each reactor waits on its own
+// port. The price is one thread hop per completion batch; associating a socket that only one
+// reactor ever uses directly with that reactor's port would save it (not done yet). Completions
+// are not skipped on synchronous success, so every operation completes through the ports, in one
+// path.
 //
 // Cancel, close and deadlines: CancelIoEx on the operation's OVERLAPPED (close: closesocket,
 // which aborts them all); the aborted completion is reported as -ECANCELED, or -ETIMEDOUT when a
@@ -32,6 +38,8 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <system_error>
+#include <thread>
 
 #include "reactor/internal/backends.h"
 #include "reactor/internal/op_list.h"
@@ -155,6 +163,51 @@ const Extensions& LoadExtensions() {
     closesocket(s);
   });
   return ext;
+}
+
+// The hub: the process-wide port every handle is associated with, and the thread that forwards
+// its completions. Never destroyed (handles may outlive every reactor).
+struct Hub {
+  HANDLE port = nullptr;
+  int error = 0;
+};
+
+void ForwardCompletions(HANDLE hub) {
+  OVERLAPPED_ENTRY entries[64];
+  for (;;) {
+    ULONG n = 0;
+    if (!GetQueuedCompletionStatusEx(hub, entries, 64, &n, INFINITE, FALSE)) continue;
+    for (ULONG i = 0; i < n; ++i) {
+      OVERLAPPED* ov = entries[i].lpOverlapped;
+      if (ov == nullptr) continue;
+      // The op stays alive and pending until its owner delivers it: the owner's port is open.
+      auto owner = static_cast<HANDLE>(OpOfOverlapped(ov)->backend_owner);
+      while (
+          !PostQueuedCompletionStatus(owner, entries[i].dwNumberOfBytesTransferred, kIoKey, ov)) {
+        Sleep(1);  // out of memory for the packet: retry; dropping it would hang the op
+      }
+    }
+  }
+}
+
+const Hub& GetHub() {
+  static Hub hub;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    hub.port = CreateIoCompletionPort(INVALID_HANDLE_VALUE, nullptr, 0, 1);
+    if (hub.port == nullptr) {
+      hub.error = ErrnoOf(GetLastError());
+      return;
+    }
+    try {
+      std::thread(ForwardCompletions, hub.port).detach();
+    } catch (const std::system_error&) {
+      CloseHandle(hub.port);
+      hub.port = nullptr;
+      hub.error = EAGAIN;
+    }
+  });
+  return hub;
 }
 
 // What an accept keeps until it completes: the socket AcceptEx accepts into, and its address
@@ -396,6 +449,7 @@ class IocpReactor final : public Reactor {
     op.timed_out = false;
     op.next = op.prev = nullptr;
     op.backend_extra = nullptr;
+    op.backend_owner = port_;
     op.overlapped = OVERLAPPED{};
     ++pending_;
   }
@@ -417,9 +471,10 @@ class IocpReactor final : public Reactor {
       return false;
     }
     HANDLE h = reinterpret_cast<HANDLE>(SocketOf(fd));
-    if (CreateIoCompletionPort(h, port_, kIoKey, 0) == nullptr) {
+    if (CreateIoCompletionPort(h, GetHub().port, kIoKey, 0) == nullptr) {
       DWORD e = GetLastError();
-      // Already associated: with this port, as the class comment requires.
+      // ERROR_INVALID_PARAMETER: already associated (with the hub: weft associates with nothing
+      // else; a handle someone else associated with another port cannot be used here).
       if (e != ERROR_INVALID_PARAMETER) {
         Finish(op, -ErrnoOf(e));
         return false;
@@ -720,6 +775,7 @@ class IocpReactor final : public Reactor {
 
 Result<std::unique_ptr<Reactor>> MakeIocpReactor(const ReactorOptions& /*options*/) {
   if (int e = LoadExtensions().error; e != 0) return static_cast<std::errc>(e);
+  if (int e = GetHub().error; e != 0) return static_cast<std::errc>(e);
   HANDLE port = CreateIoCompletionPort(INVALID_HANDLE_VALUE, nullptr, 0, 1);
   if (port == nullptr) return static_cast<std::errc>(ErrnoOf(GetLastError()));
   return std::unique_ptr<Reactor>(new IocpReactor(port));
