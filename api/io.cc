@@ -2,8 +2,12 @@
 
 #include "api/io.h"
 
+#ifdef _WIN32
+#include "base/internal/win_errno.h"
+#else
 #include <fcntl.h>
 #include <unistd.h>
+#endif
 
 #include <cerrno>
 
@@ -13,6 +17,13 @@ namespace weft::io {
 namespace {
 
 using scheduler_internal::RunIo;
+
+// kNoSignal: MSG_NOSIGNAL where a closed peer would otherwise raise SIGPIPE (Windows has none).
+#ifdef MSG_NOSIGNAL
+constexpr int kNoSignal = MSG_NOSIGNAL;
+#else
+constexpr int kNoSignal = 0;
+#endif
 
 std::errc ErrcOf(std::int64_t negative_errno) {
   return static_cast<std::errc>(static_cast<int>(-negative_errno));
@@ -37,12 +48,12 @@ Result<std::size_t> write(int fd, const void* buf, std::size_t len, const WaitOp
                     "io write", fd));
 }
 
-Result<std::size_t> readv(int fd, const iovec* iov, int iovcnt, const WaitOptions& options) {
+Result<std::size_t> readv(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
   return Size(
       RunIo([&](Reactor& r, IoOp& op) { r.readv(op, fd, iov, iovcnt); }, options, "io readv", fd));
 }
 
-Result<std::size_t> writev(int fd, const iovec* iov, int iovcnt, const WaitOptions& options) {
+Result<std::size_t> writev(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
   return Size(RunIo([&](Reactor& r, IoOp& op) { r.writev(op, fd, iov, iovcnt); }, options,
                     "io writev", fd));
 }
@@ -56,7 +67,7 @@ Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags,
 Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
                          const WaitOptions& options) {
   // MSG_NOSIGNAL: a closed peer is an EPIPE error, not a process-killing SIGPIPE.
-  return Size(RunIo([&](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | MSG_NOSIGNAL); },
+  return Size(RunIo([&](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | kNoSignal); },
                     options, "io send", fd));
 }
 
@@ -118,6 +129,30 @@ Result<std::uint32_t> poll(int fd, std::uint32_t events, const WaitOptions& opti
   return static_cast<std::uint32_t>(r);
 }
 
+#ifdef _WIN32
+namespace {
+SOCKET Sock(int fd) { return static_cast<SOCKET>(static_cast<unsigned>(fd)); }
+}  // namespace
+
+Result<void> close(int fd) {
+  if (fd < 0) return std::errc::bad_file_descriptor;
+  int type = 0;
+  int len = sizeof type;
+  if (::getsockopt(Sock(fd), SOL_SOCKET, SO_TYPE, reinterpret_cast<char*>(&type), &len) != 0) {
+    return std::errc::bad_file_descriptor;
+  }
+  scheduler_internal::CloseFd(fd);
+  return {};
+}
+
+Result<void> make_nonblocking(int fd) {
+  u_long on = 1;
+  if (::ioctlsocket(Sock(fd), FIONBIO, &on) != 0) {
+    return static_cast<std::errc>(base_internal::ErrnoOf(static_cast<DWORD>(WSAGetLastError())));
+  }
+  return {};
+}
+#else
 Result<void> close(int fd) {
   if (fd < 0) return std::errc::bad_file_descriptor;
   if (::fcntl(fd, F_GETFD) < 0) return static_cast<std::errc>(errno);
@@ -132,5 +167,6 @@ Result<void> make_nonblocking(int fd) {
   }
   return {};
 }
+#endif
 
 }  // namespace weft::io

@@ -7,6 +7,8 @@
 // Defines: weft::io::read, write, readv, writev, recv, send, write_all, send_all, read_exact,
 // accept, connect, poll, close, make_nonblocking.
 //
+// On Windows an fd is a SOCKET cast to int (see reactor/reactor.h), and the calls are for sockets.
+//
 // Rules: buffers must stay valid until the call returns (the call always waits for the
 // operation's completion, even when cancelled). Close an fd with io::close (not ::close) while
 // other fibers may have operations on it: it fails them with operation_canceled first (those on
@@ -16,13 +18,19 @@
 #ifndef WEFT_API_IO_H_
 #define WEFT_API_IO_H_
 
+#ifdef _WIN32
+#include <winsock2.h>
+#include <ws2tcpip.h>
+#else
 #include <sys/socket.h>
 #include <sys/uio.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
 
 #include "base/result.h"
+#include "reactor/reactor.h"  // IoVec
 #include "sync/cancellation.h"
 
 namespace weft::io {
@@ -32,8 +40,8 @@ Result<std::size_t> read(int fd, void* buf, std::size_t len, const WaitOptions& 
                          std::int64_t offset = -1);
 Result<std::size_t> write(int fd, const void* buf, std::size_t len, const WaitOptions& options = {},
                           std::int64_t offset = -1);
-Result<std::size_t> readv(int fd, const iovec* iov, int iovcnt, const WaitOptions& options = {});
-Result<std::size_t> writev(int fd, const iovec* iov, int iovcnt, const WaitOptions& options = {});
+Result<std::size_t> readv(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options = {});
+Result<std::size_t> writev(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options = {});
 Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags = 0,
                          const WaitOptions& options = {});
 Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags = 0,
@@ -58,9 +66,10 @@ Result<void> connect(int fd, const sockaddr* addr, socklen_t addrlen,
 Result<std::uint32_t> poll(int fd, std::uint32_t events, const WaitOptions& options = {});
 
 // close: fails the fd's pending operations (on this execution's reactor), then closes it.
+// EBADF for anything not open (on Windows: not a socket).
 Result<void> close(int fd);
 
-// make_nonblocking: sets O_NONBLOCK (for fds not created by weft).
+// make_nonblocking: sets O_NONBLOCK (Windows: FIONBIO) for fds not created by weft.
 Result<void> make_nonblocking(int fd);
 
 }  // namespace weft::io

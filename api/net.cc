@@ -2,10 +2,16 @@
 
 #include "api/net.h"
 
+#ifdef _WIN32
+#include <mutex>
+
+#include "base/internal/win_errno.h"
+#else
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <unistd.h>
+#endif
 
 #include <cerrno>
 #include <cstring>
@@ -16,6 +22,41 @@
 namespace weft::net {
 namespace {
 
+#ifdef _WIN32
+SOCKET Sock(int fd) { return static_cast<SOCKET>(static_cast<unsigned>(fd)); }
+constexpr int kShutWrite = SD_SEND;
+
+std::errc LastErrc() {
+  return static_cast<std::errc>(base_internal::ErrnoOf(static_cast<DWORD>(WSAGetLastError())));
+}
+
+// StartWinsock: WSAStartup once per process, before the first socket or name lookup.
+std::errc StartWinsock() {
+  static int error = [] {
+    WSADATA data;
+    int e = ::WSAStartup(MAKEWORD(2, 2), &data);
+    return e == 0 ? 0 : base_internal::ErrnoOf(static_cast<DWORD>(e));
+  }();
+  return static_cast<std::errc>(error);
+}
+
+Result<int> NewSocket(int family) {
+  if (std::errc e = StartWinsock(); e != std::errc{}) return e;
+  SOCKET s = ::WSASocketW(family, SOCK_STREAM, IPPROTO_TCP, nullptr, 0,
+                          WSA_FLAG_OVERLAPPED | WSA_FLAG_NO_HANDLE_INHERIT);
+  if (s == INVALID_SOCKET) return LastErrc();
+  u_long on = 1;
+  if (::ioctlsocket(s, FIONBIO, &on) != 0) {
+    std::errc e = LastErrc();
+    ::closesocket(s);
+    return e;
+  }
+  return static_cast<int>(s);
+}
+#else
+int Sock(int fd) { return fd; }
+constexpr int kShutWrite = SHUT_WR;
+
 std::errc LastErrc() { return static_cast<std::errc>(errno); }
 
 Result<int> NewSocket(int family) {
@@ -23,6 +64,7 @@ Result<int> NewSocket(int family) {
   if (fd < 0) return LastErrc();
   return fd;
 }
+#endif
 
 }  // namespace
 
@@ -132,6 +174,9 @@ Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t 
   if (host.empty() || host.find('\0') != std::string_view::npos) {
     return std::errc::invalid_argument;
   }
+#ifdef _WIN32
+  if (std::errc e = StartWinsock(); e != std::errc{}) return e;
+#endif
   std::string name(host);
   std::string service = std::to_string(port);
   int rc = 0;
@@ -154,8 +199,10 @@ Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t 
         return std::errc::resource_unavailable_try_again;
       case EAI_MEMORY:
         return std::errc::not_enough_memory;
+#ifdef EAI_SYSTEM
       case EAI_SYSTEM:
         return LastErrc();
+#endif
       default:
         return std::errc::invalid_argument;
     }
@@ -221,27 +268,30 @@ Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions
 }
 
 Result<void> TcpStream::shutdown_write() {
-  if (::shutdown(fd_, SHUT_WR) != 0) return LastErrc();
+  if (::shutdown(Sock(fd_), kShutWrite) != 0) return LastErrc();
   return {};
 }
 
 Result<void> TcpStream::set_nodelay(bool on) {
   int v = on ? 1 : 0;
-  if (::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) != 0) return LastErrc();
+  if (::setsockopt(Sock(fd_), IPPROTO_TCP, TCP_NODELAY, reinterpret_cast<const char*>(&v),
+                   sizeof v) != 0) {
+    return LastErrc();
+  }
   return {};
 }
 
 Result<SocketAddress> TcpStream::peer_address() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getpeername(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
+  if (::getpeername(Sock(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
   return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
 
 Result<SocketAddress> TcpStream::local_address() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
+  if (::getsockname(Sock(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
   return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
 
@@ -268,9 +318,14 @@ Result<TcpListener> TcpListener::bind(const SocketAddress& addr, int backlog) {
   TcpListener l;
   l.fd_ = *fd;
   int one = 1;
+#ifndef _WIN32
+  // (On Windows SO_REUSEADDR lets another socket take over a port in use: left off there.)
   (void)::setsockopt(l.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(l.fd_, addr.data(), addr.size()) != 0) return LastErrc();
-  if (::listen(l.fd_, backlog) != 0) return LastErrc();
+#else
+  (void)one;
+#endif
+  if (::bind(Sock(l.fd_), addr.data(), addr.size()) != 0) return LastErrc();
+  if (::listen(Sock(l.fd_), backlog) != 0) return LastErrc();
   return l;
 }
 
@@ -283,7 +338,7 @@ Result<TcpStream> TcpListener::accept(const WaitOptions& options) {
 Result<SocketAddress> TcpListener::local_address() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
+  if (::getsockname(Sock(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
   return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
 

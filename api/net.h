@@ -8,8 +8,13 @@
 #ifndef WEFT_API_NET_H_
 #define WEFT_API_NET_H_
 
+#ifdef _WIN32
+#include <winsock2.h>
+#include <ws2tcpip.h>
+#else
 #include <netinet/in.h>
 #include <sys/socket.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>

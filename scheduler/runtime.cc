@@ -38,11 +38,13 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <system_error>
 #include <thread>
 #include <vector>
 
 #include "base/futex.h"
+#include "base/thread_exit.h"
 #include "context/context.h"
 #include "context/stack.h"
 #include "deque/chase_lev.h"
@@ -1088,10 +1090,29 @@ struct ThreadReactor {
   std::errc error{};
   bool tried = false;
 };
-thread_local ThreadReactor t_reactor;
+// A plain thread's reactor, made on its first I/O and deleted at thread exit through a
+// ThreadExitKey, not a thread_local destructor (base/thread_exit.h says why).
+constinit thread_local ThreadReactor* t_reactor = nullptr;
+
+void DeleteThreadReactor(void* p) {
+#if !defined(_WIN32)
+  t_reactor = nullptr;  // native TLS outlives key destructors (see sync/waiter.cc)
+#endif
+  delete static_cast<ThreadReactor*>(p);
+}
 
 Reactor* ThreadReactorOrNull(std::errc* error) {
-  ThreadReactor& t = t_reactor;
+  if (t_reactor == nullptr) {
+    static auto* key = new base_internal::ThreadExitKey(&DeleteThreadReactor);  // never destroyed
+    auto* fresh = new (std::nothrow) ThreadReactor;
+    if (fresh == nullptr) {
+      if (error != nullptr) *error = std::errc::not_enough_memory;
+      return nullptr;
+    }
+    key->Set(fresh);
+    t_reactor = fresh;
+  }
+  ThreadReactor& t = *t_reactor;
   if (!t.tried) {
     t.tried = true;
     Result<std::unique_ptr<Reactor>> r = Reactor::create();
@@ -1182,13 +1203,17 @@ void CloseFd(int fd) {
   Reactor* r = nullptr;
   if (w != nullptr && w->current != nullptr) {
     r = w->reactor.get();
-  } else if (t_reactor.reactor != nullptr) {
-    r = t_reactor.reactor.get();
+  } else if (t_reactor != nullptr && t_reactor->reactor != nullptr) {
+    r = t_reactor->reactor.get();
   }
   if (r != nullptr) {
     r->close(fd);
   } else {
+#ifdef _WIN32
+    ::closesocket(static_cast<SOCKET>(static_cast<unsigned>(fd)));  // api fds are sockets
+#else
     ::close(fd);
+#endif
   }
 }
 
@@ -1262,7 +1287,26 @@ bool RunBlocking(void (*fn)(void*), void* arg) {
 
 namespace {
 std::atomic<std::size_t> g_next_local_key{0};
-thread_local LocalSlots t_thread_locals;
+// A plain thread's fiber-local slots: made on first use, destroyed (running the values'
+// destructors) at thread exit through a ThreadExitKey (base/thread_exit.h says why).
+constinit thread_local LocalSlots* t_thread_locals = nullptr;
+
+void DeleteThreadLocals(void* p) {
+#if !defined(_WIN32)
+  t_thread_locals = nullptr;  // native TLS outlives key destructors (see sync/waiter.cc)
+#endif
+  delete static_cast<LocalSlots*>(p);
+}
+
+LocalSlots& ThreadLocals() {
+  if (t_thread_locals == nullptr) {
+    static auto* key = new base_internal::ThreadExitKey(&DeleteThreadLocals);  // never destroyed
+    auto* fresh = new LocalSlots;
+    key->Set(fresh);
+    t_thread_locals = fresh;
+  }
+  return *t_thread_locals;
+}
 }  // namespace
 
 LocalSlots::Slot& LocalSlots::at(std::size_t key) {
@@ -1292,7 +1336,7 @@ LocalSlots::~LocalSlots() {
 
 LocalSlots& CurrentLocals() {
   Fiber* f = CurrentFiber();
-  return f != nullptr ? f->locals : t_thread_locals;
+  return f != nullptr ? f->locals : ThreadLocals();
 }
 
 std::size_t NewLocalKey() {

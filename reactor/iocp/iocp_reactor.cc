@@ -41,12 +41,14 @@
 #include <system_error>
 #include <thread>
 
+#include "base/internal/win_errno.h"
 #include "reactor/internal/backends.h"
 #include "reactor/internal/op_list.h"
 
 namespace weft::reactor_internal {
 namespace {
 
+using base_internal::ErrnoOf;
 using Kind = IoOp::Kind;
 
 constexpr ULONG_PTR kIoKey = 0;
@@ -60,73 +62,6 @@ IoOp* OpOfOverlapped(OVERLAPPED* ov) {
   return reinterpret_cast<IoOp*>(reinterpret_cast<char*>(ov) - offsetof(IoOp, overlapped));
 }
 SOCKET SocketOf(int fd) { return static_cast<SOCKET>(static_cast<unsigned>(fd)); }
-
-// ErrnoOf: a Win32 or Winsock error as the errno the interface reports.
-int ErrnoOf(DWORD e) {
-  switch (e) {
-    case ERROR_OPERATION_ABORTED:
-      return ECANCELED;
-    case WSAECONNRESET:
-    case ERROR_NETNAME_DELETED:
-      return ECONNRESET;
-    case WSAECONNREFUSED:
-    case ERROR_CONNECTION_REFUSED:
-      return ECONNREFUSED;
-    case WSAECONNABORTED:
-    case ERROR_CONNECTION_ABORTED:
-    case ERROR_REQUEST_ABORTED:
-      return ECONNABORTED;
-    case WSAENOTSOCK:
-    case WSAEBADF:
-    case ERROR_INVALID_HANDLE:
-      return EBADF;
-    case WSAEINVAL:
-    case ERROR_INVALID_PARAMETER:
-      return EINVAL;
-    case WSAEFAULT:
-    case ERROR_NOACCESS:
-      return EFAULT;
-    case WSAENOTCONN:
-      return ENOTCONN;
-    case WSAESHUTDOWN:
-    case ERROR_BROKEN_PIPE:
-    case ERROR_NO_DATA:
-      return EPIPE;
-    case WSAEMFILE:
-    case ERROR_TOO_MANY_OPEN_FILES:
-      return EMFILE;
-    case WSAENOBUFS:
-    case ERROR_NOT_ENOUGH_MEMORY:
-    case ERROR_NO_SYSTEM_RESOURCES:
-      return ENOMEM;
-    case WSAETIMEDOUT:
-    case ERROR_SEM_TIMEOUT:
-      return ETIMEDOUT;
-    case WSAEADDRINUSE:
-      return EADDRINUSE;
-    case WSAEADDRNOTAVAIL:
-      return EADDRNOTAVAIL;
-    case WSAENETUNREACH:
-    case ERROR_NETWORK_UNREACHABLE:
-      return ENETUNREACH;
-    case WSAEHOSTUNREACH:
-    case ERROR_HOST_UNREACHABLE:
-      return EHOSTUNREACH;
-    case WSAEISCONN:
-      return EISCONN;
-    case WSAEWOULDBLOCK:
-      return EAGAIN;
-    case WSAEMSGSIZE:
-    case ERROR_MORE_DATA:
-      return EMSGSIZE;
-    case WSAEAFNOSUPPORT:
-      return EAFNOSUPPORT;
-    case WSAEOPNOTSUPP:
-      return EOPNOTSUPP;
-    default:
-      return EIO;
-  }
-}
 
 // The Winsock extension functions, loaded once per process.
 struct Extensions {
