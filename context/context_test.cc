@@ -1,6 +1,7 @@
 // Tests of the context switch alone: switch order, values both ways, on-top functions, stack
-// alignment at entry, FP control state per context, deep recursion, exceptions, migration
-// between threads, (Windows) the TEB's stack bounds, and misuse that must fail loudly. Runs against
+// alignment at entry, FP control state and callee-saved registers per context, deep recursion,
+// exceptions, migration between threads, (Windows) the TEB's stack bounds, and misuse that must
+// fail loudly. Runs against
 // whichever backend the build selected.
 
 #include "context/context.h"
@@ -269,6 +270,94 @@ TEST(ContextTest, WindowsTebStackBoundsFollowTheContext) {
   EXPECT_EQ(tib->StackLimit, thread_limit);
 }
 #endif
+
+#if defined(__x86_64__)
+// Callee-saved registers hold their values across a switch away and back, while the other
+// context clobbers them all. The compiler alone cannot show this: it may keep nothing live in
+// those registers across the call. So one asm block loads known values, calls the switch
+// through a plain function and reads them back: rbx and r12-r15 everywhere; on Windows also rdi,
+// rsi and xmm6-xmm15, which Win64 makes callee-saved.
+Context g_clobberer = nullptr;
+
+[[gnu::noinline]] void SwitchToClobbererAndBack() { g_clobberer = jump_context(g_clobberer).from; }
+
+TEST(ContextTest, CalleeSavedRegistersSurviveASwitch) {
+  TestFiber fiber([](Transfer t) {
+    for (;;) {
+      asm volatile(
+          "movq $-1, %%rbx\n movq $-1, %%r12\n movq $-1, %%r13\n movq $-1, %%r14\n"
+          "movq $-1, %%r15\n movq $-1, %%rdi\n movq $-1, %%rsi\n"
+          "pcmpeqd %%xmm6, %%xmm6\n pcmpeqd %%xmm7, %%xmm7\n pcmpeqd %%xmm8, %%xmm8\n"
+          "pcmpeqd %%xmm9, %%xmm9\n pcmpeqd %%xmm10, %%xmm10\n pcmpeqd %%xmm11, %%xmm11\n"
+          "pcmpeqd %%xmm12, %%xmm12\n pcmpeqd %%xmm13, %%xmm13\n pcmpeqd %%xmm14, %%xmm14\n"
+          "pcmpeqd %%xmm15, %%xmm15\n" ::
+              : "rbx", "r12", "r13", "r14", "r15", "rdi", "rsi", "xmm6", "xmm7", "xmm8", "xmm9",
+                "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+      t = jump_context(t.from);
+    }
+  });
+  g_clobberer = fiber.context;
+  std::uint64_t out[17] = {};
+  std::uint64_t* out_ptr = out;
+  void (*fn)() = &SwitchToClobbererAndBack;
+  asm volatile(
+      "movq %[out], %%r11\n"
+      "movq %[fn], %%r10\n"
+#ifndef _WIN32
+      "subq $128, %%rsp\n"  // step over the SysV red zone
+#endif
+      "movq %%rsp, %%rax\n"
+      "andq $-16, %%rsp\n"
+      "pushq %%rax\n"      // the rsp to return to
+      "pushq %%r11\n"      // out
+      "pushq %%r10\n"      // fn
+      "subq $40, %%rsp\n"  // home space (Win64) and alignment: rsp % 16 == 0 at the call
+      "movq $0x1001, %%rbx\n movq $0x1012, %%r12\n movq $0x1013, %%r13\n"
+      "movq $0x1014, %%r14\n movq $0x1015, %%r15\n"
+#ifdef _WIN32
+      "movq $0x10d1, %%rdi\n movq $0x10e1, %%rsi\n"
+      "movq $0x2006, %%rax\n movq %%rax, %%xmm6\n movq $0x2007, %%rax\n movq %%rax, %%xmm7\n"
+      "movq $0x2008, %%rax\n movq %%rax, %%xmm8\n movq $0x2009, %%rax\n movq %%rax, %%xmm9\n"
+      "movq $0x2010, %%rax\n movq %%rax, %%xmm10\n movq $0x2011, %%rax\n movq %%rax, %%xmm11\n"
+      "movq $0x2012, %%rax\n movq %%rax, %%xmm12\n movq $0x2013, %%rax\n movq %%rax, %%xmm13\n"
+      "movq $0x2014, %%rax\n movq %%rax, %%xmm14\n movq $0x2015, %%rax\n movq %%rax, %%xmm15\n"
+#endif
+      "callq *40(%%rsp)\n"
+      "addq $48, %%rsp\n"  // home space and fn
+      "popq %%rax\n"       // out
+      "movq %%rbx, 0(%%rax)\n movq %%r12, 8(%%rax)\n movq %%r13, 16(%%rax)\n"
+      "movq %%r14, 24(%%rax)\n movq %%r15, 32(%%rax)\n"
+#ifdef _WIN32
+      "movq %%rdi, 40(%%rax)\n movq %%rsi, 48(%%rax)\n"
+      "movq %%xmm6, 56(%%rax)\n movq %%xmm7, 64(%%rax)\n movq %%xmm8, 72(%%rax)\n"
+      "movq %%xmm9, 80(%%rax)\n movq %%xmm10, 88(%%rax)\n movq %%xmm11, 96(%%rax)\n"
+      "movq %%xmm12, 104(%%rax)\n movq %%xmm13, 112(%%rax)\n movq %%xmm14, 120(%%rax)\n"
+      "movq %%xmm15, 128(%%rax)\n"
+#endif
+      "popq %%rsp\n"
+#ifndef _WIN32
+      "addq $128, %%rsp\n"
+#endif
+      :
+      : [out] "m"(out_ptr), [fn] "m"(fn)
+      : "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
+        "r15", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc");
+  EXPECT_EQ(out[0], 0x1001u);  // rbx
+  EXPECT_EQ(out[1], 0x1012u);  // r12
+  EXPECT_EQ(out[2], 0x1013u);
+  EXPECT_EQ(out[3], 0x1014u);
+  EXPECT_EQ(out[4], 0x1015u);  // r15
+#ifdef _WIN32
+  EXPECT_EQ(out[5], 0x10d1u);  // rdi
+  EXPECT_EQ(out[6], 0x10e1u);  // rsi
+  const std::uint64_t xmm[10] = {0x2006, 0x2007, 0x2008, 0x2009, 0x2010,
+                                 0x2011, 0x2012, 0x2013, 0x2014, 0x2015};
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(out[7 + i], xmm[i]) << "xmm" << 6 + i;
+#endif
+  jump_context(g_clobberer);  // one more round, then leave the fiber parked (its stack is pooled)
+}
+#endif  // __x86_64__
 
 TEST(ContextTest, ChainOfContexts) {
   // Each fiber adds one and passes the counter to the next; the last returns to main.
