@@ -1,8 +1,7 @@
 // Tests of the context switch alone: switch order, values both ways, on-top functions, stack
 // alignment at entry, FP control state and callee-saved registers per context, deep recursion,
 // exceptions, migration between threads, (Windows) the TEB's stack bounds, and misuse that must
-// fail loudly. Runs against
-// whichever backend the build selected.
+// fail loudly. Runs against whichever backend the build selected.
 
 #include "context/context.h"
 
