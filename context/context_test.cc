@@ -9,6 +9,7 @@
 #include <windows.h>
 #endif
 
+#include <algorithm>
 #include <cfenv>
 #include <cstdint>
 #include <latch>
@@ -277,6 +278,10 @@ TEST(ContextTest, WindowsTebStackBoundsFollowTheContext) {
 // through a plain function and reads them back: rbx and r12-r15 everywhere; on Windows also rdi,
 // rsi and xmm6-xmm15, which Win64 makes callee-saved.
 Context g_clobberer = nullptr;
+// In globals, so that the asm reaches them RIP-relative: with every register clobbered there is
+// none left to address a local (ASan's builds need one for a stack operand).
+std::uint64_t g_saved_out[17];
+void (*g_switch_fn)() = nullptr;
 
 [[gnu::noinline]] void SwitchToClobbererAndBack() { g_clobberer = jump_context(g_clobberer).from; }
 
@@ -296,11 +301,11 @@ TEST(ContextTest, CalleeSavedRegistersSurviveASwitch) {
     }
   });
   g_clobberer = fiber.context;
-  std::uint64_t out[17] = {};
-  std::uint64_t* out_ptr = out;
-  void (*fn)() = &SwitchToClobbererAndBack;
+  std::uint64_t* out = g_saved_out;
+  std::fill(out, out + 17, 0);
+  g_switch_fn = &SwitchToClobbererAndBack;
   asm volatile(
-      "movq %[out], %%r11\n"
+      "leaq %[out], %%r11\n"
       "movq %[fn], %%r10\n"
 #ifndef _WIN32
       "subq $128, %%rsp\n"  // step over the SysV red zone
@@ -338,7 +343,7 @@ TEST(ContextTest, CalleeSavedRegistersSurviveASwitch) {
       "addq $128, %%rsp\n"
 #endif
       :
-      : [out] "m"(out_ptr), [fn] "m"(fn)
+      : [out] "m"(g_saved_out), [fn] "m"(g_switch_fn)
       : "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
         "r15", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
         "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc");
