@@ -26,11 +26,22 @@ for config in "${configs[@]}"; do
   echo "=== weft tests: $config"
   env_args=()
   [ -n "${WEFT_STRESS_SCALE:-}" ] && env_args=(--test_env=WEFT_STRESS_SCALE="$WEFT_STRESS_SCALE")
-  ./bazelw test "${args[@]}" "${env_args[@]}" -- "${patterns[@]}" || status=1
+  out=$(mktemp)
+  ./bazelw test "${args[@]}" "${env_args[@]}" -- "${patterns[@]}" 2>&1 | tee "$out"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  # Targets that did not build (or were not run) this time: a test.xml in bazel-testlogs would be
+  # an older run's, so they count as failures, whatever that file says.
+  unbuilt=$(grep -E '^//[^ ]+ +(FAILED TO BUILD|NO STATUS)' "$out" | awk '{print $1}' || true)
+  rm -f "$out"
   testlogs=$(./bazelw info "${args[@]}" bazel-testlogs 2>/dev/null)
   for label in $targets; do
     path=${label#//}
     xml="$testlogs/${path/://}/test.xml"
+    if grep -qxF -- "$label" <<<"$unbuilt"; then
+      echo "not built or not run: $label ($config)"
+      failed=$((failed + 1))
+      continue
+    fi
     if [ ! -f "$xml" ]; then
       echo "no result: $label ($config)"
       failed=$((failed + 1))
