@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/test_all.sh: runs every weft test in every configuration CI checks, then prints one line
 # "N passed, M failed" counting test cases (GoogleTest cases from each test's XML; a test binary
-# that did not build or produced no result counts as one failure). Exit status is non-zero on any failure.
+# that did not build or produced no result counts as one failure). Exit status is non-zero on any
+# failure.
 #
 #   tools/test_all.sh                      # default, asan, tsan, ubsan, ucontext, epoll
 #   WEFT_TEST_CONFIGS="default tsan" tools/test_all.sh
