@@ -15,18 +15,21 @@
 
 namespace weft {
 
-std::string_view Reactor::backend_name() const {
-  switch (backend()) {
+std::string_view ReactorBackendName(ReactorBackend backend) {
+  switch (backend) {
     case ReactorBackend::kIoUring:
       return "io_uring";
     case ReactorBackend::kEpoll:
       return "epoll";
     case ReactorBackend::kIocp:
       return "iocp";
-    default:
-      return "?";
+    case ReactorBackend::kAuto:
+      break;
   }
+  return "auto";
 }
+
+std::string_view Reactor::backend_name() const { return ReactorBackendName(backend()); }
 
 #ifdef _WIN32
 Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& options) {

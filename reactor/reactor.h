@@ -120,6 +120,9 @@ struct IoOp {
 // kIocp: Windows' I/O completion ports, the only backend there (kIoUring and kEpoll are Linux's).
 enum class ReactorBackend : std::uint8_t { kAuto, kIoUring, kEpoll, kIocp };
 
+// ReactorBackendName: "auto", "io_uring", "epoll" or "iocp".
+std::string_view ReactorBackendName(ReactorBackend backend);
+
 struct ReactorOptions {
   // backend: kAuto probes io_uring and falls back to epoll (logging why, once per process); on
   // Windows it is IOCP. The environment variable WEFT_REACTOR=io_uring|epoll overrides kAuto.

@@ -46,19 +46,6 @@ int ConnectBlocking(int fd, const sockaddr_in& addr) {
 }
 #endif
 
-std::string BackendName(ReactorBackend b) {
-  switch (b) {
-    case ReactorBackend::kIoUring:
-      return "io_uring";
-    case ReactorBackend::kEpoll:
-      return "epoll";
-    case ReactorBackend::kIocp:
-      return "iocp";
-    default:
-      return "auto";
-  }
-}
-
 // Op: an IoOp that records its completions.
 struct Op : IoOp {
   int completions = 0;
@@ -148,7 +135,7 @@ class ReactorTest : public ::testing::TestWithParam<ReactorBackend> {
 
 TEST_P(ReactorTest, ReportsItsBackend) {
   EXPECT_EQ(reactor_->backend(), GetParam());
-  EXPECT_EQ(reactor_->backend_name(), BackendName(GetParam()));
+  EXPECT_EQ(reactor_->backend_name(), ReactorBackendName(GetParam()));
 }
 
 TEST_P(ReactorTest, SocketPairReadWrite) {
@@ -473,7 +460,9 @@ std::vector<ReactorBackend> Backends() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReactorTest, ::testing::ValuesIn(Backends()),
-                         [](const auto& info) { return BackendName(info.param); });
+                         [](const auto& info) {
+                           return std::string(ReactorBackendName(info.param));
+                         });
 
 #ifdef _WIN32
 TEST(ReactorCreateTest, AutoIsIocpAndLinuxBackendsAreRefused) {

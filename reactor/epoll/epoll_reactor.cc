@@ -44,10 +44,6 @@ bool IsWriteSide(const IoOp& op) {
   }
 }
 
-IoOp* OpOfTimer(TimerNode* node) {
-  return reinterpret_cast<IoOp*>(reinterpret_cast<char*>(node) - offsetof(IoOp, timer));
-}
-
 struct FdState {
   OpList readers;
   OpList writers;
@@ -292,26 +288,8 @@ class EpollReactor final : public Reactor {
   }
 
   // Finish: the op's final result; delivered by the next DeliverReady.
-  void Finish(IoOp& op, std::int64_t result) {
-    if (op.timer.queued()) timers_.cancel(op.timer);
-    op.cancel_requested = true;  // final: a cancel() before delivery has nothing left to do
-    op.result = result;
-    ready_.push(&op);
-  }
-
-  int DeliverReady() {
-    int n = 0;
-    while (IoOp* op = ready_.head) {
-      ready_.remove(op);
-      op->pending = false;
-      --pending_;
-      ++n;
-      std::int64_t r = op->result;
-      if (r == -ECANCELED && op->timed_out) r = -ETIMEDOUT;
-      op->on_complete(*op, r, 0);
-    }
-    return n;
-  }
+  void Finish(IoOp& op, std::int64_t result) { ready_.finish(op, result, timers_); }
+  int DeliverReady() { return ready_.deliver(pending_); }
 
   int ExpireTimers() {
     int n = 0;
@@ -461,7 +439,7 @@ class EpollReactor final : public Reactor {
   EventfdWaker waker_;
   std::vector<FdState> fds_;
   std::vector<int> dirty_;
-  OpList ready_;
+  ReadyList ready_;
   TimerHeap timers_;
   std::size_t pending_ = 0;
   bool have_pwait2_ = true;  // cleared on the first ENOSYS (see Wait)

@@ -1,8 +1,13 @@
 // reactor/internal/op_list.h: an intrusive doubly linked FIFO of IoOps (through IoOp::next and
-// IoOp::prev), used by both backends for their waiting, ready and in-flight lists.
+// IoOp::prev), used by the backends for their waiting, ready and in-flight lists; and the ready
+// list that the epoll and IOCP backends finish every operation through.
 
 #ifndef WEFT_REACTOR_INTERNAL_OP_LIST_H_
 #define WEFT_REACTOR_INTERNAL_OP_LIST_H_
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
 
 #include "reactor/reactor.h"
 
@@ -35,6 +40,43 @@ struct OpList {
     }
     op->next = op->prev = nullptr;
   }
+};
+
+// OpOfTimer: the IoOp whose `timer` a TimerHeap handed back.
+inline IoOp* OpOfTimer(TimerNode* node) {
+  return reinterpret_cast<IoOp*>(reinterpret_cast<char*>(node) - offsetof(IoOp, timer));
+}
+
+// ReadyList: operations whose final result is known, waiting for poll() to deliver them, so that
+// callbacks run only inside poll().
+class ReadyList {
+ public:
+  // finish: records op's final result and queues it; its deadline, if still queued, is cancelled.
+  void finish(IoOp& op, std::int64_t result, TimerHeap& timers) {
+    if (op.timer.queued()) timers.cancel(op.timer);
+    op.cancel_requested = true;  // final: a cancel() before delivery has nothing left to do
+    op.result = result;
+    ops_.push(&op);
+  }
+
+  // deliver: runs the queued operations' callbacks, oldest first, counting each off *pending.
+  // An operation whose deadline passed reports -ETIMEDOUT where it was finished as cancelled.
+  int deliver(std::size_t& pending) {
+    int n = 0;
+    while (IoOp* op = ops_.head) {
+      ops_.remove(op);
+      op->pending = false;
+      --pending;
+      ++n;
+      std::int64_t r = op->result;
+      if (r == -ECANCELED && op->timed_out) r = -ETIMEDOUT;
+      op->on_complete(*op, r, 0);
+    }
+    return n;
+  }
+
+ private:
+  OpList ops_;
 };
 
 }  // namespace weft::reactor_internal

@@ -55,9 +55,6 @@ constexpr ULONG_PTR kIoKey = 0;
 constexpr ULONG_PTR kWakeKey = 1;
 constexpr int kMaxIov = 1024;  // as IOV_MAX on Linux
 
-IoOp* OpOfTimer(TimerNode* node) {
-  return reinterpret_cast<IoOp*>(reinterpret_cast<char*>(node) - offsetof(IoOp, timer));
-}
 IoOp* OpOfOverlapped(OVERLAPPED* ov) {
   return reinterpret_cast<IoOp*>(reinterpret_cast<char*>(ov) - offsetof(IoOp, overlapped));
 }
@@ -657,24 +654,8 @@ class IocpReactor final : public Reactor {
   }
 
   // Finish: the op's final result; delivered by the next DeliverReady.
-  void Finish(IoOp& op, std::int64_t result) {
-    if (op.timer.queued()) timers_.cancel(op.timer);
-    op.cancel_requested = true;  // final: a cancel() before delivery has nothing left to do
-    op.result = result;
-    ready_.push(&op);
-  }
-
-  int DeliverReady() {
-    int n = 0;
-    while (IoOp* op = ready_.head) {
-      ready_.remove(op);
-      op->pending = false;
-      --pending_;
-      ++n;
-      op->on_complete(*op, op->result, 0);
-    }
-    return n;
-  }
+  void Finish(IoOp& op, std::int64_t result) { ready_.finish(op, result, timers_); }
+  int DeliverReady() { return ready_.deliver(pending_); }
 
   int ExpireTimers() {
     int n = 0;
@@ -687,12 +668,7 @@ class IocpReactor final : public Reactor {
       } else {
         op->timed_out = true;
         Abort(*op);  // completes through the port, or from polling_ at once, as -ETIMEDOUT
-        if (!op->pending) ++n;
       }
-    }
-    // Ops aborted from polling_ got -ECANCELED above: a deadline says -ETIMEDOUT.
-    for (IoOp* op = ready_.head; op != nullptr; op = op->next) {
-      if (op->timed_out && op->result == -ECANCELED) op->result = -ETIMEDOUT;
     }
     return n;
   }
@@ -701,7 +677,7 @@ class IocpReactor final : public Reactor {
   std::atomic<bool> wake_posted_{false};
   OpList inflight_;  // an OVERLAPPED call outstanding
   OpList polling_;   // readiness re-checked with WSAPoll
-  OpList ready_;     // finished, not yet delivered
+  ReadyList ready_;  // finished, not yet delivered
   TimerHeap timers_;
   std::size_t pending_ = 0;
 };
