@@ -13,11 +13,18 @@
 //
 // Keys are a small per-process resource (PTHREAD_KEYS_MAX >= 128, FLS 4000): make one per use,
 // statically, and never destroy it.
+//
+// ThreadOwned<T> is the common case built on a key: each thread's own T, made on first use and
+// deleted when the thread exits.
+//
+//   ThreadOwned<Cache>::get()       // this thread's Cache (null only if out of memory)
+//   ThreadOwned<Cache>::existing()  // or null if this thread has not made one
 
 #ifndef WEFT_BASE_THREAD_EXIT_H_
 #define WEFT_BASE_THREAD_EXIT_H_
 
 #include <cstdint>
+#include <new>
 
 namespace weft::base_internal {
 
@@ -35,6 +42,38 @@ class ThreadExitKey {
 
  private:
   std::uintptr_t key_;
+};
+
+// ThreadOwned<T>: the calling thread's own T (default-constructed on first use), deleted at
+// thread exit through a ThreadExitKey. One per type: give each use a type of its own.
+template <typename T>
+class ThreadOwned {
+ public:
+  // get: this thread's T, made now if it has none; null if there is no memory for it.
+  static T* get() {
+    if (t_ == nullptr) {
+      static auto* key = new ThreadExitKey(&Destroy);  // never destroyed
+      T* fresh = new (std::nothrow) T();
+      if (fresh == nullptr) return nullptr;
+      key->Set(fresh);
+      t_ = fresh;
+    }
+    return t_;
+  }
+  // existing: this thread's T, or null if it has not made one.
+  static T* existing() { return t_; }
+
+ private:
+  static void Destroy(void* p) {
+#if !defined(_WIN32)
+    // Native TLS outlives the key destructors: a later use (from another exit function) makes a
+    // fresh T and sets the key again, which POSIX answers with another destructor round. Under
+    // MinGW the TLS may be freed already: it is not touched.
+    t_ = nullptr;
+#endif
+    delete static_cast<T*>(p);
+  }
+  static constinit inline thread_local T* t_ = nullptr;
 };
 
 }  // namespace weft::base_internal

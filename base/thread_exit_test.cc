@@ -1,5 +1,6 @@
 // base/thread_exit_test.cc: a ThreadExitKey calls its function once per exiting thread that set
-// a non-null value, with that value.
+// a non-null value, with that value; ThreadOwned gives each thread its own object and deletes it
+// at exit.
 
 #include "base/thread_exit.h"
 
@@ -38,7 +39,7 @@ TEST(ThreadExitKeyTest, RunsOncePerExitingThreadWithItsValue) {
     });
   }
   threads.emplace_back([] { Key().Set(nullptr); });  // null: no call
-  threads.emplace_back([] {});                        // never set: no call
+  threads.emplace_back([] {});                       // never set: no call
   for (auto& t : threads) t.join();
   EXPECT_EQ(g_calls.load(), 8);
   EXPECT_EQ(g_sum.load(), 36);
@@ -55,6 +56,30 @@ TEST(ThreadExitKeyTest, KeysAreIndependent) {
   std::thread([] { second->Set(reinterpret_cast<void*>(1)); }).join();
   EXPECT_EQ(g_calls.load(), 1);
   EXPECT_EQ(other.load(), 2);
+}
+
+struct Counted {
+  static inline std::atomic<int> alive{0};
+  Counted() { alive.fetch_add(1); }
+  ~Counted() { alive.fetch_sub(1); }
+};
+
+TEST(ThreadOwnedTest, OnePerThreadMadeOnFirstUseAndDeletedAtExit) {
+  EXPECT_EQ(ThreadOwned<Counted>::existing(), nullptr);
+  Counted* mine = ThreadOwned<Counted>::get();
+  ASSERT_NE(mine, nullptr);
+  EXPECT_EQ(ThreadOwned<Counted>::get(), mine);
+  EXPECT_EQ(ThreadOwned<Counted>::existing(), mine);
+  Counted* theirs = nullptr;
+  std::thread([&] {
+    EXPECT_EQ(ThreadOwned<Counted>::existing(), nullptr);
+    theirs = ThreadOwned<Counted>::get();
+    EXPECT_EQ(Counted::alive.load(), 2);
+  }).join();
+  EXPECT_NE(theirs, mine);
+  EXPECT_EQ(Counted::alive.load(), 1);  // the other thread's went with it
+  std::thread([] {}).join();            // a thread that never asks makes none
+  EXPECT_EQ(Counted::alive.load(), 1);
 }
 
 }  // namespace

@@ -1090,29 +1090,17 @@ struct ThreadReactor {
   std::errc error{};
   bool tried = false;
 };
-// A plain thread's reactor, made on its first I/O and deleted at thread exit through a
-// ThreadExitKey, not a thread_local destructor (base/thread_exit.h says why).
-constinit thread_local ThreadReactor* t_reactor = nullptr;
-
-void DeleteThreadReactor(void* p) {
-#if !defined(_WIN32)
-  t_reactor = nullptr;  // native TLS outlives key destructors (see sync/waiter.cc)
-#endif
-  delete static_cast<ThreadReactor*>(p);
-}
+// A plain thread's reactor, made on its first I/O and deleted at thread exit: a ThreadOwned,
+// not a thread_local destructor (base/thread_exit.h says why).
+using ThreadReactorSlot = base_internal::ThreadOwned<ThreadReactor>;
 
 Reactor* ThreadReactorOrNull(std::errc* error) {
-  if (t_reactor == nullptr) {
-    static auto* key = new base_internal::ThreadExitKey(&DeleteThreadReactor);  // never destroyed
-    auto* fresh = new (std::nothrow) ThreadReactor;
-    if (fresh == nullptr) {
-      if (error != nullptr) *error = std::errc::not_enough_memory;
-      return nullptr;
-    }
-    key->Set(fresh);
-    t_reactor = fresh;
+  ThreadReactor* owned = ThreadReactorSlot::get();
+  if (owned == nullptr) {
+    if (error != nullptr) *error = std::errc::not_enough_memory;
+    return nullptr;
   }
-  ThreadReactor& t = *t_reactor;
+  ThreadReactor& t = *owned;
   if (!t.tried) {
     t.tried = true;
     Result<std::unique_ptr<Reactor>> r = Reactor::create();
@@ -1203,8 +1191,8 @@ void CloseFd(int fd) {
   Reactor* r = nullptr;
   if (w != nullptr && w->current != nullptr) {
     r = w->reactor.get();
-  } else if (t_reactor != nullptr && t_reactor->reactor != nullptr) {
-    r = t_reactor->reactor.get();
+  } else if (ThreadReactor* t = ThreadReactorSlot::existing(); t != nullptr && t->reactor) {
+    r = t->reactor.get();
   }
   if (r != nullptr) {
     r->close(fd);
@@ -1288,24 +1276,10 @@ bool RunBlocking(void (*fn)(void*), void* arg) {
 namespace {
 std::atomic<std::size_t> g_next_local_key{0};
 // A plain thread's fiber-local slots: made on first use, destroyed (running the values'
-// destructors) at thread exit through a ThreadExitKey (base/thread_exit.h says why).
-constinit thread_local LocalSlots* t_thread_locals = nullptr;
-
-void DeleteThreadLocals(void* p) {
-#if !defined(_WIN32)
-  t_thread_locals = nullptr;  // native TLS outlives key destructors (see sync/waiter.cc)
-#endif
-  delete static_cast<LocalSlots*>(p);
-}
-
+// destructors) at thread exit, through a ThreadOwned (base/thread_exit.h says why).
 LocalSlots& ThreadLocals() {
-  if (t_thread_locals == nullptr) {
-    static auto* key = new base_internal::ThreadExitKey(&DeleteThreadLocals);  // never destroyed
-    auto* fresh = new LocalSlots;
-    key->Set(fresh);
-    t_thread_locals = fresh;
-  }
-  return *t_thread_locals;
+  if (LocalSlots* slots = base_internal::ThreadOwned<LocalSlots>::get()) return *slots;
+  throw std::bad_alloc();
 }
 }  // namespace
 
