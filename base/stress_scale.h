@@ -1,8 +1,8 @@
 // base/stress_scale.h: the knob that makes weft's stress tests run longer, which sanitizer a
 // test runs under, the death-test style that works where the test runs, and how a stack
-// overflow ends a process there. Tests size their loops
-// as base * StressScale(); WEFT_STRESS_SCALE=N (N >= 1, default 1) in the environment sets it, and
-// tools/test_all.sh passes it through to Bazel.
+// overflow ends a process there. Tests size their loops as base * StressScale();
+// WEFT_STRESS_SCALE=N (N >= 1, default 1) in the environment sets it, and tools/test_all.sh
+// passes it through to Bazel.
 
 #ifndef WEFT_BASE_STRESS_SCALE_H_
 #define WEFT_BASE_STRESS_SCALE_H_
