@@ -1,5 +1,6 @@
 // context/stack.cc: StackPool (size classes, guarded and compact stacks, caching) and the
-// stack-overflow SIGSEGV handler with its registry of guard pages.
+// stack-overflow diagnostic with its registry of guard pages (the fault handler itself, SIGSEGV
+// or a vectored exception handler, is in context/internal/vm_*.cc).
 //
 // Slot layout, for both protection classes (G = kGuard: 4 KiB, 8 KiB on Windows; S = the
 // class's usable size):
