@@ -130,15 +130,12 @@ Result<std::uint32_t> poll(int fd, std::uint32_t events, const WaitOptions& opti
 }
 
 #ifdef _WIN32
-namespace {
-SOCKET Sock(int fd) { return static_cast<SOCKET>(static_cast<unsigned>(fd)); }
-}  // namespace
-
 Result<void> close(int fd) {
   if (fd < 0) return std::errc::bad_file_descriptor;
   int type = 0;
   int len = sizeof type;
-  if (::getsockopt(Sock(fd), SOL_SOCKET, SO_TYPE, reinterpret_cast<char*>(&type), &len) != 0) {
+  if (::getsockopt(NativeSocket(fd), SOL_SOCKET, SO_TYPE, reinterpret_cast<char*>(&type), &len) !=
+      0) {
     return std::errc::bad_file_descriptor;
   }
   scheduler_internal::CloseFd(fd);
@@ -147,7 +144,7 @@ Result<void> close(int fd) {
 
 Result<void> make_nonblocking(int fd) {
   u_long on = 1;
-  if (::ioctlsocket(Sock(fd), FIONBIO, &on) != 0) {
+  if (::ioctlsocket(NativeSocket(fd), FIONBIO, &on) != 0) {
     return static_cast<std::errc>(base_internal::ErrnoOf(static_cast<DWORD>(WSAGetLastError())));
   }
   return {};

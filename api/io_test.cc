@@ -39,10 +39,9 @@ WaitOptions In(std::chrono::milliseconds d) {
 
 // The plain calls the tests make besides weft's. On Windows an fd is a SOCKET cast to int.
 #ifdef _WIN32
-SOCKET Sock(int fd) { return static_cast<SOCKET>(static_cast<unsigned>(fd)); }
-void CloseFd(int fd) { ::closesocket(Sock(fd)); }
+void CloseFd(int fd) { ::closesocket(NativeSocket(fd)); }
 long RawWrite(int fd, const void* buf, std::size_t n) {
-  return ::send(Sock(fd), static_cast<const char*>(buf), static_cast<int>(n), 0);
+  return ::send(NativeSocket(fd), static_cast<const char*>(buf), static_cast<int>(n), 0);
 }
 int NewTcpSocket() {
   WSADATA data;
@@ -50,7 +49,6 @@ int NewTcpSocket() {
   return static_cast<int>(::socket(AF_INET, SOCK_STREAM, IPPROTO_TCP));
 }
 #else
-int Sock(int fd) { return fd; }
 void CloseFd(int fd) { ::close(fd); }
 long RawWrite(int fd, const void* buf, std::size_t n) { return ::write(fd, buf, n); }
 int NewTcpSocket() { return ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); }
@@ -66,11 +64,11 @@ struct Pipe {
     SocketAddress any = SocketAddress::ipv4_loopback(0);
     sockaddr_storage ss{};
     int len = sizeof ss;
-    if (::bind(Sock(l), any.data(), any.size()) == 0 && ::listen(Sock(l), 1) == 0 &&
-        ::getsockname(Sock(l), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+    if (::bind(NativeSocket(l), any.data(), any.size()) == 0 && ::listen(NativeSocket(l), 1) == 0 &&
+        ::getsockname(NativeSocket(l), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
       w = NewTcpSocket();
-      if (::connect(Sock(w), reinterpret_cast<sockaddr*>(&ss), len) == 0) {
-        r = static_cast<int>(::accept(Sock(l), nullptr, nullptr));
+      if (::connect(NativeSocket(w), reinterpret_cast<sockaddr*>(&ss), len) == 0) {
+        r = static_cast<int>(::accept(NativeSocket(l), nullptr, nullptr));
       }
     }
     CloseFd(l);
@@ -272,11 +270,11 @@ TEST_P(IoTest, ConnectDeadlineAndCancellation) {
     int lfd = NewTcpSocket();
     ASSERT_GE(lfd, 0);
     SocketAddress any = SocketAddress::ipv4_loopback(0);
-    ASSERT_EQ(::bind(Sock(lfd), any.data(), any.size()), 0);
-    ASSERT_EQ(::listen(Sock(lfd), 0), 0);
+    ASSERT_EQ(::bind(NativeSocket(lfd), any.data(), any.size()), 0);
+    ASSERT_EQ(::listen(NativeSocket(lfd), 0), 0);
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    ASSERT_EQ(::getsockname(Sock(lfd), reinterpret_cast<sockaddr*>(&ss), &len), 0);
+    ASSERT_EQ(::getsockname(NativeSocket(lfd), reinterpret_cast<sockaddr*>(&ss), &len), 0);
     auto addr = *SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
     std::vector<TcpStream> filled;
     bool saw_timeout = false;

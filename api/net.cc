@@ -23,7 +23,6 @@ namespace weft::net {
 namespace {
 
 #ifdef _WIN32
-SOCKET Sock(int fd) { return static_cast<SOCKET>(static_cast<unsigned>(fd)); }
 constexpr int kShutWrite = SD_SEND;
 
 std::errc LastErrc() {
@@ -54,7 +53,6 @@ Result<int> NewSocket(int family) {
   return static_cast<int>(s);
 }
 #else
-int Sock(int fd) { return fd; }
 constexpr int kShutWrite = SHUT_WR;
 
 std::errc LastErrc() { return static_cast<std::errc>(errno); }
@@ -268,13 +266,13 @@ Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions
 }
 
 Result<void> TcpStream::shutdown_write() {
-  if (::shutdown(Sock(fd_), kShutWrite) != 0) return LastErrc();
+  if (::shutdown(NativeSocket(fd_), kShutWrite) != 0) return LastErrc();
   return {};
 }
 
 Result<void> TcpStream::set_nodelay(bool on) {
   int v = on ? 1 : 0;
-  if (::setsockopt(Sock(fd_), IPPROTO_TCP, TCP_NODELAY, reinterpret_cast<const char*>(&v),
+  if (::setsockopt(NativeSocket(fd_), IPPROTO_TCP, TCP_NODELAY, reinterpret_cast<const char*>(&v),
                    sizeof v) != 0) {
     return LastErrc();
   }
@@ -284,14 +282,16 @@ Result<void> TcpStream::set_nodelay(bool on) {
 Result<SocketAddress> TcpStream::peer_address() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getpeername(Sock(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
+  if (::getpeername(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return LastErrc();
   return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
 
 Result<SocketAddress> TcpStream::local_address() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getsockname(Sock(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
+  if (::getsockname(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return LastErrc();
   return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
 
@@ -324,8 +324,8 @@ Result<TcpListener> TcpListener::bind(const SocketAddress& addr, int backlog) {
 #else
   (void)one;
 #endif
-  if (::bind(Sock(l.fd_), addr.data(), addr.size()) != 0) return LastErrc();
-  if (::listen(Sock(l.fd_), backlog) != 0) return LastErrc();
+  if (::bind(NativeSocket(l.fd_), addr.data(), addr.size()) != 0) return LastErrc();
+  if (::listen(NativeSocket(l.fd_), backlog) != 0) return LastErrc();
   return l;
 }
 
@@ -338,7 +338,8 @@ Result<TcpStream> TcpListener::accept(const WaitOptions& options) {
 Result<SocketAddress> TcpListener::local_address() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getsockname(Sock(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return LastErrc();
+  if (::getsockname(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return LastErrc();
   return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
 

@@ -54,6 +54,14 @@ namespace weft {
 
 using ReactorClock = std::chrono::steady_clock;
 
+// NativeSocket: the system's socket handle for an fd of this interface (on Windows, the SOCKET
+// the int stands for; elsewhere the fd itself).
+#ifdef _WIN32
+inline SOCKET NativeSocket(int fd) { return static_cast<SOCKET>(static_cast<unsigned>(fd)); }
+#else
+inline int NativeSocket(int fd) { return fd; }
+#endif
+
 // IoVec: one buffer of a readv/writev. POSIX's struct iovec; on Windows, which has none, a struct
 // with the same two fields.
 #ifdef _WIN32

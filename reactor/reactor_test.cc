@@ -31,14 +31,12 @@ using namespace std::chrono_literals;
 // The few plain socket calls the tests make themselves, on both kinds of system. On Windows an
 // fd is a SOCKET cast to int (see reactor/reactor.h).
 #ifdef _WIN32
-SOCKET Sock(int fd) { return static_cast<SOCKET>(static_cast<unsigned>(fd)); }
-void CloseFd(int fd) { closesocket(Sock(fd)); }
+void CloseFd(int fd) { closesocket(NativeSocket(fd)); }
 int NewTcpSocket() { return static_cast<int>(socket(AF_INET, SOCK_STREAM, IPPROTO_TCP)); }
 int ConnectBlocking(int fd, const sockaddr_in& addr) {
-  return connect(Sock(fd), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  return connect(NativeSocket(fd), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
 }
 #else
-int Sock(int fd) { return fd; }
 void CloseFd(int fd) { ::close(fd); }
 int NewTcpSocket() { return socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); }
 int ConnectBlocking(int fd, const sockaddr_in& addr) {
@@ -99,7 +97,7 @@ class ReactorTest : public ::testing::TestWithParam<ReactorBackend> {
     int l = Listener(&addr);
     int a = Tcp();
     EXPECT_EQ(ConnectBlocking(a, addr), 0);
-    int b = static_cast<int>(::accept(Sock(l), nullptr, nullptr));
+    int b = static_cast<int>(::accept(NativeSocket(l), nullptr, nullptr));
     fds_.push_back(b);
     return {a, b};
 #else
@@ -116,10 +114,10 @@ class ReactorTest : public ::testing::TestWithParam<ReactorBackend> {
     *addr = sockaddr_in{};
     addr->sin_family = AF_INET;
     addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(Sock(fd), reinterpret_cast<sockaddr*>(addr), sizeof *addr), 0);
+    EXPECT_EQ(bind(NativeSocket(fd), reinterpret_cast<sockaddr*>(addr), sizeof *addr), 0);
     socklen_t len = sizeof *addr;
-    EXPECT_EQ(getsockname(Sock(fd), reinterpret_cast<sockaddr*>(addr), &len), 0);
-    EXPECT_EQ(listen(Sock(fd), 128), 0);
+    EXPECT_EQ(getsockname(NativeSocket(fd), reinterpret_cast<sockaddr*>(addr), &len), 0);
+    EXPECT_EQ(listen(NativeSocket(fd), 128), 0);
     fds_.push_back(fd);
     return fd;
   }

@@ -1198,7 +1198,7 @@ void CloseFd(int fd) {
     r->close(fd);
   } else {
 #ifdef _WIN32
-    ::closesocket(static_cast<SOCKET>(static_cast<unsigned>(fd)));  // api fds are sockets
+    ::closesocket(NativeSocket(fd));  // api fds are sockets
 #else
     ::close(fd);
 #endif

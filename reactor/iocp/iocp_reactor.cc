@@ -58,7 +58,6 @@ constexpr int kMaxIov = 1024;  // as IOV_MAX on Linux
 IoOp* OpOfOverlapped(OVERLAPPED* ov) {
   return reinterpret_cast<IoOp*>(reinterpret_cast<char*>(ov) - offsetof(IoOp, overlapped));
 }
-SOCKET SocketOf(int fd) { return static_cast<SOCKET>(static_cast<unsigned>(fd)); }
 
 // The Winsock extension functions, loaded once per process.
 struct Extensions {
@@ -173,14 +172,14 @@ class IocpReactor final : public Reactor {
     op.offset = offset;
     if (!Begin(op, fd, buf == nullptr && len > 0)) return;
     DWORD n = static_cast<DWORD>(std::min<std::size_t>(len, 1u << 30));
-    if (IsSocket(SocketOf(fd))) {
+    if (IsSocket(NativeSocket(fd))) {
       WSABUF b{n, static_cast<char*>(buf)};
       DWORD flags = 0;
-      int r = WSARecv(SocketOf(fd), &b, 1, nullptr, &flags, &op.overlapped, nullptr);
+      int r = WSARecv(NativeSocket(fd), &b, 1, nullptr, &flags, &op.overlapped, nullptr);
       return Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
     }
     SetOffset(op);
-    BOOL ok = ReadFile(reinterpret_cast<HANDLE>(SocketOf(fd)), buf, n, nullptr, &op.overlapped);
+    BOOL ok = ReadFile(reinterpret_cast<HANDLE>(NativeSocket(fd)), buf, n, nullptr, &op.overlapped);
     Started(op, ok ? 0 : GetLastError());
   }
   void write(IoOp& op, int fd, const void* buf, std::size_t len, std::int64_t offset) override {
@@ -190,13 +189,14 @@ class IocpReactor final : public Reactor {
     op.offset = offset;
     if (!Begin(op, fd, buf == nullptr && len > 0)) return;
     DWORD n = static_cast<DWORD>(std::min<std::size_t>(len, 1u << 30));
-    if (IsSocket(SocketOf(fd))) {
+    if (IsSocket(NativeSocket(fd))) {
       WSABUF b{n, static_cast<char*>(const_cast<void*>(buf))};
-      int r = WSASend(SocketOf(fd), &b, 1, nullptr, 0, &op.overlapped, nullptr);
+      int r = WSASend(NativeSocket(fd), &b, 1, nullptr, 0, &op.overlapped, nullptr);
       return Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
     }
     SetOffset(op);
-    BOOL ok = WriteFile(reinterpret_cast<HANDLE>(SocketOf(fd)), buf, n, nullptr, &op.overlapped);
+    BOOL ok =
+        WriteFile(reinterpret_cast<HANDLE>(NativeSocket(fd)), buf, n, nullptr, &op.overlapped);
     Started(op, ok ? 0 : GetLastError());
   }
   void readv(IoOp& op, int fd, const IoVec* iov, int iovcnt) override {
@@ -219,7 +219,7 @@ class IocpReactor final : public Reactor {
     if (!Begin(op, fd, buf == nullptr && len > 0)) return;
     WSABUF b{static_cast<ULONG>(std::min<std::size_t>(len, 1u << 30)), static_cast<char*>(buf)};
     DWORD wsa_flags = static_cast<DWORD>(flags);
-    int r = WSARecv(SocketOf(fd), &b, 1, nullptr, &wsa_flags, &op.overlapped, nullptr);
+    int r = WSARecv(NativeSocket(fd), &b, 1, nullptr, &wsa_flags, &op.overlapped, nullptr);
     Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
   }
   void send(IoOp& op, int fd, const void* buf, std::size_t len, int flags) override {
@@ -230,8 +230,8 @@ class IocpReactor final : public Reactor {
     if (!Begin(op, fd, buf == nullptr && len > 0)) return;
     WSABUF b{static_cast<ULONG>(std::min<std::size_t>(len, 1u << 30)),
              static_cast<char*>(const_cast<void*>(buf))};
-    int r =
-        WSASend(SocketOf(fd), &b, 1, nullptr, static_cast<DWORD>(flags), &op.overlapped, nullptr);
+    int r = WSASend(NativeSocket(fd), &b, 1, nullptr, static_cast<DWORD>(flags), &op.overlapped,
+                    nullptr);
     Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
   }
   void accept(IoOp& op, int fd, sockaddr* addr, socklen_t* addrlen) override {
@@ -255,7 +255,7 @@ class IocpReactor final : public Reactor {
     if (!Begin(op, fd, addr == nullptr || addrlen <= 0)) return;
     const Extensions& ext = LoadExtensions();
     if (ext.error != 0) return Finish(op, -ext.error);
-    SOCKET s = SocketOf(fd);
+    SOCKET s = NativeSocket(fd);
     // ConnectEx wants a bound socket: bind to the wildcard address of the family if it is not.
     sockaddr_storage local{};
     int local_len = sizeof local;
@@ -277,11 +277,11 @@ class IocpReactor final : public Reactor {
     op.poll_events = events;
     if (!Begin(op, fd, (events & (POLLIN | POLLOUT | POLLPRI)) == 0)) return;
     if (std::int64_t ready = CheckReadiness(op); ready != 0) return Finish(op, ready);
-    if (events == POLLIN && IsConnectedStream(SocketOf(fd))) {
+    if (events == POLLIN && IsConnectedStream(NativeSocket(fd))) {
       // A zero-byte receive completes once data (or the end of the stream) is there.
       WSABUF b{0, nullptr};
       DWORD flags = 0;
-      int r = WSARecv(SocketOf(fd), &b, 1, nullptr, &flags, &op.overlapped, nullptr);
+      int r = WSARecv(NativeSocket(fd), &b, 1, nullptr, &flags, &op.overlapped, nullptr);
       return Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
     }
     polling_.push(&op);
@@ -316,7 +316,7 @@ class IocpReactor final : public Reactor {
       }
       op = next;
     }
-    SOCKET s = SocketOf(fd);
+    SOCKET s = NativeSocket(fd);
     if (closesocket(s) != 0 && WSAGetLastError() == WSAENOTSOCK) {
       CloseHandle(reinterpret_cast<HANDLE>(s));
     }
@@ -402,7 +402,7 @@ class IocpReactor final : public Reactor {
       Finish(op, -ENOMEM);
       return false;
     }
-    HANDLE h = reinterpret_cast<HANDLE>(SocketOf(fd));
+    HANDLE h = reinterpret_cast<HANDLE>(NativeSocket(fd));
     if (CreateIoCompletionPort(h, GetHub().port, kIoKey, 0) == nullptr) {
       DWORD e = GetLastError();
       // ERROR_INVALID_PARAMETER: already associated (with the hub: weft associates with nothing
@@ -457,10 +457,10 @@ class IocpReactor final : public Reactor {
     DWORD count = static_cast<DWORD>(op.iovcnt);
     int r;
     if (send) {
-      r = WSASend(SocketOf(fd), bufs, count, nullptr, 0, &op.overlapped, nullptr);
+      r = WSASend(NativeSocket(fd), bufs, count, nullptr, 0, &op.overlapped, nullptr);
     } else {
       DWORD flags = 0;
-      r = WSARecv(SocketOf(fd), bufs, count, nullptr, &flags, &op.overlapped, nullptr);
+      r = WSARecv(NativeSocket(fd), bufs, count, nullptr, &flags, &op.overlapped, nullptr);
     }
     Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
   }
@@ -468,7 +468,7 @@ class IocpReactor final : public Reactor {
   void StartAccept(IoOp& op) {
     const Extensions& ext = LoadExtensions();
     if (ext.error != 0) return Finish(op, -ext.error);
-    SOCKET listener = SocketOf(op.fd);
+    SOCKET listener = NativeSocket(op.fd);
     auto* st = static_cast<AcceptState*>(op.backend_extra);
     if (st == nullptr) {
       st = new (std::nothrow) AcceptState;
@@ -518,7 +518,7 @@ class IocpReactor final : public Reactor {
   // CheckReadiness: the op's ready events now (as poll(2) reports them), 0 if none, -errno.
   static std::int64_t CheckReadiness(const IoOp& op) {
     WSAPOLLFD p{};
-    p.fd = SocketOf(op.fd);
+    p.fd = NativeSocket(op.fd);
     p.events = static_cast<SHORT>(op.poll_events & (POLLIN | POLLOUT | POLLPRI));
     int r = WSAPoll(&p, 1, 0);
     if (r < 0) return -ErrnoOf(static_cast<DWORD>(WSAGetLastError()));
@@ -554,7 +554,7 @@ class IocpReactor final : public Reactor {
     for (IoOp* it = inflight_.head; it != nullptr; it = it->next) {
       if (it == &op) {
         // The aborted (or, if it raced, successful) completion comes through the port.
-        CancelIoEx(reinterpret_cast<HANDLE>(SocketOf(op.fd)), &op.overlapped);
+        CancelIoEx(reinterpret_cast<HANDLE>(NativeSocket(op.fd)), &op.overlapped);
         return;
       }
     }
@@ -568,7 +568,7 @@ class IocpReactor final : public Reactor {
     DWORD error = 0;
     // The handle may be closed by now: GetOverlappedResult reads only the OVERLAPPED when it
     // does not wait.
-    if (!GetOverlappedResult(reinterpret_cast<HANDLE>(SocketOf(op.fd)), &op.overlapped, &bytes,
+    if (!GetOverlappedResult(reinterpret_cast<HANDLE>(NativeSocket(op.fd)), &op.overlapped, &bytes,
                              FALSE)) {
       error = GetLastError();
     }
@@ -583,7 +583,7 @@ class IocpReactor final : public Reactor {
     }
     switch (op.kind) {
       case Kind::kConnect:
-        setsockopt(SocketOf(op.fd), SOL_SOCKET, SO_UPDATE_CONNECT_CONTEXT, nullptr, 0);
+        setsockopt(NativeSocket(op.fd), SOL_SOCKET, SO_UPDATE_CONNECT_CONTEXT, nullptr, 0);
         return Finish(op, 0);
       case Kind::kPollIn:
         return Finish(op, POLLIN);
@@ -608,7 +608,7 @@ class IocpReactor final : public Reactor {
       FreeExtra(op);
       return Finish(op, error != 0 ? Aborted(op, error) : (op.timed_out ? -ETIMEDOUT : -ECANCELED));
     }
-    SOCKET listener = SocketOf(op.fd);
+    SOCKET listener = NativeSocket(op.fd);
     SOCKET s = st->sock;
     st->sock = INVALID_SOCKET;
     setsockopt(s, SOL_SOCKET, SO_UPDATE_ACCEPT_CONTEXT, reinterpret_cast<const char*>(&listener),
