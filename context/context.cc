@@ -140,9 +140,9 @@ void exit_context(Context to, void* data, OnTopFn fn) noexcept {
   using namespace context_internal;
   ContextRecord* self = Current();
   self->exiting = true;
-  BeginSwitch(self, to, /*exiting=*/true);
+  void* sp = BeginSwitch(self, to, /*exiting=*/true);
   OnTopCall call{fn, to};
-  weft_context_ontop(to->sp, &self->sp, self, data, &OnTopShim, &call);
+  weft_context_ontop(sp, &self->sp, self, data, &OnTopShim, &call);
   Die("a context was resumed after exit_context()");
 }
 

@@ -6,8 +6,8 @@
 // ThreadSanitizer.
 //
 // Defines: weft::Context, weft::StackSpan, weft::Transfer, weft::ContextEntry, weft::OnTopFn and
-// the functions make_context, jump_context, jump_context_ontop, exit_context, discard_context,
-// current_context, set_context_name, context_name.
+// the functions make_context, jump_context, jump_context_last, jump_context_ontop, exit_context,
+// discard_context, current_context, set_context_name, context_name.
 //
 // Backends (chosen at build time, see docs/context.md): hand-written assembly for x86-64 SysV
 // ELF; ucontext elsewhere or with --define=weft_context=ucontext. Stacks with guard pages and
@@ -73,6 +73,15 @@ Result<Context> make_context(StackSpan stack, ContextEntry entry) noexcept;
 // switching to a running context (another thread's, or the caller itself) aborts with a message.
 // Any thread: contexts may migrate between threads, one thread at a time.
 inline Transfer jump_context(Context to, void* data = nullptr) noexcept;
+
+// jump_context_last: jump_context for a caller whose very next step is to return: write it as
+// the last statement of a function returning void. The compiler then makes it a tail call, and
+// the caller's frame is gone before the switch: when something later resumes the caller, it
+// returns straight into the caller's caller. That saves the `ret` through the caller's frame,
+// which the return predictor gets wrong at every switch between two different call paths. What
+// the resuming switch delivers is dropped. Same preconditions as jump_context. (Under ASan, where
+// the resumed side must finish the sanitizer's switch, it is a plain jump_context.)
+inline void jump_context_last(Context to, void* data = nullptr) noexcept;
 
 // jump_context_ontop: as jump_context, but once the caller is suspended, fn({caller, data}) runs
 // on `to`'s stack, and `to` resumes with fn's result. The way to park: fn publishes the caller's

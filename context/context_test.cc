@@ -120,6 +120,35 @@ TEST(ContextTest, OnTopRunsOnTargetBeforeItResumes) {
   EXPECT_EQ(g_ontop.running, fiber_context);
 }
 
+// Hands control to `to` as the last thing it does; the fiber below resumes in its caller.
+[[gnu::noinline]] void PassTo(Context to, std::vector<int>* log, int mark) {
+  log->push_back(mark);
+  jump_context_last(to, log);
+}
+
+TEST(ContextTest, JumpContextLastResumesTheCallerOfItsCaller) {
+  std::vector<int> log;
+  g_log = &log;
+  TestFiber fiber([](Transfer t) {
+    for (int i = 0; i < 3; ++i) {
+      PassTo(t.from, g_log, 10 + i);  // main resumes; when it comes back, we are here again
+      g_log->push_back(20 + i);
+    }
+    Finish(t.from);
+  });
+  Transfer t = jump_context(fiber.context);
+  EXPECT_EQ(t.data, &log);  // what the last jump carried
+  // Back to the fiber twice by jump_context and once by an on-top switch: each resume lands
+  // after a PassTo call, whatever kind of switch resumes it.
+  t = jump_context(t.from);
+  t = jump_context_ontop(t.from, nullptr, [](Transfer in) {
+    g_log->push_back(99);  // on the fiber's stack, before it resumes
+    return in;
+  });
+  jump_context(t.from);
+  EXPECT_EQ(log, (std::vector<int>{10, 20, 11, 99, 21, 12, 22}));
+}
+
 TEST(ContextTest, OnTopIntoFreshContext) {
   // The first switch into a context may carry an on-top function too; the entry then receives
   // that function's result.
@@ -457,6 +486,20 @@ TEST_F(ContextDeathTest, ResumingARunningContextAborts) {
       {
         TestFiber fiber([](Transfer) { jump_context(current_context()); });
         jump_context(fiber.context);
+      },
+      "weft: jump to a context that is not suspended");
+  // A context that left by jump_context_last is running again once something resumed it.
+  EXPECT_DEATH(
+      {
+        static Context fiber_context;
+        TestFiber fiber([](Transfer t) {
+          jump_context_last(t.from);  // suspended here; main runs
+        });
+        fiber_context = jump_context(fiber.context).from;
+        jump_context_ontop(fiber_context, nullptr, [](Transfer in) {
+          jump_context(fiber_context);  // it is being resumed, so no longer suspended
+          return in;
+        });
       },
       "weft: jump to a context that is not suspended");
 }

@@ -439,12 +439,20 @@ struct Runtime::Impl {
       }
       return g;
     }
+    if (w.queue.size_approx() != 0) {
+      if (Fiber* g = TakeOwnQueue(w)) return g;
+    }
+    return w.yields.pop();
+  }
+  // TakeOwnQueue: the oldest fiber of w's own queue (FIFO, so fibers take turns), or null.
+  // Out of line: its out-parameter is a local whose address escapes, which would keep callers
+  // (yield) from making their final switch a tail call.
+  [[gnu::noinline]] static Fiber* TakeOwnQueue(Worker& w) {
     Fiber* g = nullptr;
-    // The owner takes its own queue from the top: FIFO, so fibers take turns.
     while (w.queue.size_approx() != 0) {
       if (w.queue.steal(&g) == StealResult::kSuccess) return g;
     }
-    return w.yields.pop();
+    return nullptr;
   }
   // DirectNext: the fiber to switch to directly from the running one, made current; null when
   // the worker loop must run (nothing local, or a fairness pass is due).
@@ -1340,6 +1348,14 @@ BlockingRegion::~BlockingRegion() {
 
 // ---- this_fiber ---------------------------------------------------------------------------------
 
+namespace {
+// Out of line: its on-top call record is a local whose address escapes, which would keep the
+// compiler from making yield's direct switch a tail call.
+[[gnu::noinline]] void YieldToLoop(Worker& w, Fiber* f) {
+  jump_context_ontop(w.home, f, &AfterYield);
+}
+}  // namespace
+
 namespace this_fiber {
 
 void yield() {
@@ -1354,10 +1370,10 @@ void yield() {
     // nothing can take f from it before the switch below has saved f.
     f->state.store(kRunnable, std::memory_order_relaxed);
     w->yields.push(f);
-    jump_context(next->ctx, next);
+    jump_context_last(next->ctx, next);  // a tail call: f resumes in yield's caller
     return;
   }
-  jump_context_ontop(w->home, f, &AfterYield);
+  YieldToLoop(*w, f);
 }
 
 Result<void> sleep_until(std::chrono::steady_clock::time_point when,

@@ -34,19 +34,23 @@ struct OnTopCall {
 inline ContextRecord* Current() noexcept { return t_current != nullptr ? t_current : &t_root; }
 
 // BeginSwitch: the suspending side's bookkeeping, right before the raw switch.
-inline void BeginSwitch(ContextRecord* self, ContextRecord* to, bool exiting) noexcept {
+inline void* BeginSwitch(ContextRecord* self, ContextRecord* to, bool exiting) noexcept {
   if (to == nullptr || to->magic != kRecordMagic || to->sp == nullptr) [[unlikely]] {
     DieBadTarget(to);
   }
+  void* sp = to->sp;
+  to->sp = nullptr;  // running from now on: a second resume is caught above
   t_current = to;
   if constexpr (WEFT_ASAN || WEFT_TSAN) SanitizerBeginSwitch(self, to, exiting);
+  return sp;
 }
 
 // Arrive: the resumed side's bookkeeping, first thing after the raw switch returns (or in the
 // on-top shim, earlier; the sanitizer part is then a no-op the second time).
 inline void Arrive(ContextRecord* self, ContextRecord* from) noexcept {
-  self->sp = nullptr;  // running: a resume of this context now is caught by BeginSwitch
   if constexpr (WEFT_ASAN) SanitizerArrive(self, from);
+  (void)self;
+  (void)from;
 }
 
 }  // namespace weft::context_internal
@@ -56,19 +60,32 @@ namespace weft {
 inline Transfer jump_context(Context to, void* data) noexcept {
   using namespace context_internal;
   ContextRecord* self = Current();
-  BeginSwitch(self, to, /*exiting=*/false);
-  WeftRawTransfer r = weft_context_jump(to->sp, &self->sp, self, data);
+  void* sp = BeginSwitch(self, to, /*exiting=*/false);
+  WeftRawTransfer r = weft_context_jump(sp, &self->sp, self, data);
   auto* from = static_cast<ContextRecord*>(r.tag);
   Arrive(self, from);
   return Transfer{from, r.data};
 }
 
+inline void jump_context_last(Context to, void* data) noexcept {
+  using namespace context_internal;
+  if constexpr (WEFT_ASAN) {
+    (void)jump_context(to, data);
+  } else {
+    // Nothing runs after the raw switch: BeginSwitch already marked `to` running, and the
+    // resumed side (which may have suspended by any switch call) needs no Arrive without ASan.
+    ContextRecord* self = Current();
+    void* sp = BeginSwitch(self, to, /*exiting=*/false);
+    weft_context_jump(sp, &self->sp, self, data);
+  }
+}
+
 inline Transfer jump_context_ontop(Context to, void* data, OnTopFn fn) noexcept {
   using namespace context_internal;
   ContextRecord* self = Current();
-  BeginSwitch(self, to, /*exiting=*/false);
+  void* sp = BeginSwitch(self, to, /*exiting=*/false);
   OnTopCall call{fn, to};
-  WeftRawTransfer r = weft_context_ontop(to->sp, &self->sp, self, data, &OnTopShim, &call);
+  WeftRawTransfer r = weft_context_ontop(sp, &self->sp, self, data, &OnTopShim, &call);
   auto* from = static_cast<ContextRecord*>(r.tag);
   Arrive(self, from);
   return Transfer{from, r.data};

@@ -11,7 +11,7 @@
 extern "C" void weft_context_trampoline();
 
 extern "C" void* weft_context_make(void* /*stack_lo*/, void* stack_top, WeftRawEntry entry,
-                                   void* arg) {
+                                   void* arg) noexcept {
   using weft::context_internal::Aarch64AapcsFrame;
   // The frame sits directly below the 16-byte aligned top: popping it leaves sp at the top,
   // aligned as AAPCS64 requires at every instruction that uses sp.

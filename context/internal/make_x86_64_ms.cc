@@ -11,7 +11,8 @@
 
 extern "C" void weft_context_trampoline();
 
-extern "C" void* weft_context_make(void* stack_lo, void* stack_top, WeftRawEntry entry, void* arg) {
+extern "C" void* weft_context_make(void* stack_lo, void* stack_top, WeftRawEntry entry,
+                                   void* arg) noexcept {
   using weft::context_internal::X86_64MsFrame;
   // From the 16-byte aligned top down: the transfer slot, the home space, then the frame, so
   // that popping the frame leaves rsp 16-byte aligned for the trampoline's call.

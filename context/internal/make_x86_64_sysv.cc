@@ -11,7 +11,7 @@
 extern "C" void weft_context_trampoline();
 
 extern "C" void* weft_context_make(void* /*stack_lo*/, void* stack_top, WeftRawEntry entry,
-                                   void* arg) {
+                                   void* arg) noexcept {
   using weft::context_internal::X86_64SysVFrame;
   // The frame sits directly below the 16-byte aligned top, so that popping it (64 bytes) leaves
   // rsp aligned for the trampoline's call, as the ABI wants before a call.

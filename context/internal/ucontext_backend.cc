@@ -71,7 +71,8 @@ WeftRawTransfer Switch(void* to, void** save, const Pending& pending) {
 
 }  // namespace
 
-extern "C" void* weft_context_make(void* stack_lo, void* stack_top, WeftRawEntry entry, void* arg) {
+extern "C" void* weft_context_make(void* stack_lo, void* stack_top, WeftRawEntry entry,
+                                   void* arg) noexcept {
   auto top = reinterpret_cast<std::uintptr_t>(stack_top) & ~std::uintptr_t{15};
   auto* start = reinterpret_cast<Start*>((top - sizeof(Start)) & ~std::uintptr_t{63});
   new (start) Start{};
@@ -93,11 +94,12 @@ extern "C" void* weft_context_make(void* stack_lo, void* stack_top, WeftRawEntry
   return start;
 }
 
-extern "C" WeftRawTransfer weft_context_jump(void* to, void** save, void* tag, void* data) {
+extern "C" WeftRawTransfer weft_context_jump(void* to, void** save, void* tag,
+                                             void* data) noexcept {
   return Switch(to, save, Pending{tag, data, nullptr, nullptr});
 }
 
 extern "C" WeftRawTransfer weft_context_ontop(void* to, void** save, void* tag, void* data,
-                                              WeftRawOnTop fn, void* arg) {
+                                              WeftRawOnTop fn, void* arg) noexcept {
   return Switch(to, save, Pending{tag, data, fn, arg});
 }
