@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #endif
 
@@ -200,6 +201,82 @@ TEST_P(IoTest, WriteDeadlineAndCancellationOnAFullPipe) {
     canceller.join();
   });
 }
+
+#ifndef _WIN32
+// send tries a non-blocking send first (api/io.cc); these check it keeps send's contract.
+TEST_P(IoTest, SendOnAFullSocketWaitsAndHonoursDeadlineAndCancellation) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  Run([&] {
+    char c = 'x';
+    // Room in the buffer: done at once, even with a deadline.
+    EXPECT_EQ(*io::send(sv[0], &c, 1, 0, In(1000ms)), 1u);
+    // A cancelled token fails the call even when it would not have to wait.
+    CancellationSource cancelled;
+    cancelled.cancel();
+    CancellationToken dead = cancelled.token();
+    EXPECT_EQ(io::send(sv[0], &c, 1, 0, {.cancel = &dead}).error(), std::errc::operation_canceled);
+    char buf[4096] = {};
+    while (::send(sv[0], buf, sizeof buf, MSG_DONTWAIT) > 0) {
+    }
+    EXPECT_EQ(io::send(sv[0], &c, 1, 0, In(5ms)).error(), std::errc::timed_out);
+    CancellationSource src;
+    CancellationToken tok = src.token();
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(5ms);
+      src.cancel();
+    });
+    EXPECT_EQ(io::send(sv[0], &c, 1, 0, {.cancel = &tok}).error(), std::errc::operation_canceled);
+    canceller.join();
+    // A reader drains it: the waiting send completes.
+    std::thread reader([&] {
+      std::this_thread::sleep_for(5ms);
+      while (::recv(sv[1], buf, sizeof buf, MSG_DONTWAIT) > 0) {
+      }
+    });
+    EXPECT_EQ(*io::send(sv[0], &c, 1, 0), 1u);
+    reader.join();
+  });
+  ::close(sv[0]);
+  ::close(sv[1]);
+}
+
+TEST(IoBudgetTest, SendsThatNeverWaitStillLetOtherFibersRun) {
+  // One worker: fiber `sender` sends 1,000 UDP datagrams to a loopback port nobody reads (a UDP
+  // send never waits: the kernel drops what the receiver has no room for), and `other` needs a
+  // turn while sender is still sending. It gets one because a fiber's non-blocking sends are
+  // budgeted (kDirectIoBudget per run).
+  int rx = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int tx = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(rx, 0);
+  ASSERT_GE(tx, 0);
+  SocketAddress any = SocketAddress::ipv4_loopback(0);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  ASSERT_EQ(::bind(rx, any.data(), any.size()), 0);
+  ASSERT_EQ(::getsockname(rx, reinterpret_cast<sockaddr*>(&ss), &len), 0);
+  ASSERT_EQ(::connect(tx, reinterpret_cast<sockaddr*>(&ss), len), 0);
+  Runtime rt({.workers = 1});
+  std::atomic<bool> started{false}, done{false}, other_ran_during{false};
+  rt.block_on([&] {
+    auto sender = rt.spawn([&] {
+      started = true;
+      char c = 'z';
+      for (int i = 0; i < 1000; ++i) ASSERT_EQ(*io::send(tx, &c, 1, 0), 1u);
+      done = true;
+    });
+    auto other = rt.spawn([&] {
+      while (!started) this_fiber::yield();
+      other_ran_during = !done;
+    });
+    (void)sender.join();
+    (void)other.join();
+  });
+  EXPECT_TRUE(other_ran_during);
+  ::close(rx);
+  ::close(tx);
+}
+#endif
 
 TEST_P(IoTest, PollReadiness) {
   Pipe p;

@@ -9,7 +9,8 @@
 //     thread (created on first use) and the thread polls it until completion: the same calls
 //     simply block.
 //
-// Defines: weft::scheduler_internal::RunIo, weft::scheduler_internal::CloseFd.
+// Defines: weft::scheduler_internal::RunIo, weft::scheduler_internal::TakeDirectIoTurn,
+// weft::scheduler_internal::CloseFd.
 
 #ifndef WEFT_SCHEDULER_IO_H_
 #define WEFT_SCHEDULER_IO_H_
@@ -36,6 +37,14 @@ std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what
   return RunIo([](Reactor& r, IoOp& op, void* a) { (*static_cast<const F*>(a))(r, op); },
                const_cast<F*>(&submit), options, what, fd);
 }
+
+// TakeDirectIoTurn: true if the caller may first try its operation as a non-blocking system call
+// (for an operation that seldom waits, such as a send), and use RunIo only when that would block.
+// A fiber gets kDirectIoBudget turns per run: one whose I/O never has to wait then still parks in
+// RunIo now and then, so the other fibers of its worker run (Tokio's cooperative budget does the
+// same). Plain threads always may.
+inline constexpr unsigned kDirectIoBudget = 64;
+bool TakeDirectIoTurn();
 
 // CloseFd: closes fd through the calling execution's reactor, which first fails the fd's pending
 // operations on it with -ECANCELED; a plain ::close when the execution has no reactor yet.

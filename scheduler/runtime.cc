@@ -218,6 +218,10 @@ struct Worker {
   // fairness pass (inject queue, reactor, timers, spills), due every kFairnessInterval.
   std::uint64_t tick = 0;
   std::uint64_t fair_tick = 0;
+  // Direct I/O turns taken by the running fiber (TakeDirectIoTurn): valid while direct_io_tick
+  // == tick, i.e. for one run of one fiber.
+  std::uint64_t direct_io_tick = ~std::uint64_t{0};
+  unsigned direct_io_used = 0;
   Counters counters;
 
   // Mailbox from other threads: pinned fibers made runnable, and I/O cancel requests.
@@ -1192,6 +1196,16 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
   }
   if (registered) sync_internal::Deregister(cs, &reg);
   return req.result;
+}
+
+bool TakeDirectIoTurn() {
+  Worker* w = t_worker;
+  if (w == nullptr || w->current == nullptr) return true;  // a plain thread: it blocks anyway
+  if (w->direct_io_tick != w->tick) {                      // a new run of a fiber: a fresh budget
+    w->direct_io_tick = w->tick;
+    w->direct_io_used = 0;
+  }
+  return ++w->direct_io_used <= kDirectIoBudget;
 }
 
 void CloseFd(int fd) {
