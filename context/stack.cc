@@ -36,6 +36,7 @@ constexpr std::size_t kPage = 4096;
 constexpr std::size_t kGuard = context_internal::kVmGuardBytes;
 constexpr int kMinClassShift = 14;  // 16 KiB
 constexpr int kMaxClassShift = 26;  // 64 MiB
+static_assert(std::size_t{1} << kMaxClassShift == kMaxStackSize);
 constexpr int kNumClasses = kMaxClassShift - kMinClassShift + 1;
 constexpr std::size_t kCompactChunkBytes = std::size_t{4} << 20;
 constexpr std::size_t kRedZoneCheckBytes = 256;

@@ -33,6 +33,9 @@ namespace weft {
 
 enum class StackProtection : std::uint8_t { kAuto, kGuarded, kCompact };
 
+// kMaxStackSize: the largest size class; StackOptions::size above it is EINVAL.
+inline constexpr std::size_t kMaxStackSize = std::size_t{64} << 20;
+
 struct StackOptions {
   // size: usable bytes, rounded up to the next size class (16 KiB .. 64 MiB).
   std::size_t size = std::size_t{64} << 10;

@@ -1,12 +1,19 @@
 // Tests of the runtime's lifecycle features: graceful shutdown with parked fibers and timers,
 // 100,000 fibers parked at once then released, join/detach consumed exactly once, call_blocking,
-// blocking regions, fiber-local storage, pinned fibers, stats and the fiber dump.
+// blocking regions, fiber-local storage, pinned fibers, stats and the fiber dump, a fiber that
+// can get no stack.
+
+#if !defined(_WIN32)
+#include <sys/resource.h>
+#endif
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -431,6 +438,49 @@ TEST(SleepTest, SleepIsCancellable) {
   if (depth == 0) return frame[0];
   return Deep(depth - 1) + frame[0];
 }
+
+#if !defined(_WIN32)
+// A fiber gets its stack when it first runs. One that can get none (here: out of address space,
+// under RLIMIT_AS in a child process) ends without running: its join throws
+// std::system_error(ENOMEM), the stats count it, and the runtime keeps serving. Sanitizers
+// reserve terabytes of shadow memory and qemu-user ignores the limit, so not under them.
+TEST(NoStackDeathTest, TheJoinReportsItAndTheRuntimeKeepsServing) {
+  if (kTsan || ::weft::testing::kAsan) GTEST_SKIP() << "RLIMIT_AS and sanitizer shadow memory";
+  if (::weft::testing::Emulated()) GTEST_SKIP() << "RLIMIT_AS does not apply under emulation";
+  GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle());
+  EXPECT_EXIT(
+      {
+        Runtime rt({.workers = 1});
+        int code = rt.block_on([&] {
+          if (rt.spawn([] { return 1; }).join().value() != 1) return 10;  // warm the caches
+          rlimit limit{};
+          ::getrlimit(RLIMIT_AS, &limit);
+          long pages = 0;
+          if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+            if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+            std::fclose(f);
+          }
+          rlimit tight = limit;
+          tight.rlim_cur = static_cast<rlim_t>(pages) * 4096 + (std::size_t{16} << 20);
+          if (pages == 0 || ::setrlimit(RLIMIT_AS, &tight) != 0) return 11;
+          auto big = rt.spawn([] { return 2; }, {.stack_size = std::size_t{64} << 20});
+          int rc = 12;  // the fiber ran
+          try {
+            (void)big.join();
+          } catch (const std::system_error& e) {
+            rc = e.code() == std::errc::not_enough_memory ? 0 : 13;
+          }
+          ::setrlimit(RLIMIT_AS, &limit);
+          if (rc != 0) return rc;
+          if (rt.spawn([] { return 3; }).join().value() != 3) return 14;
+          if (rt.stats_json().find("\"no_stack\":1") == std::string::npos) return 15;
+          return 0;
+        });
+        std::_Exit(code);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+#endif
 
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 TEST(FiberStackOverflowDeathTest, TheDiagnosticNamesTheFiber) {

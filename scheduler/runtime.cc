@@ -118,7 +118,7 @@ void Release(TimerEntry* e) {
 // stats_json from any thread.
 struct Counters {
   std::atomic<std::uint64_t> spawned{0}, run{0}, stolen{0}, parked{0}, polled{0}, sleeps{0},
-      idle_ns{0};
+      idle_ns{0}, no_stack{0};
 };
 inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -126,8 +126,12 @@ inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
 
 struct Fiber {
   Runtime::Impl* rt = nullptr;
+  // Null until the fiber first runs: its stack comes then, from the cache of the worker that
+  // runs it (Impl::Prepare), not at spawn. A queued fiber holds no stack, and the one it gets is
+  // typically the one the worker's last finished fiber left, warm in that core's cache.
   Context ctx = nullptr;
   Stack stack;
+  StackOptions stack_options;
   std::shared_ptr<FiberBody> body;
   Worker* worker = nullptr;  // the worker running it (or that last ran it)
   Worker* pinned = nullptr;  // non-null: runs only there
@@ -210,6 +214,8 @@ struct Worker {
   std::errc reactor_error{};
   std::uint64_t rng = 0;
   std::vector<Fiber*> free_fibers;  // owner only; batches move to and from the runtime's pool
+  // Fibers that could not get a stack to start on, with the error; failed by the worker loop.
+  std::vector<std::pair<Fiber*, std::error_code>> unstartable;
   // Spare live-fiber credits (see Impl::credits). Written by the owner only (relaxed load+store);
   // atomic so that stats_json may read it.
   std::atomic<std::int64_t> credits{0};
@@ -249,6 +255,9 @@ struct Worker {
 
 thread_local Worker* t_worker = nullptr;
 thread_local Fiber* t_region_fiber = nullptr;  // the fiber a blocking thread runs for a region
+
+// FiberMain: where every fiber's context starts (made by Impl::Prepare).
+[[noreturn]] void FiberMain(Transfer t);
 
 // WorkerOf: the calling thread's worker if it belongs to runtime `rt`, else null (a plain
 // thread, a blocking thread, or a worker of another runtime in the same process).
@@ -459,13 +468,39 @@ struct Runtime::Impl {
     return nullptr;
   }
   // DirectNext: the fiber to switch to directly from the running one, made current; null when
-  // the worker loop must run (nothing local, or a fairness pass is due).
+  // the worker loop must run (nothing local, a fairness pass is due, or a fiber found no stack).
   Fiber* DirectNext(Worker& w) {
     if (w.tick - w.fair_tick >= kFairnessInterval) return nullptr;
     Fiber* next = NextLocal(w);
-    if (next != nullptr) Started(w, next);
+    if (next == nullptr || !Prepare(w, next)) return nullptr;
+    Started(w, next);
     return next;
   }
+  // Prepare: a fiber about to run for the first time gets its stack, from w's cache, and its
+  // context. False if no stack could be had: f is then queued on w.unstartable, for the worker
+  // loop to fail (its join reports the error), and must not run.
+  bool Prepare(Worker& w, Fiber* f) {
+    if (f->ctx != nullptr) [[likely]]
+      return true;
+    Result<Stack> stack = w.stacks->allocate(f->stack_options);
+    if (!stack.ok()) [[unlikely]] {
+      w.unstartable.emplace_back(f, stack.error_code());
+      return false;
+    }
+    f->stack = std::move(stack).value();
+    f->ctx = *make_context(f->stack.span(), &FiberMain);
+    set_context_name(f->ctx, f->name);  // the name was written at spawn, before f was queued
+    return true;
+  }
+  // Retire: f finished (or failed before it started) on w: its object and its credit stay here.
+  void Retire(Worker& w, Fiber* f) {
+    Recycle(w, f);
+    // The fiber's credit stays with this worker (returned in batches, and before it sleeps).
+    std::int64_t spare = w.credits.load(std::memory_order_relaxed) + 1;
+    w.credits.store(spare, std::memory_order_relaxed);
+    if (spare >= 2 * kCreditBatch) ReturnCredits(w, kCreditBatch);
+  }
+  void FailUnstartable(Worker& w);
   void Started(Worker& w, Fiber* f) {
     f->worker = &w;
     f->state.store(kRunning, std::memory_order_relaxed);
@@ -560,13 +595,9 @@ Transfer AfterExit(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   Worker* w = f->worker;
   discard_context(t.from);
+  f->ctx = nullptr;  // a recycled fiber object gets a new stack and context at its next start
   w->stacks->recycle(std::move(f->stack));
-  Runtime::Impl* rt = f->rt;
-  rt->Recycle(*w, f);
-  // The fiber's credit stays with this worker (returned in batches, and before it sleeps).
-  std::int64_t spare = w->credits.load(std::memory_order_relaxed) + 1;
-  w->credits.store(spare, std::memory_order_relaxed);
-  if (spare >= 2 * Runtime::Impl::kCreditBatch) rt->ReturnCredits(*w, Runtime::Impl::kCreditBatch);
+  f->rt->Retire(*w, f);
   return t;
 }
 
@@ -709,23 +740,22 @@ void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& opt
   Worker* w = WorkerOf(&impl);
   StackOptions so{.size = options.stack_size != 0 ? options.stack_size : impl.options.stack_size,
                   .protection = options.protection};
-  Result<Stack> stack =
-      w != nullptr ? w->stacks->allocate(so) : StackPool::default_pool().allocate(so);
-  if (!stack.ok()) {
-    throw std::system_error(stack.error_code(), "weft: no stack for a new fiber");
+  // The stack itself comes when the fiber first runs (Impl::Prepare); a size no stack class has
+  // is bad input, reported now.
+  if (so.size == 0 || so.size > kMaxStackSize) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "weft: a fiber stack size must be 1 byte .. 64 MiB");
   }
   Worker* pinned_to =
       options.pinned_worker >= 0
           ? impl.workers[static_cast<unsigned>(options.pinned_worker) % impl.workers.size()].get()
           : nullptr;
   Fiber* f = impl.NewFiber(w, options, pinned_to);
-  f->stack = std::move(stack).value();
+  f->stack_options = so;
   f->body = std::move(body);
   f->permit.store(false, std::memory_order_relaxed);
   f->pending_timer = nullptr;
   f->wait_what.store(nullptr, std::memory_order_relaxed);
-  f->ctx = *make_context(f->stack.span(), &FiberMain);
-  set_context_name(f->ctx, f->name);
   f->state.store(kRunnable, std::memory_order_relaxed);
   if (w != nullptr) {
     std::int64_t spare = w->credits.load(std::memory_order_relaxed);
@@ -897,6 +927,21 @@ void Runtime::Impl::Sleep(Worker& w) {
   (void)LeaveIdleLocked(w);  // still listed if nobody woke us (a timer, or the safety net)
 }
 
+// FailUnstartable: the fibers that found no stack end without running; their joins rethrow a
+// std::system_error with the allocation's error (ENOMEM). On the worker's own context, so the
+// wake-ups of their joiners are ordinary schedules.
+void Runtime::Impl::FailUnstartable(Worker& w) {
+  std::vector<std::pair<Fiber*, std::error_code>> failed;
+  failed.swap(w.unstartable);
+  for (auto& [f, error] : failed) {
+    Bump(w.counters.no_stack);
+    std::shared_ptr<FiberBody> body = std::move(f->body);
+    f->worker = &w;
+    body->fail(std::make_exception_ptr(std::system_error(error, "weft: no stack for a fiber")));
+    Retire(w, f);
+  }
+}
+
 void Runtime::Impl::WorkerLoop(Worker& w) {
   t_worker = &w;
   w.home = current_context();
@@ -906,9 +951,11 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   fork_join->attach_current_thread(w.index);
   int idle_passes = 0;
   for (;;) {
+    if (!w.unstartable.empty()) [[unlikely]]
+      FailUnstartable(w);
     if (Fiber* f = FindWork(w)) {
       idle_passes = 0;
-      Run(w, f);
+      if (Prepare(w, f)) Run(w, f);
       continue;
     }
     // No fiber to run: help a fork-join computation (the task runs here, on the worker's stack).
@@ -1034,11 +1081,11 @@ std::string Runtime::stats_json() const {
     std::snprintf(buf, sizeof buf,
                   "%s{\"index\":%u,\"reactor\":\"%s\",\"spawned\":%" PRIu64 ",\"run\":%" PRIu64
                   ",\"stolen\":%" PRIu64 ",\"parked\":%" PRIu64 ",\"polled\":%" PRIu64
-                  ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 "}",
+                  ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"no_stack\":%" PRIu64 "}",
                   w->index == 0 ? "" : ",", w->index,
                   w->reactor != nullptr ? std::string(w->reactor->backend_name()).c_str() : "none",
                   get(c.spawned), get(c.run), get(c.stolen), get(c.parked), get(c.polled),
-                  get(c.sleeps), get(c.idle_ns));
+                  get(c.sleeps), get(c.idle_ns), get(c.no_stack));
     out += buf;
   }
   std::int64_t live = impl_->credits.load(std::memory_order_relaxed);

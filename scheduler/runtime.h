@@ -64,9 +64,10 @@ struct JoinState : JoinBase {
   std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
 };
 
-// FiberBody: what a fiber runs, once.
+// FiberBody: what a fiber runs, once; or, if the fiber cannot start (no stack), fail() instead.
 struct FiberBody {
   virtual void run() = 0;
+  virtual void fail(std::exception_ptr why) = 0;
 
  protected:
   ~FiberBody() = default;
@@ -91,6 +92,11 @@ struct SpawnState final : JoinState<T>, FiberBody {
       this->error = std::current_exception();
     }
     fn.reset();
+    this->done.set();
+  }
+  void fail(std::exception_ptr why) override {
+    fn.reset();
+    this->error = std::move(why);
     this->done.set();
   }
   std::optional<F> fn;
