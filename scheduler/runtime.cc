@@ -489,7 +489,8 @@ struct Runtime::Impl {
     }
     f->stack = std::move(stack).value();
     f->ctx = *make_context(f->stack.span(), &FiberMain);
-    set_context_name(f->ctx, f->name);  // the name was written at spawn, before f was queued
+    // The name was written at spawn, before f was queued; a fresh record's name is empty.
+    if (f->name[0] != '\0') set_context_name(f->ctx, f->name);
     return true;
   }
   // Retire: f finished (or failed before it started) on w: its object and its credit stay here.
