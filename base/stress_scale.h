@@ -1,6 +1,7 @@
 // base/stress_scale.h: the knob that makes weft's stress tests run longer, which sanitizer a
 // test runs under, the death-test style that works where the test runs, and how a stack
-// overflow ends a process there. Tests size their loops as base * StressScale();
+// overflow ends a process there; and (POSIX) a tight address-space limit for out-of-memory death
+// tests. Tests size their loops as base * StressScale();
 // WEFT_STRESS_SCALE=N (N >= 1, default 1) in the environment sets it, and tools/test_all.sh
 // passes it through to Bazel.
 
@@ -8,11 +9,14 @@
 #define WEFT_BASE_STRESS_SCALE_H_
 
 #ifndef _WIN32
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <csignal>
+#include <cstdio>
 #endif
 
+#include <cstddef>
 #include <cstdlib>
 
 namespace weft::testing {
@@ -63,6 +67,24 @@ inline bool Emulated() {
   const char* s = std::getenv("WEFT_EMULATOR");
   return s != nullptr && *s != '\0';
 }
+
+#ifndef _WIN32
+// LimitAddressSpace: lowers RLIMIT_AS to what the process maps now plus `headroom` bytes, so that
+// larger allocations fail with ENOMEM; the previous limit goes to *saved (restore it with
+// setrlimit). False if that could not be done (no /proc/self/statm, or setrlimit refused). For
+// death tests' child processes; sanitizers' shadow reservations and qemu-user defeat it.
+inline bool LimitAddressSpace(std::size_t headroom, rlimit* saved) {
+  ::getrlimit(RLIMIT_AS, saved);
+  long pages = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  rlimit tight = *saved;
+  tight.rlim_cur = static_cast<rlim_t>(pages) * 4096 + headroom;
+  return pages != 0 && ::setrlimit(RLIMIT_AS, &tight) == 0;
+}
+#endif
 
 }  // namespace weft::testing
 

@@ -9,7 +9,6 @@
 #endif
 
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -189,15 +188,7 @@ TEST(StackPoolDeathTest, OutOfAddressSpaceIsReportedAndThePoolKeepsWorking) {
         Result<Stack> small = pool.allocate({.size = 16 << 10});  // maps what it needs first
         if (!small.ok()) std::_Exit(10);
         rlimit limit{};
-        getrlimit(RLIMIT_AS, &limit);
-        long pages = 0;
-        if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-          if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-          std::fclose(f);
-        }
-        rlimit tight = limit;
-        tight.rlim_cur = static_cast<rlim_t>(pages) * 4096 + (std::size_t{16} << 20);
-        if (pages == 0 || setrlimit(RLIMIT_AS, &tight) != 0) std::_Exit(11);
+        if (!::weft::testing::LimitAddressSpace(std::size_t{16} << 20, &limit)) std::_Exit(11);
         for (auto p :
              {StackProtection::kAuto, StackProtection::kGuarded, StackProtection::kCompact}) {
           Result<Stack> big = pool.allocate({.size = std::size_t{64} << 20, .protection = p});

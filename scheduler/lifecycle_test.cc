@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -454,15 +453,7 @@ TEST(NoStackDeathTest, TheJoinReportsItAndTheRuntimeKeepsServing) {
         int code = rt.block_on([&] {
           if (rt.spawn([] { return 1; }).join().value() != 1) return 10;  // warm the caches
           rlimit limit{};
-          ::getrlimit(RLIMIT_AS, &limit);
-          long pages = 0;
-          if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-            if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
-            std::fclose(f);
-          }
-          rlimit tight = limit;
-          tight.rlim_cur = static_cast<rlim_t>(pages) * 4096 + (std::size_t{16} << 20);
-          if (pages == 0 || ::setrlimit(RLIMIT_AS, &tight) != 0) return 11;
+          if (!::weft::testing::LimitAddressSpace(std::size_t{16} << 20, &limit)) return 11;
           auto big = rt.spawn([] { return 2; }, {.stack_size = std::size_t{64} << 20});
           int rc = 12;  // the fiber ran
           try {
