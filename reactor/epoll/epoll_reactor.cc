@@ -292,22 +292,12 @@ class EpollReactor final : public Reactor {
   int DeliverReady() { return ready_.deliver(pending_); }
 
   int ExpireTimers() {
-    int n = 0;
-    ReactorClock::time_point now = ReactorClock::now();
-    while (TimerNode* node = timers_.pop_due(now)) {
-      IoOp* op = OpOfTimer(node);
-      if (op->kind == Kind::kTimeout) {
-        Finish(*op, 0);
-      } else {
-        op->timed_out = true;
-        FdState& st = fds_[op->fd];
-        Unlink(st, *op);
-        UpdateInterest(op->fd);
-        Finish(*op, -ECANCELED);  // reported as -ETIMEDOUT
-      }
-      ++n;
-    }
-    return n;
+    return ready_.expire(timers_, [&](IoOp& op) {
+      Unlink(fds_[op.fd], op);
+      UpdateInterest(op.fd);
+      Finish(op, -ECANCELED);  // reported as -ETIMEDOUT
+      return 1;
+    });
   }
 
   // Attempt: runs op's system call once. Returns the result, or -EAGAIN to keep waiting.

@@ -59,6 +59,27 @@ class ReadyList {
     ops_.push(&op);
   }
 
+  // expire: pops every deadline due by now. A timeout operation finishes with 0; any other is
+  // marked timed out and handed to abort(op), which ends it the backend's way (its -ECANCELED is
+  // delivered as -ETIMEDOUT) and returns how many operations that finished at once (0 or 1).
+  // Returns the number finished here.
+  template <typename Abort>
+  int expire(TimerHeap& timers, Abort abort) {
+    int n = 0;
+    ReactorClock::time_point now = ReactorClock::now();
+    while (TimerNode* node = timers.pop_due(now)) {
+      IoOp* op = OpOfTimer(node);
+      if (op->kind == IoOp::Kind::kTimeout) {
+        finish(*op, 0, timers);
+        ++n;
+      } else {
+        op->timed_out = true;
+        n += abort(*op);
+      }
+    }
+    return n;
+  }
+
   // deliver: runs the queued operations' callbacks, oldest first, counting each off *pending.
   // An operation whose deadline passed reports -ETIMEDOUT where it was finished as cancelled.
   int deliver(std::size_t& pending) {

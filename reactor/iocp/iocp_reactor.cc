@@ -658,19 +658,10 @@ class IocpReactor final : public Reactor {
   int DeliverReady() { return ready_.deliver(pending_); }
 
   int ExpireTimers() {
-    int n = 0;
-    ReactorClock::time_point now = ReactorClock::now();
-    while (TimerNode* node = timers_.pop_due(now)) {
-      IoOp* op = OpOfTimer(node);
-      if (op->kind == Kind::kTimeout) {
-        Finish(*op, 0);
-        ++n;
-      } else {
-        op->timed_out = true;
-        Abort(*op);  // completes through the port, or from polling_ at once, as -ETIMEDOUT
-      }
-    }
-    return n;
+    return ready_.expire(timers_, [&](IoOp& op) {
+      Abort(op);  // completes through the port, or from polling_ at once, as -ETIMEDOUT
+      return 0;
+    });
   }
 
   HANDLE port_;
