@@ -337,7 +337,7 @@ StackPool& StackPool::default_pool() {
 }
 
 Result<Stack> StackPool::allocate(const StackOptions& options) {
-  if (options.size == 0 || options.size > ClassSize(kNumClasses - 1)) {
+  if (!valid_stack_size(options.size)) {
     return std::errc::invalid_argument;
   }
   install_stack_overflow_handler();
@@ -456,7 +456,7 @@ namespace {
 }  // namespace
 
 std::size_t StackPool::allocate_cached(const StackOptions& options, Stack* out, std::size_t n) {
-  if (options.size == 0 || options.size > ClassSize(kNumClasses - 1) || n == 0) return 0;
+  if (!valid_stack_size(options.size) || n == 0) return 0;
   const int c = ClassIndex(options.size);
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
@@ -609,7 +609,7 @@ StackCache::StackCache(StackPool& pool, std::size_t per_class)
 StackCache::~StackCache() = default;  // the cached Stacks return themselves to the pool
 
 Result<Stack> StackCache::allocate(const StackOptions& options) {
-  if (options.size == 0 || options.size > ClassSize(kNumClasses - 1)) {
+  if (!valid_stack_size(options.size)) {
     return std::errc::invalid_argument;
   }
   const int c = ClassIndex(options.size);

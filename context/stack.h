@@ -15,7 +15,8 @@
 //             kernel; the first ~16,000 of them have hard guard pages.
 //
 // Defines: weft::StackProtection, weft::StackOptions, weft::Stack, weft::StackPoolOptions,
-// weft::StackPoolStats, weft::StackPool, weft::StackCache, weft::install_stack_overflow_handler.
+// weft::StackPoolStats, weft::StackPool, weft::StackCache, weft::install_stack_overflow_handler,
+// weft::kMaxStackSize, weft::valid_stack_size.
 
 #ifndef WEFT_CONTEXT_STACK_H_
 #define WEFT_CONTEXT_STACK_H_
@@ -33,8 +34,10 @@ namespace weft {
 
 enum class StackProtection : std::uint8_t { kAuto, kGuarded, kCompact };
 
-// kMaxStackSize: the largest size class; StackOptions::size above it is EINVAL.
+// kMaxStackSize: the largest size class. valid_stack_size: whether a StackOptions::size is one a
+// class can hold (1 byte .. kMaxStackSize); allocate() fails any other with EINVAL.
 inline constexpr std::size_t kMaxStackSize = std::size_t{64} << 20;
+constexpr bool valid_stack_size(std::size_t size) { return size != 0 && size <= kMaxStackSize; }
 
 struct StackOptions {
   // size: usable bytes, rounded up to the next size class (16 KiB .. 64 MiB).

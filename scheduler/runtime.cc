@@ -743,7 +743,7 @@ void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& opt
                   .protection = options.protection};
   // The stack itself comes when the fiber first runs (Impl::Prepare); a size no stack class has
   // is bad input, reported now.
-  if (so.size == 0 || so.size > kMaxStackSize) {
+  if (!valid_stack_size(so.size)) {
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "weft: a fiber stack size must be 1 byte .. 64 MiB");
   }
