@@ -99,7 +99,8 @@ class FiberWaiter final : public Waiter {
 
 // A deadline of a parked fiber. Two references: the heap side (dropped when the owner worker pops
 // or cancels it) and the fiber side (dropped when the fiber resumes from that wait). The last one
-// frees it. Its heap state is only ever touched on the owner worker's thread.
+// frees it (FreeTimerEntry: to the releasing worker's spares). Its heap state is only ever touched
+// on the owner worker's thread.
 struct TimerEntry {
   TimerNode node;  // first member: the heap hands back &node
   Fiber* fiber = nullptr;
@@ -109,9 +110,11 @@ struct TimerEntry {
   std::atomic<int> refs{2};
 };
 
+void FreeTimerEntry(TimerEntry* e);
+
 void Release(TimerEntry* e) {
-  // acq_rel: the other side's last use of the entry happens before the delete.
-  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+  // acq_rel: the other side's last use of the entry happens before it is freed or reused.
+  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) FreeTimerEntry(e);
 }
 
 // Counters: written by their worker only (a relaxed load+store, no read-modify-write), read by
@@ -142,6 +145,11 @@ struct Fiber {
   // Set by a notify that won the kParked -> kRunnable CAS, before it schedules the fiber; read
   // and reset by the fiber (the scheduling hand-off orders the two).
   bool woken_by_notify = false;
+  // The same for a timer (ResumeTimedOut): the wait generation it woke. Equal to the current
+  // park's, it was that park's own timer, whose deadline has passed: the wait reports the timeout
+  // without reading the clock again. (A stale timer can still win the CAS against a later park,
+  // between its generation check and the CAS; its older generation marks that wake spurious.)
+  std::uint64_t timer_woke_gen = 0;
   FiberWaiter waiter{this};
   // Identity: written at spawn and read by dumps, both under meta_lock.
   sync_internal::SpinLock meta_lock;
@@ -214,6 +222,9 @@ struct Worker {
   std::errc reactor_error{};
   std::uint64_t rng = 0;
   std::vector<Fiber*> free_fibers;  // owner only; batches move to and from the runtime's pool
+  // Freed timer entries for this worker's next timed waits (owner only; capacity reserved at
+  // construction, never grown): a sleep then costs no malloc and free.
+  std::vector<TimerEntry*> spare_timers;
   // Fibers that could not get a stack to start on, with the error; failed by the worker loop.
   std::vector<std::pair<Fiber*, std::error_code>> unstartable;
   // Spare live-fiber credits (see Impl::credits). Written by the owner only (relaxed load+store);
@@ -255,6 +266,29 @@ struct Worker {
 
 thread_local Worker* t_worker = nullptr;
 thread_local Fiber* t_region_fiber = nullptr;  // the fiber a blocking thread runs for a region
+
+constexpr std::size_t kSpareTimers = 256;  // per worker
+
+// NewTimerEntry: a spare of the calling worker (refs reset; its node is unqueued: both sides
+// released it), else a new one.
+TimerEntry* NewTimerEntry() {
+  Worker* w = t_worker;
+  if (w == nullptr || w->spare_timers.empty()) return new TimerEntry{};
+  TimerEntry* e = w->spare_timers.back();
+  w->spare_timers.pop_back();
+  // relaxed: nobody else holds a reference yet; publishing the entry orders it.
+  e->refs.store(2, std::memory_order_relaxed);
+  return e;
+}
+
+void FreeTimerEntry(TimerEntry* e) {
+  Worker* w = t_worker;
+  if (w != nullptr && w->spare_timers.size() < w->spare_timers.capacity()) {
+    w->spare_timers.push_back(e);  // within capacity: no allocation
+    return;
+  }
+  delete e;
+}
 
 // FiberMain: where every fiber's context starts (made by Impl::Prepare).
 [[noreturn]] void FiberMain(Transfer t);
@@ -575,8 +609,8 @@ Transfer AfterPark(Transfer t) {
   if (TimerEntry* e = f->pending_timer) {
     e->owner = w;
     if (!w->timers.insert(e->node, e->deadline).ok()) {
-      // No memory for the timer: wake the fiber at once; its wait reports a timeout.
-      delete e;
+      // No memory for the timer: wake the fiber at once; its wait retries.
+      FreeTimerEntry(e);
       f->pending_timer = nullptr;
       f->state.store(kRunnable, std::memory_order_relaxed);
       f->rt->PushLocal(*w, f);
@@ -627,6 +661,7 @@ void ResumeTimedOut(TimerEntry* e) {
   if (e->gen != f->wait_gen.load(std::memory_order_acquire)) return;  // stale
   int expected = kParked;
   if (f->state.compare_exchange_strong(expected, kRunnable, std::memory_order_seq_cst)) {
+    f->timer_woke_gen = e->gen;  // before Schedule publishes the fiber (as woken_by_notify)
     f->rt->Schedule(f);
   }
 }
@@ -667,7 +702,7 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
     f->woken_by_notify = false;  // before AfterPark publishes kParked: only then can it be set
     TimerEntry* entry = nullptr;
     if (deadline) {  // inserted into the worker's heap by AfterPark, on the worker's thread
-      entry = new TimerEntry{};
+      entry = NewTimerEntry();
       entry->fiber = f;
       entry->gen = gen;
       entry->deadline = *deadline;
@@ -694,6 +729,7 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
         f->permit.exchange(false, std::memory_order_seq_cst)) {
       return true;
     }
+    if (f->timer_woke_gen == gen) return false;  // its own timer, popped as due
   }
 }
 
@@ -980,9 +1016,11 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
     std::lock_guard<std::mutex> lock(idle_mu);
     w.exited = true;  // no Wake() after this: the reactor goes away below
   }
-  // Timers left behind are stale (every fiber finished): free them.
+  // Timers left behind are stale (every fiber finished): free them, and the spares.
   w.timers.pop_all_due(Clock::time_point::max(),
                        [](TimerNode& node) { Release(reinterpret_cast<TimerEntry*>(&node)); });
+  for (TimerEntry* e : w.spare_timers) delete e;
+  std::vector<TimerEntry*>().swap(w.spare_timers);  // capacity 0: later frees here delete
   TakeMail(w);  // cancel requests that raced with their completions
   w.reactor.reset();
   fork_join->detach_current_thread();
@@ -1007,6 +1045,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     w->rt = impl_.get();
     w->index = i;
     w->rng = 0x9E3779B97F4A7C15ull * (i + 1);
+    w->spare_timers.reserve(kSpareTimers);
     impl_->workers.push_back(std::move(w));
   }
   // Each worker creates its reactor on its own thread (io_uring's single-issuer rings require

@@ -98,6 +98,45 @@ TEST(RuntimeTest, FibersSleepWithoutBlockingTheirWorker) {
   EXPECT_GE(SyncClock::now() - start, 5ms);  // they did sleep
 }
 
+// Timed waits that race their releases across two workers: each wait either gets a permit or
+// reports timed_out, never before its deadline (a timer left from an earlier wait of the same
+// fiber must not pass for this wait's own), and no permit is lost or made up. Timer entries are
+// reused between waits and workers, so this also runs that recycling under the sanitizers.
+TEST(RuntimeTest, TimedWaitsTimeOutOnlyAtTheirDeadlineAndLoseNoPermit) {
+  Runtime rt({.workers = 2});
+  const int waits = 400 * StressScale();
+  constexpr int kWaiters = 8;
+  Semaphore sem(0);
+  std::atomic<int> got{0}, early{0}, released{0};
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < kWaiters; ++i) {
+    hs.push_back(rt.spawn([&] {
+      for (int k = 0; k < waits; ++k) {
+        auto deadline = SyncClock::now() + std::chrono::microseconds(20 + k % 50);
+        Result<void> r = sem.acquire({.deadline = deadline});
+        if (r.ok()) {
+          got.fetch_add(1);
+        } else {
+          ASSERT_EQ(r.error(), std::errc::timed_out);
+          if (SyncClock::now() < deadline) early.fetch_add(1);
+        }
+      }
+    }));
+  }
+  auto releaser = rt.spawn([&] {
+    for (int k = 0; k < kWaiters * waits / 2; ++k) {
+      sem.release(1);
+      released.fetch_add(1);
+      if (k % 3 == 0) this_fiber::yield();
+      if (k % 64 == 0) (void)this_fiber::sleep_for(std::chrono::microseconds(30));
+    }
+  });
+  ASSERT_TRUE(releaser.join().ok());
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  EXPECT_EQ(early.load(), 0);
+  EXPECT_EQ(got.load() + sem.available(), released.load());
+}
+
 TEST(RuntimeTest, IdsAndNames) {
   Runtime rt({.workers = 1});
   EXPECT_FALSE(this_fiber::in_fiber());
