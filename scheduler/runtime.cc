@@ -12,15 +12,16 @@
 //
 // Fiber states and who moves them:
 //
-//   kRunnable --worker runs it--> kRunning --wait()--> kParking --on-top fn (worker)--> kParked
-//   kParking --notify--> kNotified --on-top fn sees it--> kRunnable (re-queued at once)
-//   kParked --notify / its timer--> kRunnable (queued)
+//   kRunnable --worker runs it--> kRunning --wait(): switch, on-top fn (worker)--> kParked
+//   kParked --notify / its timer / the on-top fn finding a permit--> kRunnable (queued)
 //   kRunning --BlockingRegion--> kBlocking (on a blocking thread) --leave--> kRunnable
 //
 // A fiber publishes "parked" only in the on-top function that runs on its worker after the
 // switch, so nothing can resume it while it is still on its own stack. The permit (set by
-// notify) and the state are both seq_cst: a wait that stores kParking and then finds no permit
-// cannot miss a notify that set the permit and then read the state (Dekker).
+// notify) and the state are both seq_cst: the on-top function stores kParked and then reads the
+// permit; notify stores the permit and then reads the state (Dekker), so one of them sees the
+// other, and the one that wins the kParked -> kRunnable CAS queues the fiber. A park costs one
+// locked instruction (the kParked store), a wake one (the CAS).
 //
 // Fiber objects (and so their Waiters) are recycled, never freed while the runtime lives: a
 // notifier may still call notify() on a fiber that already resumed and finished (see the lifetime
@@ -62,7 +63,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum FiberState : int { kRunnable, kRunning, kParking, kNotified, kParked, kBlocking, kDone };
+enum FiberState : int { kRunnable, kRunning, kParked, kBlocking, kDone };
 
 const char* StateName(int s) {
   switch (s) {
@@ -70,8 +71,6 @@ const char* StateName(int s) {
       return "runnable";
     case kRunning:
       return "running";
-    case kParking:
-    case kNotified:
     case kParked:
       return "parked";
     case kBlocking:
@@ -617,11 +616,15 @@ Transfer AfterPark(Transfer t) {
       return t;
     }
   }
-  int expected = kParking;
-  // seq_cst: pairs with notify (see the file comment). On failure the state is kNotified.
-  if (!f->state.compare_exchange_strong(expected, kParked, std::memory_order_seq_cst)) {
-    f->state.store(kRunnable, std::memory_order_relaxed);
-    f->rt->PushLocal(*w, f);
+  // seq_cst, store then load: the Dekker pairing with notify (see the file comment). A permit
+  // seen here came from a notify that read the state before this store, so it queued nothing:
+  // take the wake-up back unless a notifier (or a stale timer) has won the CAS meanwhile.
+  f->state.store(kParked, std::memory_order_seq_cst);
+  if (f->permit.load(std::memory_order_seq_cst)) {
+    int expected = kParked;
+    if (f->state.compare_exchange_strong(expected, kRunnable, std::memory_order_seq_cst)) {
+      f->rt->PushLocal(*w, f);
+    }
   }
   return t;
 }
@@ -676,15 +679,15 @@ Fiber* CurrentFiber() {
 
 bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
   Fiber* f = fiber_;
-  // seq_cst (all permit and state accesses): the Dekker pairing with notify. The relaxed load
-  // first spares the common case (no permit yet) a locked instruction; a permit it misses is
-  // found by the seq_cst exchange after kParking is published.
+  // seq_cst (all permit and state accesses): the Dekker pairing with notify. The relaxed loads
+  // spare the common case (no permit yet) a locked instruction; a permit they miss is found by
+  // the on-top function (AfterPark), after kParked is published.
   if (f->permit.load(std::memory_order_relaxed) &&
       f->permit.exchange(false, std::memory_order_seq_cst)) {
     return true;
   }
   // A resume can come without a permit: a notifier that stored its permit for an earlier wait
-  // (which consumed it) may flip this wait's kParking to kNotified afterwards. Such a resume is
+  // (which consumed it) may still win the CAS from this wait's kParked. Such a resume is
   // spurious; only a passed deadline makes this return false.
   for (;;) {
     if (deadline && *deadline <= SyncClock::now()) return false;
@@ -692,11 +695,9 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
     // a timer entry that reads the new value sees the wait it belongs to.
     std::uint64_t gen = f->wait_gen.load(std::memory_order_relaxed) + 1;
     f->wait_gen.store(gen, std::memory_order_release);
-    f->state.store(kParking, std::memory_order_seq_cst);
-    // The Dekker read: a seq_cst load (no locked instruction); exchange only to consume.
-    if (f->permit.load(std::memory_order_seq_cst) &&
+    // A permit that is already visible spares the switch (not a Dekker read: AfterPark's is).
+    if (f->permit.load(std::memory_order_relaxed) &&
         f->permit.exchange(false, std::memory_order_seq_cst)) {
-      f->state.store(kRunning, std::memory_order_relaxed);
       return true;
     }
     f->woken_by_notify = false;  // before AfterPark publishes kParked: only then can it be set
@@ -746,20 +747,13 @@ void FiberWaiter::notify() {
     f->rt->Schedule(f);
     return;
   }
+  // Not parked (yet): leave a permit, then look again (the Dekker pairing with AfterPark).
   f->permit.store(true, std::memory_order_seq_cst);
-  for (;;) {
-    int s = f->state.load(std::memory_order_seq_cst);
-    if (s == kParked) {
-      if (f->state.compare_exchange_weak(s, kRunnable, std::memory_order_seq_cst)) {
-        f->rt->Schedule(f);
-        return;
-      }
-    } else if (s == kParking) {
-      if (f->state.compare_exchange_weak(s, kNotified, std::memory_order_seq_cst)) return;
-    } else {
-      return;  // running or runnable: it will find the permit
-    }
+  int s = f->state.load(std::memory_order_seq_cst);
+  if (s == kParked && f->state.compare_exchange_strong(s, kRunnable, std::memory_order_seq_cst)) {
+    f->rt->Schedule(f);
   }
+  // Otherwise it runs, is queued, or is being queued by whoever won: it finds the permit.
 }
 
 bool FiberWaiter::interrupted() const {
@@ -1083,7 +1077,7 @@ Runtime::~Runtime() {
       std::lock_guard<std::mutex> lock(impl_->pool_mu);
       for (auto& f : impl_->all_fibers) {
         int s = f->state.load(std::memory_order_relaxed);
-        if (s == kParked || s == kParking) parked.push_back(f.get());
+        if (s == kParked) parked.push_back(f.get());
       }
     }
     for (Fiber* f : parked) f->waiter.notify();
@@ -1153,7 +1147,7 @@ std::string Runtime::dump_fibers() const {
         std::snprintf(buf, sizeof buf, "fiber %" PRIu64 " \"%s\" %s", f->id, f->name, StateName(s));
     Worker* pinned = f->pinned;
     f->meta_lock.unlock();
-    if (what != nullptr && (s == kParked || s == kParking || s == kNotified)) {
+    if (what != nullptr && s == kParked) {
       int fd = f->wait_fd.load(std::memory_order_relaxed);
       if (fd >= 0) {
         n += std::snprintf(buf + n, sizeof buf - n, " on %s fd %d", what, fd);
