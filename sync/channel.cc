@@ -137,8 +137,11 @@ static std::errc WaitFor(ChannelCore& ch, ChannelNode& node, bool is_send,
                                                                 : std::errc::broken_pipe;
 }
 
+// send and recv look up the calling Waiter only when they have to wait, under the lock (the
+// lookup is a thread-local read and a call, and many operations of a busy channel never wait).
+// A thread's first wait makes its Waiter, which may allocate: that is done unlocked, then the
+// operation starts over.
 std::errc ChannelCore::send(void* value, bool wait, const WaitOptions& options) {
-  Waiter* me = &current_waiter();
   Waiter* notify = nullptr;
   lock_.lock();
   std::errc e = TrySendLocked(value, &notify);
@@ -148,7 +151,12 @@ std::errc ChannelCore::send(void* value, bool wait, const WaitOptions& options) 
     return e;
   }
   ChannelNode node;
-  node.waiter = me;
+  node.waiter = CurrentWaiterIfReady();
+  if (node.waiter == nullptr) [[unlikely]] {
+    lock_.unlock();
+    (void)current_waiter();
+    return send(value, wait, options);
+  }
   node.value = value;
   sendq_.push_back(&node);
   lock_.unlock();
@@ -156,7 +164,6 @@ std::errc ChannelCore::send(void* value, bool wait, const WaitOptions& options) 
 }
 
 std::errc ChannelCore::recv(void* out, bool assign, bool wait, const WaitOptions& options) {
-  Waiter* me = &current_waiter();
   Waiter* notify = nullptr;
   lock_.lock();
   std::errc e = TryRecvLocked(out, assign, &notify);
@@ -166,7 +173,12 @@ std::errc ChannelCore::recv(void* out, bool assign, bool wait, const WaitOptions
     return e;
   }
   ChannelNode node;
-  node.waiter = me;
+  node.waiter = CurrentWaiterIfReady();
+  if (node.waiter == nullptr) [[unlikely]] {
+    lock_.unlock();
+    (void)current_waiter();
+    return recv(out, assign, wait, options);
+  }
   node.value = out;
   node.assign = assign;
   recvq_.push_back(&node);

@@ -30,6 +30,26 @@ INSTANTIATE_TEST_SUITE_P(Threads, SyncTest,
                              "threads", [] { return std::make_unique<ThreadRunner>(); }}),
                          [](const auto& info) { return info.param.name; });
 
+// A new thread's first wait makes its Waiter (channels look it up under their lock, so they
+// step out of the lock to make it and start over): nothing sent is lost or doubled.
+TEST(SyncThreadTest, AThreadsFirstWaitIsOnAChannel) {
+  Channel<int> in(0), out(0);
+  std::thread receiver([&] {
+    Result<int> v = in.recv();
+    ASSERT_TRUE(v.ok());
+    ASSERT_TRUE(out.send(*v + 1).ok());
+  });
+  while (in.waiters() == 0) std::this_thread::yield();
+  ASSERT_TRUE(in.send(41).ok());
+  std::thread sender([&] { ASSERT_TRUE(out.send(-1).ok()); });  // its first wait is a send
+  Result<int> a = out.recv();
+  Result<int> b = out.recv();
+  receiver.join();
+  sender.join();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a + *b, 41);  // 42 and -1, in either order
+}
+
 TEST(SyncDeathTest, DestroyingAChannelWithWaitersAborts) {
   GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle());
   EXPECT_DEATH(

@@ -146,6 +146,13 @@ Waiter& current_waiter() {
   return InitThreadWaiter();
 }
 
+Waiter* sync_internal::CurrentWaiterIfReady() noexcept {
+  if (t_provider != nullptr) [[unlikely]] {
+    if (Waiter* w = t_provider(t_provider_arg)) return w;
+  }
+  return t_waiter;
+}
+
 void set_waiter_provider(WaiterProvider provider, void* arg) {
   t_provider = provider;
   t_provider_arg = arg;

@@ -61,6 +61,13 @@ using WaiterProvider = Waiter* (*)(void* arg);
 // once); null removes it.
 void set_waiter_provider(WaiterProvider provider, void* arg);
 
+namespace sync_internal {
+// CurrentWaiterIfReady: what current_waiter() returns when that needs no allocation (a fiber's
+// Waiter, or a thread's that has been made before), else null. Never throws: for primitives
+// that look their waiter up under a spin lock (they unlock, call current_waiter(), and retry).
+Waiter* CurrentWaiterIfReady() noexcept;
+}  // namespace sync_internal
+
 }  // namespace weft
 
 #endif  // WEFT_SYNC_WAITER_H_
