@@ -40,7 +40,7 @@ Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) 
 
 void WaitList::WakeAllAndUnlock() {
   std::vector<Waiter*> wake;
-  while (WaitNode* n = queue_.pop_front()) wake.push_back(Grant(n, kGranted));
+  queue_.drain([](WaitNode* n) { return Grant(n, kGranted); }, wake);
   lock_.unlock();
   for (Waiter* w : wake) w->notify();
 }

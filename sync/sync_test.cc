@@ -7,6 +7,7 @@
 #include "base/stress_scale.h"
 #include "gtest/gtest.h"
 #include "sync/channel.h"
+#include "sync/internal/wait_queue.h"
 #include "sync/sync_suite.h"
 
 namespace weft {
@@ -29,6 +30,26 @@ INSTANTIATE_TEST_SUITE_P(Threads, SyncTest,
                          ::testing::Values(RunnerFactory{
                              "threads", [] { return std::make_unique<ThreadRunner>(); }}),
                          [](const auto& info) { return info.param.name; });
+
+// drain (wake-all) walks the queue from both ends, and still hands the nodes over front to back,
+// unlinked, for every length.
+TEST(WaitQueueTest, DrainGrantsEveryNodeInOrder) {
+  for (int n = 0; n <= 6; ++n) {
+    std::vector<sync_internal::WaitNode> nodes(static_cast<std::size_t>(n));
+    sync_internal::WaitQueue q;
+    for (auto& node : nodes) q.push_back(&node);
+    std::vector<sync_internal::WaitNode*> out;
+    q.drain([](sync_internal::WaitNode* node) { return node; }, out);
+    ASSERT_EQ(out.size(), nodes.size()) << n;
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(out[static_cast<std::size_t>(i)], &nodes[static_cast<std::size_t>(i)]) << n;
+      EXPECT_FALSE(nodes[static_cast<std::size_t>(i)].queued);
+      EXPECT_EQ(nodes[static_cast<std::size_t>(i)].next, nullptr);
+      EXPECT_EQ(nodes[static_cast<std::size_t>(i)].prev, nullptr);
+    }
+    EXPECT_TRUE(q.empty());
+  }
+}
 
 // A new thread's first wait makes its Waiter (channels look it up under their lock, so they
 // step out of the lock to make it and start over): nothing sent is lost or doubled.

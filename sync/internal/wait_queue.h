@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <initializer_list>
 #include <system_error>
+#include <vector>
 
 #include "sync/cancellation.h"
 #include "sync/internal/spin_lock.h"
@@ -75,6 +76,30 @@ class WaitQueue {
     if (n != nullptr) remove(n);
     return n;
   }
+  // drain: empties the queue, calling grant(node) for every node, front to back; appends what
+  // each returns to `out` (in that order). For wake-all: the walk goes from both ends at once,
+  // so the cache misses of the two chains overlap (the nodes live on the waiters' stacks, a page
+  // each; 100,000 waiters are a chain of 100,000 misses).
+  template <typename Grant, typename T>
+  void drain(Grant grant, std::vector<T>& out) {
+    WaitNode* a = head_;
+    WaitNode* b = tail_;
+    head_ = tail_ = nullptr;
+    std::vector<T> back;  // from the tail, reversed at the end
+    while (a != nullptr) {
+      WaitNode* a_next = a->next;
+      Unlinked(a);
+      out.push_back(grant(a));
+      if (a == b) break;
+      WaitNode* b_prev = b->prev;
+      Unlinked(b);
+      back.push_back(grant(b));
+      if (a_next == b) break;
+      a = a_next;
+      b = b_prev;
+    }
+    out.insert(out.end(), back.rbegin(), back.rend());
+  }
   std::size_t size() const {
     std::size_t k = 0;
     for (WaitNode* n = head_; n != nullptr; n = n->next) ++k;
@@ -82,6 +107,10 @@ class WaitQueue {
   }
 
  private:
+  static void Unlinked(WaitNode* n) {
+    n->prev = n->next = nullptr;
+    n->queued = false;
+  }
   WaitNode* head_ = nullptr;
   WaitNode* tail_ = nullptr;
 };
