@@ -137,10 +137,19 @@ static std::errc WaitFor(ChannelCore& ch, ChannelNode& node, bool is_send,
                                                                 : std::errc::broken_pipe;
 }
 
-// send and recv look up the calling Waiter only when they have to wait, under the lock (the
-// lookup is a thread-local read and a call, and many operations of a busy channel never wait).
-// A thread's first wait makes its Waiter, which may allocate: that is done unlocked, then the
-// operation starts over.
+// WaiterOrUnlock: send and recv look up the calling Waiter only when they have to wait, under
+// the lock (the lookup is a thread-local read and a call, and many operations of a busy channel
+// never wait). A thread's first wait makes its Waiter, which may allocate: then this unlocks,
+// makes it, and returns null, and the operation starts over.
+static Waiter* WaiterOrUnlock(SpinLock& lock) {
+  Waiter* w = CurrentWaiterIfReady();
+  if (w == nullptr) [[unlikely]] {
+    lock.unlock();
+    (void)current_waiter();
+  }
+  return w;
+}
+
 std::errc ChannelCore::send(void* value, bool wait, const WaitOptions& options) {
   Waiter* notify = nullptr;
   lock_.lock();
@@ -151,12 +160,9 @@ std::errc ChannelCore::send(void* value, bool wait, const WaitOptions& options) 
     return e;
   }
   ChannelNode node;
-  node.waiter = CurrentWaiterIfReady();
-  if (node.waiter == nullptr) [[unlikely]] {
-    lock_.unlock();
-    (void)current_waiter();
+  node.waiter = WaiterOrUnlock(lock_);
+  if (node.waiter == nullptr) [[unlikely]]
     return send(value, wait, options);
-  }
   node.value = value;
   sendq_.push_back(&node);
   lock_.unlock();
@@ -173,12 +179,9 @@ std::errc ChannelCore::recv(void* out, bool assign, bool wait, const WaitOptions
     return e;
   }
   ChannelNode node;
-  node.waiter = CurrentWaiterIfReady();
-  if (node.waiter == nullptr) [[unlikely]] {
-    lock_.unlock();
-    (void)current_waiter();
+  node.waiter = WaiterOrUnlock(lock_);
+  if (node.waiter == nullptr) [[unlikely]]
     return recv(out, assign, wait, options);
-  }
   node.value = out;
   node.assign = assign;
   recvq_.push_back(&node);

@@ -137,20 +137,17 @@ base_internal::ThreadExitKey& ExitKey() {
 
 }  // namespace
 
-Waiter& current_waiter() {
-  if (t_provider != nullptr) [[unlikely]] {
-    if (Waiter* w = t_provider(t_provider_arg)) return *w;
-  }
-  if (ThreadWaiter* w = t_waiter) [[likely]]
-    return *w;
-  return InitThreadWaiter();
-}
-
 Waiter* sync_internal::CurrentWaiterIfReady() noexcept {
   if (t_provider != nullptr) [[unlikely]] {
     if (Waiter* w = t_provider(t_provider_arg)) return w;
   }
   return t_waiter;
+}
+
+Waiter& current_waiter() {
+  if (Waiter* w = sync_internal::CurrentWaiterIfReady()) [[likely]]
+    return *w;
+  return InitThreadWaiter();
 }
 
 void set_waiter_provider(WaiterProvider provider, void* arg) {

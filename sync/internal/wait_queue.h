@@ -68,8 +68,7 @@ class WaitQueue {
       n->next->prev = n->prev;
     else
       tail_ = n->prev;
-    n->prev = n->next = nullptr;
-    n->queued = false;
+    Unlinked(n);
   }
   WaitNode* pop_front() {
     WaitNode* n = head_;
