@@ -601,6 +601,20 @@ Transfer AfterYield(Transfer t) {
   return t;
 }
 
+// ClaimWakeUp: the kParked -> kRunnable CAS that notify, a timer and AfterPark race for; the
+// one caller it returns true to queues the fiber. seq_cst: the Dekker pairing (file comment).
+bool ClaimWakeUp(Fiber* f) {
+  int expected = kParked;
+  return f->state.compare_exchange_strong(expected, kRunnable, std::memory_order_seq_cst);
+}
+
+// TakePermit: consumes a permit left by notify. The relaxed load spares the common case (no
+// permit) a locked instruction; seq_cst exchange: the Dekker pairing (file comment).
+bool TakePermit(Fiber* f) {
+  return f->permit.load(std::memory_order_relaxed) &&
+         f->permit.exchange(false, std::memory_order_seq_cst);
+}
+
 Transfer AfterPark(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   Worker* w = f->worker;
@@ -620,12 +634,7 @@ Transfer AfterPark(Transfer t) {
   // seen here came from a notify that read the state before this store, so it queued nothing:
   // take the wake-up back unless a notifier (or a stale timer) has won the CAS meanwhile.
   f->state.store(kParked, std::memory_order_seq_cst);
-  if (f->permit.load(std::memory_order_seq_cst)) {
-    int expected = kParked;
-    if (f->state.compare_exchange_strong(expected, kRunnable, std::memory_order_seq_cst)) {
-      f->rt->PushLocal(*w, f);
-    }
-  }
+  if (f->permit.load(std::memory_order_seq_cst) && ClaimWakeUp(f)) f->rt->PushLocal(*w, f);
   return t;
 }
 
@@ -662,8 +671,7 @@ void ResumeTimedOut(TimerEntry* e) {
   Fiber* f = e->fiber;
   // acquire: the fiber's wait_gen store (release) happened before it parked.
   if (e->gen != f->wait_gen.load(std::memory_order_acquire)) return;  // stale
-  int expected = kParked;
-  if (f->state.compare_exchange_strong(expected, kRunnable, std::memory_order_seq_cst)) {
+  if (ClaimWakeUp(f)) {
     f->timer_woke_gen = e->gen;  // before Schedule publishes the fiber (as woken_by_notify)
     f->rt->Schedule(f);
   }
@@ -679,13 +687,9 @@ Fiber* CurrentFiber() {
 
 bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
   Fiber* f = fiber_;
-  // seq_cst (all permit and state accesses): the Dekker pairing with notify. The relaxed loads
-  // spare the common case (no permit yet) a locked instruction; a permit they miss is found by
-  // the on-top function (AfterPark), after kParked is published.
-  if (f->permit.load(std::memory_order_relaxed) &&
-      f->permit.exchange(false, std::memory_order_seq_cst)) {
-    return true;
-  }
+  // A permit this misses is found by the on-top function (AfterPark), after kParked is
+  // published: the Dekker read is there.
+  if (TakePermit(f)) return true;
   // A resume can come without a permit: a notifier that stored its permit for an earlier wait
   // (which consumed it) may still win the CAS from this wait's kParked. Such a resume is
   // spurious; only a passed deadline makes this return false.
@@ -695,11 +699,6 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
     // a timer entry that reads the new value sees the wait it belongs to.
     std::uint64_t gen = f->wait_gen.load(std::memory_order_relaxed) + 1;
     f->wait_gen.store(gen, std::memory_order_release);
-    // A permit that is already visible spares the switch (not a Dekker read: AfterPark's is).
-    if (f->permit.load(std::memory_order_relaxed) &&
-        f->permit.exchange(false, std::memory_order_seq_cst)) {
-      return true;
-    }
     f->woken_by_notify = false;  // before AfterPark publishes kParked: only then can it be set
     TimerEntry* entry = nullptr;
     if (deadline) {  // inserted into the worker's heap by AfterPark, on the worker's thread
@@ -726,10 +725,7 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
       Release(entry);
     }
     if (f->woken_by_notify) return true;  // the notifier's fast path: no permit was stored
-    if (f->permit.load(std::memory_order_relaxed) &&
-        f->permit.exchange(false, std::memory_order_seq_cst)) {
-      return true;
-    }
+    if (TakePermit(f)) return true;
     if (f->timer_woke_gen == gen) return false;  // its own timer, popped as due
   }
 }
@@ -740,19 +736,14 @@ void FiberWaiter::notify() {
   // it is told through woken_by_notify (written before Schedule publishes the fiber, read after
   // it resumes), so no permit is stored and none has to be consumed: two locked instructions
   // fewer per park and wake.
-  int first = f->state.load(std::memory_order_seq_cst);
-  if (first == kParked &&
-      f->state.compare_exchange_strong(first, kRunnable, std::memory_order_seq_cst)) {
+  if (f->state.load(std::memory_order_seq_cst) == kParked && ClaimWakeUp(f)) {
     f->woken_by_notify = true;
     f->rt->Schedule(f);
     return;
   }
   // Not parked (yet): leave a permit, then look again (the Dekker pairing with AfterPark).
   f->permit.store(true, std::memory_order_seq_cst);
-  int s = f->state.load(std::memory_order_seq_cst);
-  if (s == kParked && f->state.compare_exchange_strong(s, kRunnable, std::memory_order_seq_cst)) {
-    f->rt->Schedule(f);
-  }
+  if (f->state.load(std::memory_order_seq_cst) == kParked && ClaimWakeUp(f)) f->rt->Schedule(f);
   // Otherwise it runs, is queued, or is being queued by whoever won: it finds the permit.
 }
 
