@@ -243,10 +243,7 @@ class EpollReactor final : public Reactor {
 
  private:
   void Begin(IoOp& op, int fd) {
-    op.fd = fd;
-    op.pending = true;
-    op.cancel_requested = false;
-    op.timed_out = false;
+    StartOp(op, fd);
     op.next = op.prev = nullptr;
     ++pending_;
   }

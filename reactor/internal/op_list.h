@@ -1,6 +1,7 @@
 // reactor/internal/op_list.h: an intrusive doubly linked FIFO of IoOps (through IoOp::next and
-// IoOp::prev), used by the backends for their waiting, ready and in-flight lists; and the ready
-// list that the epoll and IOCP backends finish every operation through.
+// IoOp::prev), used by the backends for their waiting, ready and in-flight lists; the ready list
+// that the epoll and IOCP backends finish every operation through; and StartOp, the bookkeeping
+// all three backends do as an operation starts.
 
 #ifndef WEFT_REACTOR_INTERNAL_OP_LIST_H_
 #define WEFT_REACTOR_INTERNAL_OP_LIST_H_
@@ -12,6 +13,15 @@
 #include "reactor/reactor.h"
 
 namespace weft::reactor_internal {
+
+// StartOp: the bookkeeping every backend does as it takes an operation: its fd, pending, and the
+// flags of the op's previous use cleared.
+inline void StartOp(IoOp& op, int fd) {
+  op.fd = fd;
+  op.pending = true;
+  op.cancel_requested = false;
+  op.timed_out = false;
+}
 
 struct OpList {
   IoOp* head = nullptr;

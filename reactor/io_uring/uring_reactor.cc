@@ -205,10 +205,7 @@ class UringReactor final : public Reactor {
   // Begin: bookkeeping; false if the op failed at once (delivered by the next poll).
   bool Begin(IoOp& op, Kind kind, int fd, bool bad_argument) {
     op.kind = kind;
-    op.fd = fd;
-    op.pending = true;
-    op.cancel_requested = false;
-    op.timed_out = false;
+    StartOp(op, fd);
     op.result = 0;
     ++pending_;
     if (bad_argument || fd < 0) {

@@ -375,10 +375,7 @@ class IocpReactor final : public Reactor {
  private:
   // Track: counts the op as pending, with its deadline.
   void Track(IoOp& op, int fd) {
-    op.fd = fd;
-    op.pending = true;
-    op.cancel_requested = false;
-    op.timed_out = false;
+    StartOp(op, fd);
     op.next = op.prev = nullptr;
     op.backend_extra = nullptr;
     op.backend_owner = port_;
