@@ -149,6 +149,9 @@ struct Fiber {
   // without reading the clock again. (A stale timer can still win the CAS against a later park,
   // between its generation check and the CAS; its older generation marks that wake spurious.)
   std::uint64_t timer_woke_gen = 0;
+  // Set by a sleep whose deadline it has just checked against a fresh clock reading: the next
+  // wait skips its own check (and clock read) once. Owner only.
+  bool deadline_checked = false;
   FiberWaiter waiter{this};
   // Identity: written at spawn and read by dumps, both under meta_lock.
   sync_internal::SpinLock meta_lock;
@@ -216,6 +219,9 @@ struct Worker {
   Fiber* current = nullptr;
   Context home = nullptr;  // the worker thread's own context
   TimerHeap timers;
+  // clock_floor: the latest steady_clock reading taken on this worker's thread (by PopDueTimers
+  // and sleeps): a time that has passed, known without reading the clock (see ClockFloor).
+  Clock::time_point clock_floor{};
   std::unique_ptr<StackCache> stacks;
   std::unique_ptr<Reactor> reactor;  // created on the worker's thread; null if it failed
   std::errc reactor_error{};
@@ -689,12 +695,14 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
   Fiber* f = fiber_;
   // A permit this misses is found by the on-top function (AfterPark), after kParked is
   // published: the Dekker read is there.
+  bool deadline_checked = std::exchange(f->deadline_checked, false);
   if (TakePermit(f)) return true;
   // A resume can come without a permit: a notifier that stored its permit for an earlier wait
   // (which consumed it) may still win the CAS from this wait's kParked. Such a resume is
   // spurious; only a passed deadline makes this return false.
   for (;;) {
-    if (deadline && *deadline <= SyncClock::now()) return false;
+    if (deadline && !deadline_checked && *deadline <= SyncClock::now()) return false;
+    deadline_checked = false;
     // wait_gen has one writer, this fiber: a load and a store, no read-modify-write. release:
     // a timer entry that reads the new value sees the wait it belongs to.
     std::uint64_t gen = f->wait_gen.load(std::memory_order_relaxed) + 1;
@@ -895,7 +903,9 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
 
 void Runtime::Impl::PopDueTimers(Worker& w) {
   if (w.timers.empty()) return;
-  w.timers.pop_all_due(Clock::now(), [&](TimerNode& node) {
+  Clock::time_point now = Clock::now();
+  w.clock_floor = now;
+  w.timers.pop_all_due(now, [&](TimerNode& node) {
     auto* e = reinterpret_cast<TimerEntry*>(&node);
     ResumeTimedOut(e);
     Release(e);  // the heap side's reference
@@ -1462,15 +1472,48 @@ void yield() {
   YieldToLoop(*w, f);
 }
 
-Result<void> sleep_until(std::chrono::steady_clock::time_point when,
-                         const CancellationToken* cancel) {
+namespace {
+
+// SleepUntil: sleep_until and sleep_for, given `now`, a clock reading the caller just took. A
+// sleep reads the clock once: a profile of W5 (10,000 fibers sleeping) spent 8% of its time
+// in clock reads, four per sleep before.
+Result<void> SleepUntil(Clock::time_point when, Clock::time_point now,
+                        const CancellationToken* cancel) {
   Waiter& waiter = current_waiter();
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  // The first check is against `now`, and so is the wait's deadline check that follows it:
+  // deadline_checked spares the wait its own clock read (a deadline passed in the meantime only
+  // costs a park whose timer is due at once). Later checks, after a wake-up, are against the
+  // worker's clock floor, free: a wake-up by the sleep's timer means the time has come whatever
+  // they say (Park then ends the sleep as timed out), and one by a stale permit sleeps again,
+  // the wait's own check deciding then.
+  bool first = true;
+  auto done = [&] {
+    if (std::exchange(first, false)) {
+      if (f != nullptr) f->deadline_checked = true;
+      return when <= now;
+    }
+    return when <= (f != nullptr ? f->worker->clock_floor : Clock::now());
+  };
   // Woken early by stale permits, the token, or the shutdown: sleep again until the time comes.
   sync_internal::ParkResult r = sync_internal::Park(
-      waiter, [&] { return std::chrono::steady_clock::now() >= when; },
-      WaitOptions{.deadline = when, .cancel = cancel}, "sleep", nullptr, /*spins=*/0);
+      waiter, done, WaitOptions{.deadline = when, .cancel = cancel}, "sleep", nullptr, /*spins=*/0);
+  if (f != nullptr) f->deadline_checked = false;  // unused if the sleep never waited
   if (r == sync_internal::ParkResult::kCancelled) return std::errc::operation_canceled;
   return {};
+}
+
+}  // namespace
+
+Result<void> sleep_until(std::chrono::steady_clock::time_point when,
+                         const CancellationToken* cancel) {
+  return SleepUntil(when, Clock::now(), cancel);
+}
+
+Result<void> sleep_for(std::chrono::steady_clock::duration d, const CancellationToken* cancel) {
+  Clock::time_point now = Clock::now();
+  return SleepUntil(now + d, now, cancel);
 }
 
 std::uint64_t id() {

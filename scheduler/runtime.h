@@ -310,10 +310,8 @@ void yield();
 // down first.
 Result<void> sleep_until(std::chrono::steady_clock::time_point when,
                          const CancellationToken* cancel = nullptr);
-inline Result<void> sleep_for(std::chrono::steady_clock::duration d,
-                              const CancellationToken* cancel = nullptr) {
-  return sleep_until(std::chrono::steady_clock::now() + d, cancel);
-}
+Result<void> sleep_for(std::chrono::steady_clock::duration d,
+                       const CancellationToken* cancel = nullptr);
 // id: a process-unique id of the running fiber; 0 outside fibers.
 std::uint64_t id();
 std::string_view name();

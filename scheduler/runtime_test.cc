@@ -137,6 +137,41 @@ TEST(RuntimeTest, TimedWaitsTimeOutOnlyAtTheirDeadlineAndLoseNoPermit) {
   EXPECT_EQ(got.load() + sem.available(), released.load());
 }
 
+TEST(RuntimeTest, SleepsEndNoEarlierThanTheirDeadline) {
+  // A sleep reads the clock once and then trusts its timer and the worker's clock floor: none
+  // may end before its time, whatever its length (0 and past deadlines included) or mix.
+  Runtime rt({.workers = 2});
+  const int sleeps = 200 * StressScale();
+  std::atomic<int> early{0};
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < 8; ++i) {
+    hs.push_back(rt.spawn([&, i] {
+      for (int k = 0; k < sleeps; ++k) {
+        auto d = std::chrono::microseconds((i * 7 + k * 13) % 60);
+        if (k % 2 == 0) {
+          auto start = std::chrono::steady_clock::now();
+          ASSERT_TRUE(this_fiber::sleep_for(d).ok());
+          if (std::chrono::steady_clock::now() - start < d) early.fetch_add(1);
+        } else {
+          auto when = std::chrono::steady_clock::now() + d - std::chrono::microseconds(20);
+          ASSERT_TRUE(this_fiber::sleep_until(when).ok());
+          if (std::chrono::steady_clock::now() < when) early.fetch_add(1);
+        }
+        if (k % 5 == 0) this_fiber::yield();
+      }
+    }));
+  }
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  EXPECT_EQ(early.load(), 0);
+  // A cancelled token wins over a deadline that has already passed.
+  CancellationSource src;
+  src.cancel();
+  CancellationToken tok = src.token();
+  auto r = rt.spawn(
+      [&] { return this_fiber::sleep_until({}, &tok).error() == std::errc::operation_canceled; });
+  EXPECT_TRUE(*r.join());
+}
+
 TEST(RuntimeTest, IdsAndNames) {
   Runtime rt({.workers = 1});
   EXPECT_FALSE(this_fiber::in_fiber());
