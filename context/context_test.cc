@@ -461,6 +461,28 @@ TEST(ContextTest, NamesAreKeptAndTruncated) {
   jump_context(fiber.context);
 }
 
+TEST(ContextTest, PrefetchIsOnlyAHint) {
+  // prefetch_context changes nothing and never faults: on a fresh context, a null handle, and
+  // one whose stack went back to a pool that keeps nothing (its memory unmapped or discarded).
+  StackPool pool({.max_cached_bytes = 0});
+  Result<Stack> stack = pool.allocate({.size = 16 << 10});
+  ASSERT_TRUE(stack.ok());
+  bool ran = false;
+  static bool* ran_flag = nullptr;
+  ran_flag = &ran;
+  Result<Context> c = make_context(stack->span(), [](Transfer t) {
+    *ran_flag = true;
+    Finish(t.from);
+  });
+  ASSERT_TRUE(c.ok());
+  prefetch_context(*c);
+  prefetch_context(nullptr);
+  jump_context(*c);
+  EXPECT_TRUE(ran);
+  stack->reset();
+  prefetch_context(*c);  // dead, its memory gone
+}
+
 TEST(ContextTest, MakeContextRejectsBadInput) {
   alignas(64) static char small[1024];
   Result<Context> r = make_context(StackSpan{small, sizeof small}, [](Transfer) {});

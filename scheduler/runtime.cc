@@ -679,7 +679,11 @@ void ResumeTimedOut(TimerEntry* e) {
   if (e->gen != f->wait_gen.load(std::memory_order_acquire)) return;  // stale
   if (ClaimWakeUp(f)) {
     f->timer_woke_gen = e->gen;  // before Schedule publishes the fiber (as woken_by_notify)
+    Context ctx = f->ctx;        // read before: once published, f may run and end elsewhere
     f->rt->Schedule(f);
+    // Timers come due in batches, and a sleeper's stack has gone cold: fetch it while the
+    // fibers queued before it run (W5: a resume's first pop off the stack was the top sample).
+    prefetch_context(ctx);
   }
 }
 
