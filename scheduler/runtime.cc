@@ -144,14 +144,15 @@ struct Fiber {
   // Set by a notify that won the kParked -> kRunnable CAS, before it schedules the fiber; read
   // and reset by the fiber (the scheduling hand-off orders the two).
   bool woken_by_notify = false;
+  // Set by a sleep whose deadline it has just checked against a fresh clock reading: the next
+  // wait skips its own check (and clock read) once. Owner only. (In the padding after
+  // woken_by_notify: a field that moved the ones after it cost W2 2%.)
+  bool deadline_checked = false;
   // The same for a timer (ResumeTimedOut): the wait generation it woke. Equal to the current
   // park's, it was that park's own timer, whose deadline has passed: the wait reports the timeout
   // without reading the clock again. (A stale timer can still win the CAS against a later park,
   // between its generation check and the CAS; its older generation marks that wake spurious.)
   std::uint64_t timer_woke_gen = 0;
-  // Set by a sleep whose deadline it has just checked against a fresh clock reading: the next
-  // wait skips its own check (and clock read) once. Owner only.
-  bool deadline_checked = false;
   FiberWaiter waiter{this};
   // Identity: written at spawn and read by dumps, both under meta_lock.
   sync_internal::SpinLock meta_lock;
@@ -219,9 +220,6 @@ struct Worker {
   Fiber* current = nullptr;
   Context home = nullptr;  // the worker thread's own context
   TimerHeap timers;
-  // clock_floor: the latest steady_clock reading taken on this worker's thread (by PopDueTimers
-  // and sleeps): a time that has passed, known without reading the clock (see ClockFloor).
-  Clock::time_point clock_floor{};
   std::unique_ptr<StackCache> stacks;
   std::unique_ptr<Reactor> reactor;  // created on the worker's thread; null if it failed
   std::errc reactor_error{};
@@ -256,6 +254,11 @@ struct Worker {
   bool sleeping = false;
   bool exited = false;
   std::atomic<std::uint32_t> wake_word{0};  // futex, when there is no reactor
+
+  // clock_floor: the latest steady_clock reading PopDueTimers took on this worker's thread: a
+  // time that has passed, known without reading the clock (a sleep's checks after a wake-up).
+  // Owner only. Last, so that it moves no other field.
+  Clock::time_point clock_floor{};
 
   // Wake: makes this worker's sleep (or its next one) return. Caller holds idle_mu or knows
   // the worker has not exited.
