@@ -21,6 +21,7 @@
 #define WEFT_CONTEXT_CONTEXT_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 #include "base/result.h"
@@ -109,8 +110,12 @@ Context current_context() noexcept;
 #if defined(__GNUC__)
   // always_inline: GCC deletes calls to a small function it finds free of side effects, and a
   // prefetch does not count as one.
-  const char* record = reinterpret_cast<const char*>(context);
-  for (int line = -14; line < 2; ++line) __builtin_prefetch(record + 64 * line, 1, 3);
+  // Integer arithmetic: the handle may be null or dead, and pointer arithmetic on those is
+  // undefined (UBSan's pointer-overflow check).
+  const auto record = reinterpret_cast<std::uintptr_t>(context);
+  for (int line = -14; line < 2; ++line) {
+    __builtin_prefetch(reinterpret_cast<const void*>(record + std::uintptr_t(64 * line)), 1, 3);
+  }
 #else
   (void)context;
 #endif
