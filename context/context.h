@@ -25,6 +25,7 @@
 #include <string_view>
 
 #include "base/result.h"
+#include "context/internal/prefetch.h"
 
 namespace weft {
 
@@ -107,18 +108,8 @@ Context current_context() noexcept;
 // suspended for long is out of the caches, and resuming it otherwise waits on those misses one
 // by one. Never faults, even on a dead handle; no effect on behaviour. Any thread.
 [[gnu::always_inline]] inline void prefetch_context(Context context) noexcept {
-#if defined(__GNUC__)
-  // always_inline: GCC deletes calls to a small function it finds free of side effects, and a
-  // prefetch does not count as one.
-  // Integer arithmetic: the handle may be null or dead, and pointer arithmetic on those is
-  // undefined (UBSan's pointer-overflow check).
-  const auto record = reinterpret_cast<std::uintptr_t>(context);
-  for (int line = -14; line < 2; ++line) {
-    __builtin_prefetch(reinterpret_cast<const void*>(record + std::uintptr_t(64 * line)), 1, 3);
-  }
-#else
-  (void)context;
-#endif
+  // The record's two lines, and 14 below it.
+  context_internal::PrefetchLinesForWrite(reinterpret_cast<std::uintptr_t>(context), -14, 2);
 }
 
 // set_context_name / context_name: a label (truncated to 31 bytes) shown in diagnostics such as

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <vector>
 
+#include "context/internal/prefetch.h"
 #include "context/internal/record.h"
 #include "context/internal/vm.h"
 
@@ -614,18 +615,13 @@ namespace {
 // next fiber started on it writes its context record and first frames there, and a stack that
 // has sat in the cache is usually out of the CPU caches (and the TLB): fetched on demand, that
 // miss was most of make_context's time in a profile of W5 (10,000 fibers sleeping at once).
-// Called one allocation ahead, so the miss overlaps the current fiber's start. always_inline:
-// GCC 12 at -O2 judged an out-of-line copy free of side effects and deleted every call to it,
-// prefetches and all (found by counting prefetch instructions in the binary: none).
+// Called one allocation ahead, so the miss overlaps the current fiber's start. (always_inline
+// for the reason PrefetchLinesForWrite gives.)
 [[gnu::always_inline]] inline void PrefetchTop(const Stack& stack) {
-#if defined(__GNUC__)
   constexpr int kLines = 8;  // the context record and the frames down to a fiber's first park
   StackSpan span = stack.span();
-  const std::byte* top = static_cast<const std::byte*>(span.base) + span.size;
-  for (int i = 1; i <= kLines; ++i) __builtin_prefetch(top - 64 * i, /*rw=*/1, /*locality=*/3);
-#else
-  (void)stack;
-#endif
+  context_internal::PrefetchLinesForWrite(reinterpret_cast<std::uintptr_t>(span.base) + span.size,
+                                          -kLines, 0);
 }
 
 }  // namespace
