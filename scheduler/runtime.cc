@@ -255,8 +255,8 @@ struct Worker {
   bool exited = false;
   std::atomic<std::uint32_t> wake_word{0};  // futex, when there is no reactor
 
-  // clock_floor: the latest steady_clock reading PopDueTimers took on this worker's thread: a
-  // time that has passed, known without reading the clock (a sleep's checks after a wake-up).
+  // clock_floor: the latest steady_clock reading taken on this worker's thread (by PopDueTimers
+  // and sleeps): a time that has passed, known without reading the clock (a sleep's checks).
   // Owner only. Last, so that it moves no other field.
   Clock::time_point clock_floor{};
 
@@ -1489,20 +1489,17 @@ Result<void> SleepUntil(Clock::time_point when, Clock::time_point now,
   Waiter& waiter = current_waiter();
   Worker* w = t_worker;
   Fiber* f = w != nullptr ? w->current : nullptr;
-  // The first check is against `now`, and so is the wait's deadline check that follows it:
-  // deadline_checked spares the wait its own clock read (a deadline passed in the meantime only
-  // costs a park whose timer is due at once). Later checks, after a wake-up, are against the
-  // worker's clock floor, free: a wake-up by the sleep's timer means the time has come whatever
-  // they say (Park then ends the sleep as timed out), and one by a stale permit sleeps again,
-  // the wait's own check deciding then.
-  bool first = true;
-  auto done = [&] {
-    if (std::exchange(first, false)) {
-      if (f != nullptr) f->deadline_checked = true;
-      return when <= now;
-    }
-    return when <= (f != nullptr ? f->worker->clock_floor : Clock::now());
-  };
+  // On a worker, `now` becomes its clock floor, and every check compares with the floor: the
+  // first one with `now` itself, and so is the wait's deadline check that would follow it, which
+  // deadline_checked spares its clock read (a deadline passed in the meantime only costs a park
+  // whose timer is due at once). After a wake-up the floor is free to read: a wake-up by the
+  // sleep's timer means the time has come whatever it says (Park then ends the sleep as timed
+  // out), and one by a stale permit sleeps again, the wait's own check deciding then.
+  if (f != nullptr) {
+    w->clock_floor = now;  // steady: no earlier than the floor's last reading
+    f->deadline_checked = true;
+  }
+  auto done = [&] { return when <= (f != nullptr ? f->worker->clock_floor : Clock::now()); };
   // Woken early by stale permits, the token, or the shutdown: sleep again until the time comes.
   sync_internal::ParkResult r = sync_internal::Park(
       waiter, done, WaitOptions{.deadline = when, .cancel = cancel}, "sleep", nullptr, /*spins=*/0);
