@@ -14,6 +14,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "base/stress_scale.h"
@@ -171,6 +172,54 @@ TEST(JoinTest, JoinRacesWithTheFiberFinishing) {
     joined.fetch_add(1);
   }
   EXPECT_EQ(joined.load(), n);
+}
+
+TEST(JoinTest, HandlesAreMoveOnlyAndAssigningOverOneDetachesIt) {
+  static_assert(!std::is_copy_constructible_v<JoinHandle<int>>);
+  static_assert(!std::is_copy_assignable_v<JoinHandle<int>>);
+  static_assert(std::is_nothrow_move_constructible_v<JoinHandle<int>>);
+  Runtime rt({.workers = 2});
+  Event release;
+  std::atomic<bool> first_ran{false};
+  auto h = rt.spawn([&] {
+    (void)release.wait();
+    first_ran = true;
+    return 1;
+  });
+  h = rt.spawn([] { return 2; });  // the first fiber is detached, and still runs
+  release.set();
+  EXPECT_EQ(*h.join(), 2);
+  JoinHandle<int> moved = rt.spawn([] { return 3; });
+  JoinHandle<int> to(std::move(moved));
+  EXPECT_FALSE(moved.joinable());  // NOLINT(bugprone-use-after-move): checking the moved-from state
+  EXPECT_EQ(*to.join(), 3);
+  for (int i = 0; i < 1000 && !first_ran; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(first_ran.load());
+}
+
+// A join whose deadline passes just as the fiber finishes either times out, leaving the handle
+// joinable, or succeeds; either way the value arrives exactly once. From a thread and a fiber.
+TEST(JoinTest, DeadlinesRacingTheFiberFinishingNeverLoseTheResult) {
+  Runtime rt({.workers = 2});
+  const int n = (kTsan ? 300 : 2000) * StressScale();
+  auto run = [&](int base) {
+    for (int i = 0; i < n; ++i) {
+      auto h = rt.spawn([i] {
+        for (int k = 0; k < i % 4; ++k) this_fiber::yield();
+        return i;
+      });
+      auto r = h.join({.deadline = SyncClock::now() + std::chrono::microseconds(i % 8)});
+      if (!r.ok()) {
+        EXPECT_EQ(r.error(), std::errc::timed_out);
+        EXPECT_TRUE(h.joinable());
+        r = h.join();
+      }
+      EXPECT_FALSE(h.joinable());
+      EXPECT_EQ(*r, i) << base;
+    }
+  };
+  run(0);                                    // the joiner is this thread
+  rt.spawn([&] { run(1); }).join().value();  // the joiner is a fiber
 }
 
 // ---- Blocking work ----------------------------------------------------------------------------

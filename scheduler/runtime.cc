@@ -1100,6 +1100,30 @@ Runtime::~Runtime() {
 unsigned Runtime::workers() const { return static_cast<unsigned>(impl_->workers.size()); }
 
 namespace scheduler_internal {
+Result<void> JoinSignal::WaitSlow(const WaitOptions& options) {
+  Waiter& self = current_waiter();
+  const auto me = reinterpret_cast<std::uintptr_t>(&self);
+  std::uintptr_t seen = kOpen;
+  // release: our Waiter is ready before set() can see it; acquire (also on failure): a kSet we
+  // find comes with the result.
+  if (!word_.compare_exchange_strong(seen, me, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+    if (seen == kSet) return {};
+    return std::errc::device_or_resource_busy;
+  }
+  sync_internal::ParkResult r = sync_internal::Park(
+      self, [this] { return is_set(); }, options, "JoinHandle", this);
+  if (r == sync_internal::ParkResult::kWoken) return {};
+  // Gave up: withdraw, unless set() took the word first; then the join succeeded after all, and
+  // its notify leaves a stale permit, which every wait tolerates (sync/waiter.h). acquire: as
+  // above, for the result.
+  seen = me;
+  if (word_.compare_exchange_strong(seen, kOpen, std::memory_order_acquire)) {
+    return sync_internal::ErrorOf(r);
+  }
+  return {};
+}
+
 ForkJoinPool& ForkJoinPoolOf(Runtime& rt) { return *rt.impl_->fork_join; }
 bool InFiberOf(const Runtime& rt) {
   Worker* w = WorkerOf(rt.impl_.get());

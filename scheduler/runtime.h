@@ -11,6 +11,7 @@
 #ifndef WEFT_SCHEDULER_RUNTIME_H_
 #define WEFT_SCHEDULER_RUNTIME_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -29,6 +30,7 @@
 #include "reactor/reactor.h"
 #include "sync/cancellation.h"
 #include "sync/coordination.h"
+#include "sync/waiter.h"
 
 namespace weft {
 
@@ -55,8 +57,40 @@ class Runtime;
 
 namespace scheduler_internal {
 
+// JoinSignal: the "finished" flag of a fiber's join state, with room for the one caller that
+// waits on it (a JoinHandle is move-only, joined by its owner). Lighter than an Event: the
+// finishing fiber's set() is one exchange, and a join that finds the fiber finished is one load,
+// with no lock taken on either side.
+class JoinSignal {
+ public:
+  // set: once, by the fiber that finished; wakes the waiting joiner, if any.
+  void set() noexcept {
+    // acq_rel: release publishes the result (or error) written before; acquire orders our use
+    // of the joiner's Waiter after its registration (WaitSlow's CAS, release).
+    std::uintptr_t seen = word_.exchange(kSet, std::memory_order_acq_rel);
+    if (seen != kOpen) reinterpret_cast<Waiter*>(seen)->notify();
+  }
+  bool is_set() const noexcept {
+    // acquire: pairs with set()'s release; the result is visible after a true.
+    return word_.load(std::memory_order_acquire) == kSet;
+  }
+  // wait: until set; timed_out or operation_canceled per options (the state stays joinable),
+  // EBUSY if another wait on it is in progress (two joins of one handle at once).
+  Result<void> wait(const WaitOptions& options) {
+    if (is_set()) return {};
+    return WaitSlow(options);
+  }
+
+ private:
+  Result<void> WaitSlow(const WaitOptions& options);
+  static constexpr std::uintptr_t kOpen = 0;
+  static constexpr std::uintptr_t kSet = 1;  // never a Waiter's address (aligned)
+  // kOpen, kSet, or the address of the Waiter of the joiner parked on it.
+  std::atomic<std::uintptr_t> word_{kOpen};
+};
+
 struct JoinBase {
-  Event done;
+  JoinSignal done;
   std::exception_ptr error;
 };
 template <typename T>
@@ -138,6 +172,11 @@ class [[nodiscard]] JoinHandle {
  public:
   JoinHandle() = default;
   explicit JoinHandle(std::shared_ptr<scheduler_internal::JoinState<T>> s) : state_(std::move(s)) {}
+  // Move-only: one owner, so one join. Assigning over a joinable handle detaches its fiber.
+  JoinHandle(JoinHandle&&) noexcept = default;
+  JoinHandle& operator=(JoinHandle&&) noexcept = default;
+  JoinHandle(const JoinHandle&) = delete;
+  JoinHandle& operator=(const JoinHandle&) = delete;
 
   bool joinable() const { return state_ != nullptr; }
 
