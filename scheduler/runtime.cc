@@ -84,13 +84,14 @@ struct Worker;
 struct Fiber;
 struct IoRequest;
 
+// A fiber's Waiter: never spins (that would hold up the worker's other fibers); interrupted
+// once its runtime shuts down (Runtime::Impl::shutting_down).
 class FiberWaiter final : public Waiter {
  public:
-  explicit FiberWaiter(Fiber* f) : fiber_(f) {}
+  FiberWaiter(Fiber* f, const std::atomic<bool>* shutting_down)
+      : Waiter(/*spins_before_park=*/0, shutting_down), fiber_(f) {}
   bool wait(std::optional<SyncClock::time_point> deadline) override;
   void notify() override;
-  bool interrupted() const override;
-  void note_wait(const char* what, const void* object) override;
 
  private:
   Fiber* fiber_;
@@ -127,7 +128,13 @@ inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
 }
 
 struct Fiber {
-  Runtime::Impl* rt = nullptr;
+  // shutting_down: the runtime's flag, which interrupts the fiber's waits once set.
+  Fiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down)
+      : rt(runtime), waiter(this, shutting_down) {}
+  Fiber(const Fiber&) = delete;
+  Fiber& operator=(const Fiber&) = delete;
+
+  Runtime::Impl* rt;
   // Null until the fiber first runs: its stack comes then, from the cache of the worker that
   // runs it (Impl::Prepare), not at spawn. A queued fiber holds no stack, and the one it gets is
   // typically the one the worker's last finished fiber left, warm in that core's cache.
@@ -153,14 +160,13 @@ struct Fiber {
   // without reading the clock again. (A stale timer can still win the CAS against a later park,
   // between its generation check and the CAS; its older generation marks that wake spurious.)
   std::uint64_t timer_woke_gen = 0;
-  FiberWaiter waiter{this};
+  FiberWaiter waiter;
   // Identity: written at spawn and read by dumps, both under meta_lock.
   sync_internal::SpinLock meta_lock;
   std::uint64_t id = 0;
   char name[32] = {};
-  // What it waits on, for dumps (relaxed: informational).
-  std::atomic<const char*> wait_what{nullptr};
-  std::atomic<const void*> wait_object{nullptr};
+  // The fd of the I/O it waits on, for dumps (relaxed: informational); what it waits on is
+  // the waiter's note_wait.
   std::atomic<int> wait_fd{-1};
   LocalSlots locals;
   // A blocking region: the blocking thread's own context, and the task that moves it there.
@@ -384,7 +390,7 @@ struct Runtime::Impl {
   }
 
   // PushLocal: a runnable fiber onto the current worker w (owner thread).
-  void PushLocal(Worker& w, Fiber* f) {
+  [[gnu::noinline]] void PushLocal(Worker& w, Fiber* f) {
     if (f->pinned != nullptr) {
       w.pinned_local.push_back(f);
       return;
@@ -396,15 +402,20 @@ struct Runtime::Impl {
 
   // Schedule: makes f runnable from any thread. On a worker of this runtime it becomes that
   // worker's next fiber (a woken fiber runs right after its waker: message-passing locality).
-  void Schedule(Fiber* f) {
+  [[gnu::noinline]] void Schedule(Fiber* f) {
     Worker* w = WorkerOf(this);
-    if (f->pinned != nullptr && f->pinned != w) {
-      Mail(*f->pinned, f, nullptr);
-      return;
-    }
-    if (w != nullptr) {
+    if (w != nullptr && (f->pinned == nullptr || f->pinned == w)) [[likely]] {
       if (Fiber* displaced = w->run_next) PushLocal(*w, displaced);
       w->run_next = f;
+      return;
+    }
+    ScheduleElsewhere(f);
+  }
+  // ScheduleElsewhere: f is pinned to another worker, or the caller is not a worker of this
+  // runtime. Out of line, so that the common case above saves and restores no registers.
+  [[gnu::noinline]] void ScheduleElsewhere(Fiber* f) {
+    if (f->pinned != nullptr) {
+      Mail(*f->pinned, f, nullptr);
       return;
     }
     while (!inject.try_push(f)) std::this_thread::yield();
@@ -445,9 +456,8 @@ struct Runtime::Impl {
           pool.pop_back();
         }
       } else {
-        all_fibers.push_back(std::make_unique<Fiber>());
+        all_fibers.push_back(std::make_unique<Fiber>(this, &shutting_down));
         f = all_fibers.back().get();
-        f->rt = this;
       }
     }
     f->meta_lock.lock();
@@ -521,9 +531,14 @@ struct Runtime::Impl {
   // Prepare: a fiber about to run for the first time gets its stack, from w's cache, and its
   // context. False if no stack could be had: f is then queued on w.unstartable, for the worker
   // loop to fail (its join reports the error), and must not run.
+  // Inline, with the first run's work out of line: a fiber that ran before costs one test here
+  // (as one function, every switch paid the stack allocation's register saves and restores).
   bool Prepare(Worker& w, Fiber* f) {
     if (f->ctx != nullptr) [[likely]]
       return true;
+    return PrepareFirstRun(w, f);
+  }
+  [[gnu::noinline]] bool PrepareFirstRun(Worker& w, Fiber* f) {
     Result<Stack> stack = w.stacks->allocate(f->stack_options);
     if (!stack.ok()) [[unlikely]] {
       w.unstartable.emplace_back(f, stack.error_code());
@@ -762,16 +777,6 @@ void FiberWaiter::notify() {
   // Otherwise it runs, is queued, or is being queued by whoever won: it finds the permit.
 }
 
-bool FiberWaiter::interrupted() const {
-  // acquire: pairs with the destructor's release; a fiber woken by the shutdown sees it.
-  return fiber_->rt->shutting_down.load(std::memory_order_acquire);
-}
-
-void FiberWaiter::note_wait(const char* what, const void* object) {
-  fiber_->wait_what.store(what, std::memory_order_relaxed);
-  fiber_->wait_object.store(object, std::memory_order_relaxed);
-}
-
 void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& options) {
   Runtime::Impl& impl = *rt.impl_;
   Worker* w = WorkerOf(&impl);
@@ -792,7 +797,7 @@ void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& opt
   f->body = std::move(body);
   f->permit.store(false, std::memory_order_relaxed);
   f->pending_timer = nullptr;
-  f->wait_what.store(nullptr, std::memory_order_relaxed);
+  f->waiter.note_wait(nullptr, nullptr);
   f->state.store(kRunnable, std::memory_order_relaxed);
   if (w != nullptr) {
     std::int64_t spare = w->credits.load(std::memory_order_relaxed);
@@ -1173,7 +1178,7 @@ std::string Runtime::dump_fibers() const {
   for (const auto& f : impl_->all_fibers) {
     int s = f->state.load(std::memory_order_relaxed);
     if (s == kDone) continue;
-    const char* what = f->wait_what.load(std::memory_order_relaxed);
+    const char* what = f->waiter.waiting_on();
     f->meta_lock.lock();
     int n =
         std::snprintf(buf, sizeof buf, "fiber %" PRIu64 " \"%s\" %s", f->id, f->name, StateName(s));
@@ -1185,7 +1190,7 @@ std::string Runtime::dump_fibers() const {
         n += std::snprintf(buf + n, sizeof buf - n, " on %s fd %d", what, fd);
       } else {
         n += std::snprintf(buf + n, sizeof buf - n, " on %s %p", what,
-                           f->wait_object.load(std::memory_order_relaxed));
+                           f->waiter.waiting_on_object());
       }
     }
     if (Worker* w = pinned) n += std::snprintf(buf + n, sizeof buf - n, " pinned %u", w->index);

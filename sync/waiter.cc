@@ -20,6 +20,8 @@ namespace {
 
 class ThreadWaiter final : public Waiter {
  public:
+  // Spins ~20 us of pause on this machine before a futex sleep; never interrupted.
+  ThreadWaiter() : Waiter(/*spins_before_park=*/2000) {}
   bool wait(std::optional<SyncClock::time_point> deadline) override {
     // acquire (here and below): pairs with notify's release; what the notifier did before is
     // visible once we consume its permit.
@@ -45,8 +47,6 @@ class ThreadWaiter final : public Waiter {
       // Timeout or spurious wake, back to kEmpty: park again (the deadline is checked above).
     }
   }
-
-  int spins_before_park() const override { return 2000; }  // ~20 us of pause on this machine
 
   void notify() override {
     // release: publishes what we did before notifying. The futex is woken only if the waiter
