@@ -1,6 +1,11 @@
 // deque benchmarks, baselines in the same binary:
 //   BM_ChaseLevPushPop        owner push + pop of one item
 //   BM_ChaseLevSteal          steals per second by one thief while the owner keeps the deque fed
+//   BM_FifoOwnerPushTake/q    a FIFO run queue's owner pushes one item and takes the oldest
+//                             back: q = 0 Chase-Lev (push + steal, the scheduler's old queue),
+//                             q = 1 SpmcRing (push + pop)
+//   BM_FifoMoveHalf/q         the owner fills 128 items, then moves the older half out (an
+//                             overflow): per item moved; q as above
 //   BM_FibSequential/30       plain recursive fib(30): the baseline for everything below
 //   BM_FibForkJoin/30/w       fib(30), a task per call (no cutoff), on a ForkJoinPool of w workers
 //   BM_FibTbb/30/w            the same on oneTBB: a tbb::task_group per call, in a task_arena of w
@@ -15,6 +20,7 @@
 #include "benchmark/benchmark.h"
 #include "deque/chase_lev.h"
 #include "deque/fork_join.h"
+#include "deque/spmc_ring.h"
 #include "oneapi/tbb/task_arena.h"
 #include "oneapi/tbb/task_group.h"
 
@@ -59,6 +65,50 @@ void BM_ChaseLevSteal(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(stolen));
 }
 BENCHMARK(BM_ChaseLevSteal)->UseRealTime();
+
+void BM_FifoOwnerPushTake(benchmark::State& state) {
+  ChaseLevDeque<std::uint64_t> deque;
+  SpmcRing<std::uint64_t> ring;
+  const bool spmc = state.range(0) == 1;
+  std::uint64_t i = 0, v = 0;
+  for (auto _ : state) {
+    if (spmc) {
+      ring.push(++i);
+      ring.pop(&v);
+    } else {
+      deque.push(++i);
+      (void)deque.steal(&v);
+    }
+    benchmark::DoNotOptimize(v);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_FifoOwnerPushTake)->Arg(0)->Arg(1)->ArgNames({"q"});
+
+void BM_FifoMoveHalf(benchmark::State& state) {
+  ChaseLevDeque<std::uint64_t> deque;
+  SpmcRing<std::uint64_t> ring;
+  const bool spmc = state.range(0) == 1;
+  std::uint64_t out[128];
+  std::uint64_t moved = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (std::uint64_t i = 0; i < 128; ++i) spmc ? (void)ring.push(i) : (void)deque.push(i);
+    state.ResumeTiming();
+    if (spmc) {
+      moved += ring.take_half(out, 64);
+    } else {
+      for (int k = 0; k < 64; ++k) moved += deque.steal(&out[k]) == StealResult::kSuccess;
+    }
+    benchmark::DoNotOptimize(out);
+    state.PauseTiming();
+    for (std::uint64_t x; spmc ? ring.pop(&x) : deque.steal(&x) == StealResult::kSuccess;) {
+    }
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(moved));
+}
+BENCHMARK(BM_FifoMoveHalf)->Arg(0)->Arg(1)->ArgNames({"q"});
 
 // Spawned calls in fib(n): every call with n >= 2 spawns one.
 std::uint64_t SpawnsInFib(int n) {
