@@ -4,11 +4,13 @@
 // Worker loop (one per thread; docs/scheduler.md draws it):
 //
 //   run_next slot -> pinned fibers / mailbox -> own queue (FIFO) -> due timers -> reactor
-//   (non-blocking, if it has operations) -> inject queue -> steal half of a random victim
-//   -> spin (yield) -> sleep in the reactor (or on a futex) until woken or the next timer
+//   (non-blocking, if it has operations) -> inject queue -> overflow list (a batch) -> steal
+//   half of a random victim -> spin (yield) -> sleep in the reactor (or on a futex) until woken
+//   or the next timer
 //
-// Every 61st pass also looks at the inject queue and the reactor first, so fibers that keep a
-// worker's own queue full cannot starve them (Go's schedtick check).
+// Every 61st pass also looks at the inject queue (or takes one fiber of the overflow list) and
+// the reactor first, so fibers that keep a worker's own queue full cannot starve them (Go's
+// schedtick check).
 //
 // Fiber states and who moves them:
 //
@@ -48,8 +50,8 @@
 #include "base/thread_exit.h"
 #include "context/context.h"
 #include "context/stack.h"
-#include "deque/chase_lev.h"
 #include "deque/mpmc_ring.h"
+#include "deque/spmc_ring.h"
 #include "scheduler/internal/blocking_pool.h"
 #include "scheduler/io.h"
 #include "sync/internal/spin_lock.h"
@@ -189,39 +191,49 @@ struct IoRequest {
   IoRequest* next_cancel = nullptr;      // the owner's mailbox
 };
 
+// FiberFifo: a growable FIFO of fibers for one owner (or under a lock): a ring of a power-of-two
+// size, indexes masked.
+struct FiberFifo {
+  std::vector<Fiber*> buf = std::vector<Fiber*>(64);
+  std::size_t head = 0, count = 0;
+  void push(Fiber* f) {
+    if (count == buf.size()) [[unlikely]]
+      Grow();
+    buf[(head + count++) & (buf.size() - 1)] = f;
+  }
+  Fiber* pop() {
+    if (count == 0) return nullptr;
+    Fiber* f = buf[head];
+    head = (head + 1) & (buf.size() - 1);
+    --count;
+    return f;
+  }
+  [[gnu::noinline]] void Grow() {
+    std::vector<Fiber*> grown(buf.size() * 2);
+    for (std::size_t i = 0; i < count; ++i) grown[i] = buf[(head + i) & (buf.size() - 1)];
+    buf.swap(grown);
+    head = 0;
+  }
+};
+
+// A worker's run queue: Go's local run queue (deque/spmc_ring.h). The owner pushes; the owner
+// takes the oldest (FIFO, so fibers take turns) and thieves take half, each with one CAS. Full,
+// its older half goes to the runtime's overflow list (Impl::Overflow).
+constexpr std::size_t kRunQueueCapacity = 256;
+using RunQueue = SpmcRing<Fiber*, kRunQueueCapacity>;
+
 struct Worker {
   Runtime::Impl* rt = nullptr;
   unsigned index = 0;
   std::thread thread;
-  ChaseLevDeque<Fiber*> queue{256};
+  RunQueue queue;
   Fiber* run_next = nullptr;
   std::vector<Fiber*> pinned_local;  // owner only: runnable fibers pinned here, FIFO via head
   std::size_t pinned_head = 0;
   // Yielded fibers, FIFO, owner only (no atomics: a yield costs a plain store). Thieves cannot
   // see it; they ask with steal_request and the owner spills half to its queue (Lace's split
   // request, applied to yields). It also spills when workers sleep (see Spill).
-  struct YieldRing {
-    std::vector<Fiber*> buf = std::vector<Fiber*>(64);  // a power of two: indexes are masked
-    std::size_t head = 0, count = 0;
-    void push(Fiber* f) {
-      if (count == buf.size()) [[unlikely]]
-        Grow();
-      buf[(head + count++) & (buf.size() - 1)] = f;
-    }
-    Fiber* pop() {
-      if (count == 0) return nullptr;
-      Fiber* f = buf[head];
-      head = (head + 1) & (buf.size() - 1);
-      --count;
-      return f;
-    }
-    [[gnu::noinline]] void Grow() {
-      std::vector<Fiber*> grown(buf.size() * 2);
-      for (std::size_t i = 0; i < count; ++i) grown[i] = buf[(head + i) & (buf.size() - 1)];
-      buf.swap(grown);
-      head = 0;
-    }
-  } yields;
+  FiberFifo yields;
   std::atomic<bool> steal_request{false};  // a thief found nothing; relaxed (a hint)
   Fiber* current = nullptr;
   Context home = nullptr;  // the worker thread's own context
@@ -320,7 +332,13 @@ struct Runtime::Impl {
   Runtime* self = nullptr;
   RuntimeOptions options;
   std::vector<std::unique_ptr<Worker>> workers;
-  MpmcRing<Fiber*> inject{1 << 16};
+  MpmcRing<Fiber*> inject{1 << 16};  // spawns and wake-ups from outside the workers (bounded)
+  // Overflow list: the older halves of full run queues (Go's global run queue), unbounded;
+  // every worker takes batches from it. overflow_size mirrors overflow.count for lock-free
+  // looks (relaxed: a hint; the lock orders the contents).
+  std::mutex overflow_mu;
+  FiberFifo overflow;  // guarded by overflow_mu
+  std::atomic<std::size_t> overflow_size{0};
   std::mutex idle_mu;
   std::vector<Worker*> idle;  // sleeping workers
   std::atomic<int> sleepers{0};
@@ -395,9 +413,15 @@ struct Runtime::Impl {
       w.pinned_local.push_back(f);
       return;
     }
-    w.queue.push(f);
-    if (w.queue.size_approx() > kLocalQueueSoftLimit) Overflow(w);
+    QueueLocal(w, f);
     WakeOne();  // surplus work a sleeping worker could steal
+  }
+  // QueueLocal: f onto w's run queue (owner thread); when that is full, its older half and f go
+  // to the overflow list instead.
+  void QueueLocal(Worker& w, Fiber* f) {
+    while (!w.queue.push(f)) {
+      if (Overflow(w, f)) return;
+    }
   }
 
   // Schedule: makes f runnable from any thread. On a worker of this runtime it becomes that
@@ -422,19 +446,34 @@ struct Runtime::Impl {
     WakeOne();
   }
 
-  // Overflow: a worker's queue past its soft limit sends its older half to the shared queue, where
-  // every worker finds it (Go's runqputslow). Without this, a fiber that spawns thousands of
-  // fibers keeps them on its own worker, and thieves that find other work never come for them.
-  static constexpr std::size_t kLocalQueueSoftLimit = 256;
-  void Overflow(Worker& w) {
-    for (std::size_t moved = 0; moved < kLocalQueueSoftLimit / 2; ++moved) {
-      Fiber* f = nullptr;
-      if (w.queue.steal(&f) != StealResult::kSuccess) break;
-      if (!inject.try_push(f)) {
-        w.queue.push(f);  // the shared queue is full too: keep it
-        break;
-      }
-    }
+  // Overflow: w's run queue is full: its older half and f go to the overflow list, where every
+  // worker finds them (Go's runqputslow). Without this, a fiber that spawns thousands of fibers
+  // keeps them on its own worker, and thieves that find other work never come for them. False
+  // if thieves emptied the queue meanwhile (push again).
+  [[gnu::noinline]] bool Overflow(Worker& w, Fiber* f) {
+    Fiber* batch[kRunQueueCapacity / 2 + 1];
+    std::size_t n = w.queue.take_half(batch, kRunQueueCapacity / 2);
+    if (n == 0) return false;
+    batch[n++] = f;
+    std::lock_guard<std::mutex> lock(overflow_mu);
+    for (std::size_t i = 0; i < n; ++i) overflow.push(batch[i]);
+    overflow_size.store(overflow.count, std::memory_order_relaxed);
+    return true;
+  }
+  // TakeOverflow: from the overflow list (Go's globrunqget), one fiber to run now and, with
+  // `batch`, more onto w's queue: a fair share (count / workers + 1), at most half a queue.
+  // Null if the list is empty.
+  Fiber* TakeOverflow(Worker& w, bool batch) {
+    if (overflow_size.load(std::memory_order_relaxed) == 0) return nullptr;
+    std::lock_guard<std::mutex> lock(overflow_mu);
+    std::size_t n =
+        batch ? std::min(overflow.count / workers.size() + 1, kRunQueueCapacity / 2) : 1;
+    // Room: others only ever take from w's queue, so its free room only grows meanwhile.
+    n = std::min({n, overflow.count, kRunQueueCapacity - w.queue.size_approx() + 1});
+    Fiber* first = overflow.pop();
+    for (std::size_t i = 1; i < n; ++i) (void)w.queue.push(overflow.pop());
+    overflow_size.store(overflow.count, std::memory_order_relaxed);
+    return first;
   }
 
   // Fiber objects: a free list per worker, refilled from and spilled to the shared pool in
@@ -514,10 +553,7 @@ struct Runtime::Impl {
   // (yield) from making their final switch a tail call.
   [[gnu::noinline]] static Fiber* TakeOwnQueue(Worker& w) {
     Fiber* g = nullptr;
-    while (w.queue.size_approx() != 0) {
-      if (w.queue.steal(&g) == StealResult::kSuccess) return g;
-    }
-    return nullptr;
+    return w.queue.pop(&g) ? g : nullptr;
   }
   // DirectNext: the fiber to switch to directly from the running one, made current; null when
   // the worker loop must run (nothing local, a fairness pass is due, or a fiber found no stack).
@@ -577,7 +613,7 @@ struct Runtime::Impl {
       if (f->pinned != nullptr) {
         w.yields.push(f);
       } else {
-        w.queue.push(f);
+        QueueLocal(w, f);
         moved = true;
       }
     }
@@ -866,10 +902,18 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
       PollReactor(w, Clock::time_point::min());
     }
     PopDueTimers(w);
-    if (std::optional<Fiber*> g = inject.try_pop()) {
+    Fiber* g = nullptr;
+    if (std::optional<Fiber*> i = inject.try_pop()) {
+      g = *i;
+    } else {
+      // One fiber, not a batch (as Go's schedule does): a batch would go behind the local
+      // work, and a full queue would send it back to the list's tail, again and again.
+      g = TakeOverflow(w, /*batch=*/false);
+    }
+    if (g != nullptr) {
       if (w.run_next != nullptr) PushLocal(w, w.run_next);
       w.run_next = nullptr;
-      return *g;
+      return g;
     }
   }
   if (Fiber* g = w.run_next) {
@@ -887,6 +931,7 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
   // A fiber woken by a timer or a completion (run_next or the queue), else the yield ring.
   if (Fiber* g = NextLocal(w)) return g;
   if (std::optional<Fiber*> g = inject.try_pop()) return *g;
+  if (Fiber* g = TakeOverflow(w, /*batch=*/true)) return g;
   const auto n = static_cast<unsigned>(workers.size());
   if (n > 1) {
     w.rng ^= w.rng << 13;
@@ -898,10 +943,10 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
       if (&v == &w) continue;
       // Half of the victim's queue, as Go and Tokio take: a thief that comes back only once its
       // batch is done must not starve itself with small batches.
-      std::size_t got = v.queue.steal_half(w.queue, 4096);
+      std::size_t got = v.queue.steal_half(w.queue);
       if (got != 0) {
         Bump(w.counters.stolen, got);
-        if (w.queue.steal(&f) == StealResult::kSuccess) return f;
+        if (w.queue.pop(&f)) return f;
       }
       // Nothing stealable: ask the victim to spill its yield ring (checked at its next
       // fairness pass). relaxed: a hint; the queue itself carries the fibers.
@@ -940,7 +985,8 @@ void Runtime::Impl::Sleep(Worker& w) {
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker with WakeOne
   std::uint32_t word = w.wake_word.load(std::memory_order_acquire);
-  bool work = inject.size_approx() != 0 || w.run_next != nullptr || w.yields.count != 0 ||
+  bool work = inject.size_approx() != 0 || overflow_size.load(std::memory_order_relaxed) != 0 ||
+              w.run_next != nullptr || w.yields.count != 0 ||
               w.has_mail.load(std::memory_order_relaxed) || w.pinned_head < w.pinned_local.size();
   for (const auto& v : workers) work = work || v->queue.size_approx() != 0;
   if (!work && !stop.load(std::memory_order_acquire)) {
