@@ -2,6 +2,7 @@
 
 #include "sync/coordination.h"
 
+#include <cassert>
 #include <vector>
 
 namespace weft {
@@ -19,8 +20,14 @@ WaitList::~WaitList() {
 
 template <typename OnAbort>
 Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) {
-  WaitNode node;
-  node.waiter = &current_waiter();
+  // The node lives in the Waiter (see Waiter::own_node): an execution waits on one thing at a
+  // time, and a granted node is never touched by its releaser again (Grant's store is last).
+  Waiter& self = current_waiter();
+  WaitNode& node = self.own_node();
+  assert(!node.queued);
+  node.waiter = &self;
+  // relaxed: nobody else sees the node before push_back (under lock_) publishes it.
+  node.state.store(kWaiting, std::memory_order_relaxed);
   queue_.push_back(&node);
   lock_.unlock();
   ParkResult r = Park(

@@ -386,6 +386,33 @@ TEST_P(SyncTest, SemaphoreWaitGroupEventBarrier) {
   EXPECT_EQ(sem.acquire(In(2ms)).error(), std::errc::timed_out);
 }
 
+// Semaphore, WaitGroup, Event and Barrier queue the node that every Waiter carries
+// (Waiter::own_node), so each wait reuses the node of the last one, often straight after a
+// timeout that raced with a grant. Waiters hop between three semaphores with short deadlines
+// while a releaser hands out permits: every permit is either taken or still available.
+TEST_P(SyncTest, WaitsReuseTheWaitersNodeAcrossPrimitivesAndTimeouts) {
+  const int kReleases = 3000 * StressScale();
+  constexpr int kWaiters = 4;
+  std::array<Semaphore, 3> sems{Semaphore(0), Semaphore(0), Semaphore(0)};
+  std::atomic<int> taken{0};
+  // A lost permit would leave the waiters looking for it until this bound, and the count short.
+  const SyncClock::time_point give_up = SyncClock::now() + 20s;
+  for (int k = 0; k < kWaiters; ++k) {
+    runner().Spawn([&, k] {
+      for (int i = k; taken.load() < kReleases && SyncClock::now() < give_up; ++i) {
+        auto d = std::chrono::microseconds(i % 7 == 0 ? 0 : 20 * (i % 5));
+        if (sems[static_cast<std::size_t>(i % 3)].acquire(In(d)).ok()) taken.fetch_add(1);
+      }
+    });
+  }
+  runner().Spawn([&] {
+    for (int i = 0; i < kReleases; ++i) sems[static_cast<std::size_t>(i % 3)].release();
+  });
+  runner().JoinAll();
+  EXPECT_EQ(taken.load(), kReleases);
+  for (auto& sem : sems) EXPECT_EQ(sem.available(), 0);
+}
+
 TEST_P(SyncTest, BarrierWithdrawsATimedOutArrival) {
   Barrier barrier(2);
   EXPECT_EQ(barrier.arrive_and_wait(In(5ms)).error(), std::errc::timed_out);

@@ -18,21 +18,10 @@
 
 #include "sync/cancellation.h"
 #include "sync/internal/spin_lock.h"
+#include "sync/internal/wait_node.h"
 #include "sync/waiter.h"
 
 namespace weft::sync_internal {
-
-enum NodeState : int { kWaiting = 0, kGranted = 1, kClosed = 2 };
-
-struct WaitNode {
-  Waiter* waiter = nullptr;
-  WaitNode* prev = nullptr;
-  WaitNode* next = nullptr;
-  bool queued = false;
-  // Written under the primitive's lock by the releaser (release); read by the parked waiter
-  // without the lock (acquire).
-  std::atomic<int> state{kWaiting};
-};
 
 class WaitQueue {
  public:
