@@ -45,6 +45,23 @@ Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) 
   return {};  // granted as we gave up: it stands
 }
 
+void WaitList::WakeAllInBatchesAndUnlock() {
+  constexpr std::size_t kBatch = 64;
+  std::vector<Waiter*> wake;
+  wake.reserve(kBatch);
+  for (;;) {
+    while (wake.size() < kBatch && !queue_.empty()) {
+      wake.push_back(Grant(queue_.pop_front(), kGranted));
+    }
+    bool more = !queue_.empty();
+    lock_.unlock();
+    for (Waiter* w : wake) w->notify();
+    if (!more) return;
+    wake.clear();
+    lock_.lock();
+  }
+}
+
 void WaitList::WakeAllAndUnlock() {
   std::vector<Waiter*> wake;
   queue_.drain([](WaitNode* n) { return Grant(n, kGranted); }, wake);
@@ -131,7 +148,7 @@ std::int64_t WaitGroup::count() const {
 void Event::set() {
   lock_.lock();
   set_ = true;
-  WakeAllAndUnlock();
+  WakeAllInBatchesAndUnlock();  // no waiter queues once set_ is true
 }
 
 bool Event::is_set() const {

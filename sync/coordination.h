@@ -28,8 +28,12 @@ class WaitList {
   // runs under lock_ if the wait gives up while still queued (to undo bookkeeping).
   template <typename OnAbort>
   Result<void> WaitQueued(const WaitOptions& options, OnAbort on_abort);
-  // WakeAll / WakeOne: the caller holds lock_; returns after unlocking and notifying.
+  // WakeAllAndUnlock: the caller holds lock_; returns after unlocking and notifying.
   void WakeAllAndUnlock();
+  // WakeAllInBatchesAndUnlock: the same, a batch at a time (lock, grant a batch, unlock,
+  // notify it), so that each batch's waiters are still in the cache when notified. Only for a
+  // state in which no new waiter can queue (a set Event): a later waiter would be woken too.
+  void WakeAllInBatchesAndUnlock();
 
   const char* what_;                      // the kind named in dumps of parked fibers
   mutable sync_internal::SpinLock lock_;  // mutable: const accessors take it too

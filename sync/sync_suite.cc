@@ -413,6 +413,33 @@ TEST_P(SyncTest, WaitsReuseTheWaitersNodeAcrossPrimitivesAndTimeouts) {
   for (auto& sem : sems) EXPECT_EQ(sem.available(), 0);
 }
 
+// Event::set wakes its waiters a batch at a time, unlocking in between: waiters that time out
+// meanwhile withdraw cleanly, and every waiter ends, woken or timed out.
+TEST_P(SyncTest, EventSetRacingTimeoutsWakesEveryWaiter) {
+  for (int round = 0; round < 3 * StressScale(); ++round) {
+    Event event;
+    constexpr int kWaiters = 200;  // several of the set's batches
+    std::atomic<int> woken{0}, timed_out{0};
+    for (int k = 0; k < kWaiters; ++k) {
+      runner().Spawn([&, k] {
+        Result<void> r = k % 2 == 0 ? event.wait() : event.wait(In(std::chrono::microseconds(k)));
+        if (r.ok()) {
+          woken.fetch_add(1);
+        } else {
+          EXPECT_EQ(r.error(), std::errc::timed_out);
+          timed_out.fetch_add(1);
+        }
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100 * round));
+    event.set();
+    runner().JoinAll();
+    EXPECT_EQ(woken.load() + timed_out.load(), kWaiters);
+    EXPECT_GE(woken.load(), kWaiters / 2);  // those without a deadline
+    EXPECT_TRUE(event.wait(In(0s)).ok());   // set stays set
+  }
+}
+
 TEST_P(SyncTest, BarrierWithdrawsATimedOutArrival) {
   Barrier barrier(2);
   EXPECT_EQ(barrier.arrive_and_wait(In(5ms)).error(), std::errc::timed_out);
