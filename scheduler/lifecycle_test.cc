@@ -197,6 +197,21 @@ TEST(JoinTest, HandlesAreMoveOnlyAndAssigningOverOneDetachesIt) {
   EXPECT_TRUE(first_ran.load());
 }
 
+// Spawns made on a worker take their state from that worker's slab. A handle kept past its
+// runtime still joins and frees cleanly (the worker's slab is kept for it), from a plain thread.
+TEST(JoinTest, HandlesOutliveTheirRuntime) {
+  std::vector<JoinHandle<int>> kept;
+  {
+    Runtime rt({.workers = 2});
+    rt.block_on([&] {
+      for (int i = 0; i < 100; ++i) kept.push_back(rt.spawn([i] { return i * 3; }));
+      for (int i = 0; i < 100; i += 2) EXPECT_EQ(*kept[static_cast<std::size_t>(i)].join(), i * 3);
+    });
+  }
+  for (int i = 1; i < 100; i += 2) EXPECT_EQ(*kept[static_cast<std::size_t>(i)].join(), i * 3);
+  kept.clear();  // the joined ones are empty; everything is freed by now
+}
+
 // A join whose deadline passes just as the fiber finishes either times out, leaving the handle
 // joinable, or succeeds; either way the value arrives exactly once. From a thread and a fiber.
 TEST(JoinTest, DeadlinesRacingTheFiberFinishingNeverLoseTheResult) {

@@ -46,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "alloc/slab.h"
 #include "base/futex.h"
 #include "base/thread_exit.h"
 #include "context/context.h"
@@ -239,6 +240,8 @@ struct Worker {
   Context home = nullptr;  // the worker thread's own context
   TimerHeap timers;
   std::unique_ptr<StackCache> stacks;
+  // SpawnStates allocated on this worker (AllocateSpawnState). Owned by the worker's thread.
+  std::unique_ptr<SizeClassShard> spawn_states;
   std::unique_ptr<Reactor> reactor;  // created on the worker's thread; null if it failed
   std::errc reactor_error{};
   std::uint64_t rng = 0;
@@ -1032,10 +1035,29 @@ void Runtime::Impl::FailUnstartable(Worker& w) {
   }
 }
 
+// ReleaseSpawnStates: at a worker's exit, on its thread. Join handles kept past the runtime may
+// still hold SpawnStates from this worker's shard: then the shard is kept, unused (their frees
+// land on its remote-free list, which nobody collects: a bounded leak per such runtime), instead
+// of being destroyed under them.
+void ReleaseSpawnStates(Worker& w) {
+  w.spawn_states->collect_mt_frees();
+  if (w.spawn_states->stats().live_objects == 0) {
+    w.spawn_states.reset();
+    return;
+  }
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::unique_ptr<SizeClassShard>>();  // never destroyed
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(w.spawn_states));
+}
+
 void Runtime::Impl::WorkerLoop(Worker& w) {
   t_worker = &w;
   w.home = current_context();
   w.stacks = std::make_unique<StackCache>(StackPool::default_pool());
+  // Emptied slabs kept for the next burst (up to 32 MiB): giving them back and mapping them
+  // again would cost a page fault per page of each (~11 us here).
+  w.spawn_states = std::make_unique<SizeClassShard>(SlabOptions{.max_empty_slabs = 512});
   install_stack_overflow_handler();
   set_waiter_provider(&ProvideWaiter, &w);
   fork_join->attach_current_thread(w.index);
@@ -1079,6 +1101,7 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   fork_join->detach_current_thread();
   set_waiter_provider(nullptr, nullptr);
   w.stacks.reset();
+  ReleaseSpawnStates(w);
   t_worker = nullptr;
 }
 
@@ -1151,6 +1174,38 @@ Runtime::~Runtime() {
 unsigned Runtime::workers() const { return static_cast<unsigned>(impl_->workers.size()); }
 
 namespace scheduler_internal {
+namespace {
+constexpr std::size_t kSpawnHeader = 16;  // keeps the object 16-byte aligned
+constexpr std::uint64_t kFromHeap = 0, kFromSlab = 1;
+}  // namespace
+
+void* AllocateSpawnState(std::size_t bytes) {
+  const std::size_t total = bytes + kSpawnHeader;
+  Worker* w = t_worker;
+  void* base = nullptr;
+  std::uint64_t tag = kFromHeap;
+  if (w != nullptr && w->spawn_states != nullptr) {
+    base = w->spawn_states->allocate(total);  // null past 8 KiB or without memory
+    if (base != nullptr) tag = kFromSlab;
+  }
+  if (base == nullptr) base = ::operator new(total);  // std::bad_alloc, as make_shared would
+  std::memcpy(base, &tag, sizeof tag);
+  return static_cast<std::byte*>(base) + kSpawnHeader;
+}
+
+void FreeSpawnState(void* p) noexcept {
+  void* base = static_cast<std::byte*>(p) - kSpawnHeader;
+  std::uint64_t tag;
+  std::memcpy(&tag, base, sizeof tag);
+  if (tag == kFromHeap) {
+    ::operator delete(base);
+  } else if (Worker* w = t_worker; w != nullptr && w->spawn_states != nullptr) {
+    w->spawn_states->free(base);  // ours: locally; another worker's: its remote-free list
+  } else {
+    SlabAllocator::free_mt(base);  // a plain thread (a handle joined or dropped outside)
+  }
+}
+
 Result<void> JoinSignal::WaitSlow(const WaitOptions& options) {
   Waiter& self = current_waiter();
   const auto me = reinterpret_cast<std::uintptr_t>(&self);
