@@ -474,7 +474,14 @@ struct Runtime::Impl {
     // Room: others only ever take from w's queue, so its free room only grows meanwhile.
     n = std::min({n, overflow.count, kRunQueueCapacity - w.queue.size_approx() + 1});
     Fiber* first = overflow.pop();
-    for (std::size_t i = 1; i < n; ++i) (void)w.queue.push(overflow.pop());
+    for (std::size_t i = 1; i < n; ++i) {
+      Fiber* g = overflow.pop();
+      // Cannot fail (n fits the room above); were it to, g goes back rather than be lost.
+      if (!w.queue.push(g)) [[unlikely]] {
+        overflow.push(g);
+        break;
+      }
+    }
     overflow_size.store(overflow.count, std::memory_order_relaxed);
     return first;
   }
