@@ -107,6 +107,20 @@ class SpmcRing {
     return n;
   }
 
+  // peek: any thread. The i-th oldest item (0: the one pop would take) into *out, without taking
+  // it; false if there are not that many. A hint only (for prefetching): another thread may take
+  // the item, and the owner then reuse its slot, at any moment.
+  bool peek(std::size_t i, T* out) const {
+    // relaxed (head_): a stale head only makes the hint older. acquire (tail_): pairs with push's
+    // release, so the slot holds the pushed value, not an older one, for the owner's items.
+    std::uint32_t h = head_.load(std::memory_order_relaxed);
+    std::uint32_t t = tail_.load(std::memory_order_acquire);
+    if (static_cast<std::uint32_t>(t - h) <= i || t - h > kCapacity) return false;
+    // relaxed: a hint (see above).
+    *out = slots_[(h + static_cast<std::uint32_t>(i)) & kMask].load(std::memory_order_relaxed);
+    return true;
+  }
+
   // size_approx: items at the moment of reading, clamped to [0, capacity].
   std::size_t size_approx() const {
     // relaxed: an estimate by definition (head first: a later tail only makes it larger).

@@ -67,6 +67,25 @@ TEST(SpmcRingTest, HalvesRoundUpAndRespectLimits) {
   EXPECT_EQ(ring.size_approx(), 3u);
 }
 
+TEST(SpmcRingTest, PeekShowsWhatPopWouldTakeWithoutTakingIt) {
+  SpmcRing<int, 4> ring;
+  int v = -1;
+  EXPECT_FALSE(ring.peek(0, &v));
+  for (int lap = 0; lap < 10; ++lap) {  // across laps: indexes wrap
+    ASSERT_TRUE(ring.push(10 * lap));
+    ASSERT_TRUE(ring.push(10 * lap + 1));
+    ASSERT_TRUE(ring.peek(0, &v));
+    EXPECT_EQ(v, 10 * lap);
+    ASSERT_TRUE(ring.peek(1, &v));
+    EXPECT_EQ(v, 10 * lap + 1);
+    EXPECT_FALSE(ring.peek(2, &v));
+    EXPECT_EQ(ring.size_approx(), 2u);
+    ASSERT_TRUE(ring.pop(&v));
+    EXPECT_EQ(v, 10 * lap);
+    ASSERT_TRUE(ring.pop(&v));
+  }
+}
+
 TEST(SpmcRingTest, StealHalfMovesInOrderAndOnlyWhatFits) {
   SpmcRing<int, 8> victim, thief;
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(victim.push(i));

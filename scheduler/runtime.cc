@@ -141,7 +141,12 @@ struct Fiber {
   // Null until the fiber first runs: its stack comes then, from the cache of the worker that
   // runs it (Impl::Prepare), not at spawn. A queued fiber holds no stack, and the one it gets is
   // typically the one the worker's last finished fiber left, warm in that core's cache.
-  Context ctx = nullptr;
+  // Atomic only so that a worker may read it as a prefetch hint for a fiber it has not taken
+  // (TakeOwnQueue); its owner's accesses go through context() and set_context(), relaxed: the
+  // fiber itself is handed over through the run queues and switches, which order them.
+  std::atomic<Context> ctx{nullptr};
+  Context context() const { return ctx.load(std::memory_order_relaxed); }
+  void set_context(Context c) { ctx.store(c, std::memory_order_relaxed); }
   Stack stack;
   StackOptions stack_options;
   std::shared_ptr<FiberBody> body;
@@ -558,12 +563,32 @@ struct Runtime::Impl {
     }
     return w.yields.pop();
   }
+  // PrefetchObject: asks for the first cache line of f (what taking and starting it reads).
+  [[gnu::always_inline]] static void PrefetchObject(const Fiber* f) {
+#if defined(__GNUC__)
+    __builtin_prefetch(f, 0, 3);
+#else
+    (void)f;
+#endif
+  }
   // TakeOwnQueue: the oldest fiber of w's own queue (FIFO, so fibers take turns), or null.
   // Out of line: its out-parameter is a local whose address escapes, which would keep callers
   // (yield) from making their final switch a tail call.
   [[gnu::noinline]] static Fiber* TakeOwnQueue(Worker& w) {
     Fiber* g = nullptr;
-    return w.queue.pop(&g) ? g : nullptr;
+    if (!w.queue.pop(&g)) return nullptr;
+    // Software pipelining of cold resumes: a fiber that waited in a queue finds its object and
+    // its stack out of the caches, and its resume waits on those misses one after another. So
+    // as each fiber is taken, ask for the stack of the one after it (whose object was asked for
+    // one take earlier) and for the object of the one after that. Hints only: either may be
+    // taken by a thief meanwhile.
+    Fiber* next = nullptr;
+    if (w.queue.peek(0, &next)) {
+      if (Context c = next->context()) prefetch_context(c);
+      Fiber* after = nullptr;
+      if (w.queue.peek(1, &after)) PrefetchObject(after);
+    }
+    return g;
   }
   // DirectNext: the fiber to switch to directly from the running one, made current; null when
   // the worker loop must run (nothing local, a fairness pass is due, or a fiber found no stack).
@@ -580,7 +605,7 @@ struct Runtime::Impl {
   // Inline, with the first run's work out of line: a fiber that ran before costs one test here
   // (as one function, every switch paid the stack allocation's register saves and restores).
   bool Prepare(Worker& w, Fiber* f) {
-    if (f->ctx != nullptr) [[likely]]
+    if (f->context() != nullptr) [[likely]]
       return true;
     return PrepareFirstRun(w, f);
   }
@@ -591,9 +616,9 @@ struct Runtime::Impl {
       return false;
     }
     f->stack = std::move(stack).value();
-    f->ctx = *make_context(f->stack.span(), &FiberMain);
+    f->set_context(*make_context(f->stack.span(), &FiberMain));
     // The name was written at spawn, before f was queued; a fresh record's name is empty.
-    if (f->name[0] != '\0') set_context_name(f->ctx, f->name);
+    if (f->name[0] != '\0') set_context_name(f->context(), f->name);
     return true;
   }
   // Retire: f finished (or failed before it started) on w: its object and its credit stay here.
@@ -712,7 +737,8 @@ Transfer AfterExit(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   Worker* w = f->worker;
   discard_context(t.from);
-  f->ctx = nullptr;  // a recycled fiber object gets a new stack and context at its next start
+  f->set_context(
+      nullptr);  // a recycled fiber object gets a new stack and context at its next start
   w->stacks->recycle(std::move(f->stack));
   f->rt->Retire(*w, f);
   return t;
@@ -726,7 +752,7 @@ Transfer AfterExit(Transfer t) {
   // f->worker is where we run now; another fiber of the worker, or the worker loop, is next.
   Worker* w = f->worker;
   Fiber* next = f->rt->DirectNext(*w);
-  exit_context(next != nullptr ? next->ctx : w->home, f, &AfterExit);
+  exit_context(next != nullptr ? next->context() : w->home, f, &AfterExit);
 }
 
 // Leave: the running fiber f stops running (fn, on the next context, says how); the worker's
@@ -734,7 +760,7 @@ Transfer AfterExit(Transfer t) {
 // two through the worker loop), else the worker loop.
 void Leave(Worker& w, Fiber* f, OnTopFn fn) {
   Fiber* next = f->rt->DirectNext(w);
-  jump_context_ontop(next != nullptr ? next->ctx : w.home, f, fn);
+  jump_context_ontop(next != nullptr ? next->context() : w.home, f, fn);
 }
 
 void ResumeTimedOut(TimerEntry* e) {
@@ -743,7 +769,7 @@ void ResumeTimedOut(TimerEntry* e) {
   if (e->gen != f->wait_gen.load(std::memory_order_acquire)) return;  // stale
   if (ClaimWakeUp(f)) {
     f->timer_woke_gen = e->gen;  // before Schedule publishes the fiber (as woken_by_notify)
-    Context ctx = f->ctx;        // read before: once published, f may run and end elsewhere
+    Context ctx = f->context();  // read before: once published, f may run and end elsewhere
     f->rt->Schedule(f);
     // Timers come due in batches, and a sleeper's stack has gone cold: fetch it while the
     // fibers queued before it run (W5: a resume's first pop off the stack was the top sample).
@@ -981,7 +1007,7 @@ void Runtime::Impl::PopDueTimers(Worker& w) {
 
 void Runtime::Impl::Run(Worker& w, Fiber* f) {
   Started(w, f);
-  jump_context(f->ctx, f);
+  jump_context(f->context(), f);
   // Back on the worker's own context: the last fiber of a chain of direct switches left.
   w.current = nullptr;
 }
@@ -1482,7 +1508,7 @@ void RunRegion(BlockingTask* task) {
   Fiber* f = reinterpret_cast<Fiber::RegionTask*>(task)->fiber;
   f->region_home = current_context();
   t_region_fiber = f;
-  jump_context(f->ctx, f);
+  jump_context(f->context(), f);
   t_region_fiber = nullptr;
 }
 
@@ -1610,7 +1636,7 @@ void yield() {
     // nothing can take f from it before the switch below has saved f.
     f->state.store(kRunnable, std::memory_order_relaxed);
     w->yields.push(f);
-    jump_context_last(next->ctx, next);  // a tail call: f resumes in yield's caller
+    jump_context_last(next->context(), next);  // a tail call: f resumes in yield's caller
     return;
   }
   YieldToLoop(*w, f);
