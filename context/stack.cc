@@ -8,9 +8,11 @@
 //   lo                lo + G                                       lo + G + S
 //   | guard / red zone | usable stack (grows down) ... [record] |
 //
-// A guarded slot is its own mapping with its guard area protected (2 VMAs on Linux). A compact
-// slot is one of N = max(1, 4 MiB / (S + G)) slots in a shared chunk mapping. The OS calls are
-// behind context/internal/vm.h.
+// A compact slot is one of N = max(1, 4 MiB / (S + G)) slots in a shared chunk mapping. A guarded
+// slot is, where the kernel has guard markers (Linux 6.13+), one of N slots in a guarded chunk,
+// whose guard areas are all marked with one call as the chunk is mapped; elsewhere it is its own
+// mapping with its guard area protected (2 VMAs on Linux). The OS calls are behind
+// context/internal/vm.h.
 
 #include "context/stack.h"
 
@@ -104,6 +106,74 @@ void UnregisterGuard(std::byte* page) {
   }
 }
 
+// ---- Guard chunks, read by the signal handler ------------------------------------------------
+//
+// With guard markers, guarded stacks are carved from chunks: the handler finds the chunk by
+// address and the slot by offset. Writers hold g_registry_mu; an entry's fields are published
+// before its base (release) and read after it (acquire). A freed entry's base is 0 and a later
+// chunk may reuse it; a fault racing that reuse (a pool destroyed and another created while a
+// fiber overflows) could read a mixed entry and print the wrong stack or the generic message.
+struct GuardChunkEntry {
+  std::atomic<std::uintptr_t> base{0};
+  std::atomic<std::size_t> bytes{0};
+  std::atomic<std::size_t> slot{0};
+};
+constexpr std::size_t kMaxGuardChunks = std::size_t{1} << 14;  // 64 GiB of 4 MiB chunks
+GuardChunkEntry g_guard_chunks[kMaxGuardChunks];
+std::atomic<std::size_t> g_guard_chunks_used{0};
+
+void RegisterGuardChunk(std::byte* base, std::size_t bytes, std::size_t slot) {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  // relaxed (all three): writers are serialised by g_registry_mu.
+  std::size_t used = g_guard_chunks_used.load(std::memory_order_relaxed);
+  std::size_t i = 0;
+  while (i < used && g_guard_chunks[i].base.load(std::memory_order_relaxed) != 0) ++i;
+  if (i == kMaxGuardChunks) return;  // full: the stacks still work, their message is generic
+  GuardChunkEntry& e = g_guard_chunks[i];
+  // relaxed: ordered before the base by the release store below.
+  e.bytes.store(bytes, std::memory_order_relaxed);
+  e.slot.store(slot, std::memory_order_relaxed);
+  // release: a handler that sees the base also sees the sizes stored above.
+  e.base.store(reinterpret_cast<std::uintptr_t>(base), std::memory_order_release);
+  // release: a handler that reads the new count sees the entry's base (and so its sizes).
+  if (i == used) g_guard_chunks_used.store(used + 1, std::memory_order_release);
+}
+
+void UnregisterGuardChunk(std::byte* base) {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  std::size_t used = g_guard_chunks_used.load(std::memory_order_relaxed);  // under the mutex
+  for (std::size_t i = 0; i < used; ++i) {
+    // relaxed: under the mutex; the handler tolerates a stale view (the chunk is unmapped after).
+    if (g_guard_chunks[i].base.load(std::memory_order_relaxed) ==
+        reinterpret_cast<std::uintptr_t>(base)) {
+      g_guard_chunks[i].base.store(0, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+// LookupGuardChunk: whether addr is in the guard area of a slot of a guarded chunk; sets the
+// slot's usable start and size. Async-signal-safe (atomic loads only).
+bool LookupGuardChunk(std::uintptr_t addr, std::uintptr_t* usable_lo, std::size_t* usable) {
+  // acquire: pairs with the count's release store, so each entry below is fully published.
+  std::size_t used = g_guard_chunks_used.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < used && i < kMaxGuardChunks; ++i) {
+    // acquire: pairs with RegisterGuardChunk's release, so the sizes read below are this base's.
+    std::uintptr_t base = g_guard_chunks[i].base.load(std::memory_order_acquire);
+    if (base == 0 || addr < base) continue;
+    // relaxed (both): ordered by the acquire above.
+    std::size_t bytes = g_guard_chunks[i].bytes.load(std::memory_order_relaxed);
+    std::size_t slot = g_guard_chunks[i].slot.load(std::memory_order_relaxed);
+    if (slot == 0 || addr - base >= bytes) continue;
+    std::size_t offset = (addr - base) % slot;
+    if (offset >= kGuard) return false;  // in a chunk, not in a guard area
+    *usable_lo = addr - offset + kGuard;
+    *usable = slot - kGuard;
+    return true;
+  }
+  return false;
+}
+
 // LookupGuard: async-signal-safe (atomic loads only).
 bool LookupGuard(std::uintptr_t page, std::size_t* usable) {
   for (std::size_t i = RegistryHash(page), n = 0; n < kRegistrySlots;
@@ -180,6 +250,18 @@ void DescribeStack(Line& line, std::uintptr_t usable_lo, std::size_t usable) {
 
 // OnGuardFault: the context_internal::FaultHook. Async-signal-safe.
 bool OnGuardFault(std::uintptr_t addr) {
+  std::uintptr_t chunk_usable_lo = 0;
+  std::size_t chunk_usable = 0;
+  if (LookupGuardChunk(addr, &chunk_usable_lo, &chunk_usable)) {
+    Line line;
+    line.Add("weft: fiber stack overflow: fault at ");
+    line.Hex(addr);
+    line.Add(" in the guard page of ");
+    DescribeStack(line, chunk_usable_lo, chunk_usable);
+    line.Add(". Give the fiber a larger stack (StackOptions::size) or make it use less.\n");
+    line.Write();
+    return true;
+  }
   std::uintptr_t page = addr & ~std::uintptr_t{kPage - 1};
   for (std::uintptr_t lo = page; lo + kGuard > page; lo -= kPage) {  // each page of the area
     std::size_t usable = 0;
@@ -211,13 +293,22 @@ struct StackPool::State {
     std::vector<std::byte*> guarded_pending;  // guarded, freed past the budget, not yet unmapped
     std::byte* carve_next = nullptr;          // unused compact slots of the newest chunk
     std::size_t carve_left = 0;
+    std::byte* guarded_carve_next = nullptr;  // unused slots of the newest guarded chunk
+    std::size_t guarded_carve_left = 0;
   };
   StackPoolOptions options;
+  // markers: guarded stacks are carved from guarded chunks (guard markers; see the top of this
+  // file), which are never unmapped before the pool dies: freed past the budget, their pages are
+  // given back as compact ones are, and the slots stay guarded.
+  bool markers = false;
+  std::vector<std::pair<std::byte*, std::size_t>> guard_chunks;
   mutable std::mutex mu;
   Class classes[kNumClasses];
   std::vector<std::pair<std::byte*, std::size_t>> chunks;
   std::size_t cached_bytes = 0;
-  std::size_t guarded_mappings = 0;  // 2 per guarded stack in existence (live or cached)
+  // guarded_mappings: what guarded stacks cost of the mapping budget: 2 per guarded stack in
+  // existence (live or cached), or with markers 1 per guarded chunk.
+  std::size_t guarded_mappings = 0;
   StackPoolStats counts;
   // Compact stacks freed past the cache budget wait in their class's `pending` list for their
   // pages to be given back in one batch (sorted, adjacent slots merged into one madvise): each
@@ -253,14 +344,38 @@ void GiveBack(std::vector<std::pair<std::byte*, int>>& slots) {
 struct StackPoolInternals {
   static void FlushTrimLocked(StackPool::State& s, std::unique_lock<std::mutex>& lock,
                               std::size_t limit = SIZE_MAX);
+  static bool MapGuardChunkLocked(StackPool::State& s, int c);
 };
+
+// MapGuardChunkLocked: maps a guarded chunk for class c, marks every slot's guard area with one
+// call per 64 slots, and makes it the class's carving chunk. Called with the lock held (as the
+// compact chunks are mapped: once per hundreds of stacks for the small classes). False when the
+// kernel refuses; nothing changes then.
+bool StackPoolInternals::MapGuardChunkLocked(StackPool::State& s, int c) {
+  const std::size_t slots = std::max<std::size_t>(1, kCompactChunkBytes / SlotSize(c));
+  const std::size_t bytes = slots * SlotSize(c);
+  void* chunk = context_internal::VmMap(bytes);
+  if (chunk == nullptr) return false;
+  if (!context_internal::VmInstallGuards(chunk, SlotSize(c), slots)) {
+    context_internal::VmUnmap(chunk, bytes);
+    return false;
+  }
+  auto* base = static_cast<std::byte*>(chunk);
+  s.guard_chunks.emplace_back(base, bytes);
+  ++s.guarded_mappings;
+  ++s.counts.mappings;
+  RegisterGuardChunk(base, bytes, SlotSize(c));  // lock order: pool mutex, then registry's
+  s.classes[c].guarded_carve_next = base;
+  s.classes[c].guarded_carve_left = slots;
+  return true;
+}
 
 // FlushTrimLocked: gives back the pending slots' pages and frees the slots. Called with the
 // lock held; drops it around the system calls.
 void StackPoolInternals::FlushTrimLocked(StackPool::State& s, std::unique_lock<std::mutex>& lock,
                                          std::size_t limit) {
   if (s.pending_total == 0) return;
-  std::vector<std::pair<std::byte*, int>> batch, unmap;
+  std::vector<std::pair<std::byte*, int>> batch, guarded_batch, unmap;
   batch.reserve(std::min(limit, s.pending_total));
   std::size_t taken = 0;
   for (int c = 0; c < kNumClasses && taken < limit; ++c) {
@@ -272,9 +387,13 @@ void StackPoolInternals::FlushTrimLocked(StackPool::State& s, std::unique_lock<s
     }
     std::vector<std::byte*>& guarded = s.classes[c].guarded_pending;
     while (!guarded.empty() && taken < limit) {
-      unmap.emplace_back(guarded.back(), c);
+      if (s.markers) {
+        guarded_batch.emplace_back(guarded.back(), c);  // in a chunk: pages back, slot kept
+      } else {
+        unmap.emplace_back(guarded.back(), c);
+        --s.counts.cached_guarded;
+      }
       guarded.pop_back();
-      --s.counts.cached_guarded;
       ++taken;
     }
   }
@@ -283,12 +402,14 @@ void StackPoolInternals::FlushTrimLocked(StackPool::State& s, std::unique_lock<s
   s.pending_total -= taken;
   lock.unlock();
   GiveBack(batch);
+  GiveBack(guarded_batch);  // guard markers stay through MADV_DONTNEED
   for (auto& [lo, c] : unmap) {
     UnregisterGuard(lo);
     context_internal::VmUnmap(lo, SlotSize(c));
   }
   lock.lock();
   for (auto& [lo, c] : batch) s.classes[c].compact_free.push_back(lo);
+  for (auto& [lo, c] : guarded_batch) s.classes[c].guarded_free.push_back(lo);
 }
 
 std::size_t StackPool::flush_trim(std::chrono::nanoseconds min_quiet, std::size_t max_stacks) {
@@ -312,7 +433,9 @@ StackPool::StackPool(StackPoolOptions options) : state_(std::make_unique<State>(
     options.guarded_mapping_budget = context_internal::VmMappingLimit() / 2;
   }
   state_->options = options;
+  state_->markers = options.guard_markers && context_internal::VmHasGuardMarkers();
   state_->counts.guarded_mapping_budget = options.guarded_mapping_budget;
+  state_->counts.guard_markers = state_->markers;
 }
 
 StackPool::~StackPool() {
@@ -323,11 +446,15 @@ StackPool::~StackPool() {
                  s.counts.live_guarded + s.counts.live_compact);
     return;
   }
-  for (int c = 0; c < kNumClasses; ++c) {
+  for (int c = 0; c < kNumClasses && !s.markers; ++c) {
     for (std::byte* lo : s.classes[c].guarded_free) {
       UnregisterGuard(lo);
       context_internal::VmUnmap(lo, SlotSize(c));
     }
+  }
+  for (auto& [chunk, bytes] : s.guard_chunks) {
+    UnregisterGuardChunk(chunk);
+    context_internal::VmUnmap(chunk, bytes);
   }
   for (auto& [chunk, bytes] : s.chunks) context_internal::VmUnmap(chunk, bytes);
 }
@@ -349,16 +476,20 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
 
   std::unique_lock<std::mutex> lock(s.mu);
   State::Class& cls = s.classes[c];
+  const std::size_t guarded_cost = s.markers ? 1 : 2;  // of the mapping budget, per new mapping
   const bool want_guarded = options.protection == StackProtection::kGuarded ||
                             (options.protection == StackProtection::kAuto &&
                              (!cls.guarded_free.empty() || !cls.guarded_pending.empty() ||
-                              s.guarded_mappings + 2 <= s.options.guarded_mapping_budget));
+                              cls.guarded_carve_left != 0 ||
+                              s.guarded_mappings + guarded_cost <=
+                                  s.options.guarded_mapping_budget));
 
   if (want_guarded) {
     if (!cls.guarded_free.empty()) {
       stack.lo_ = cls.guarded_free.back();
       cls.guarded_free.pop_back();
-      s.cached_bytes -= ClassSize(c);
+      // min: with markers, slots whose pages were given back are not counted in cached_bytes.
+      s.cached_bytes -= std::min(s.cached_bytes, ClassSize(c));
       --s.counts.cached_guarded;
     } else if (!cls.guarded_pending.empty()) {  // past the budget, not unmapped yet: reuse it
       stack.lo_ = cls.guarded_pending.back();
@@ -366,6 +497,15 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
       --s.pending_total;
       s.pending_changed = std::chrono::steady_clock::now();
       --s.counts.cached_guarded;
+    } else if (s.markers) {
+      // Carve from the guarded chunk: no system call but once per chunk.
+      if (cls.guarded_carve_left != 0 || StackPoolInternals::MapGuardChunkLocked(s, c)) {
+        stack.lo_ = cls.guarded_carve_next;
+        cls.guarded_carve_next += SlotSize(c);
+        --cls.guarded_carve_left;
+      } else if (options.protection == StackProtection::kGuarded) {
+        return std::errc::not_enough_memory;
+      }
     } else {
       s.guarded_mappings += 2;  // reserve before dropping the lock for the system calls
       lock.unlock();
@@ -556,11 +696,18 @@ void StackPool::trim() {
     StackPoolInternals::FlushTrimLocked(s, lock);
     for (int c = 0; c < kNumClasses; ++c) {
       State::Class& cls = s.classes[c];
-      for (std::byte* lo : cls.guarded_free) unmap.emplace_back(lo, c);
-      s.guarded_mappings -= 2 * cls.guarded_free.size();
-      s.counts.mappings -= 2 * cls.guarded_free.size();
-      s.counts.cached_guarded -= cls.guarded_free.size();
-      cls.guarded_free.clear();
+      if (s.markers) {
+        // Guarded chunks stay mapped: give the pages back, keep the slots (still guarded).
+        for (std::byte* lo : cls.guarded_free) {
+          context_internal::VmDiscard(lo + kGuard, ClassSize(c));
+        }
+      } else {
+        for (std::byte* lo : cls.guarded_free) unmap.emplace_back(lo, c);
+        s.guarded_mappings -= 2 * cls.guarded_free.size();
+        s.counts.mappings -= 2 * cls.guarded_free.size();
+        s.counts.cached_guarded -= cls.guarded_free.size();
+        cls.guarded_free.clear();
+      }
       for (std::byte* lo : cls.compact_free) context_internal::VmDiscard(lo + kGuard, ClassSize(c));
     }
     s.cached_bytes = 0;

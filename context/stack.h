@@ -2,9 +2,13 @@
 // for reuse (a first touch of a page costs ~11 us on the reference machine, so stacks are kept,
 // not returned to the kernel after every fiber), in two protection classes:
 //
-//   kGuarded  its own mapping with a PROT_NONE guard page below it. Overflow faults at once, and
-//             the SIGSEGV handler (on an alternate signal stack) prints which fiber stack it was.
-//             Costs 2 of the process's vm.max_map_count (65,530 by default) memory mappings.
+//   kGuarded  a guard page below it: overflow faults at once, and the SIGSEGV handler (on an
+//             alternate signal stack) prints which fiber stack it was. Where the kernel has guard
+//             markers (Linux 6.13+, MADV_GUARD_INSTALL), guarded stacks are carved from shared
+//             4 MiB chunks like compact ones (one mapping for hundreds of stacks; the markers of
+//             a whole chunk are installed with one call per 64 stacks). Elsewhere (older kernels,
+//             qemu-user, Windows) each is its own mapping with a PROT_NONE guard page, costing 2
+//             of the process's vm.max_map_count (65,530 by default) memory mappings.
 //   kCompact  carved from a shared 4 MiB chunk (one mapping for hundreds of stacks), with a
 //             4 KiB red-zone page below each stack that is never written on purpose. Overflow is
 //             detected after the fact: when the stack is released (and by check_red_zone), the
@@ -12,7 +16,8 @@
 //             stack. A frame larger than 4 KiB can jump the red zone unseen.
 //   kAuto     (default) kGuarded while the pool's guarded stacks use less than its mapping budget
 //             (half of vm.max_map_count), kCompact after. So 100,000 live stacks work on a stock
-//             kernel; the first ~16,000 of them have hard guard pages.
+//             kernel: all of them have hard guard pages with guard markers, the first ~16,000
+//             without.
 //
 // Defines: weft::StackProtection, weft::StackOptions, weft::Stack, weft::StackPoolOptions,
 // weft::StackPoolStats, weft::StackPool, weft::StackCache, weft::install_stack_overflow_handler,
@@ -78,9 +83,12 @@ struct StackPoolOptions {
   // max_cached_bytes: usable bytes of free stacks kept ready for reuse. Past it, freed guarded
   // stacks are unmapped and freed compact ones given back with MADV_DONTNEED.
   std::size_t max_cached_bytes = std::size_t{256} << 20;
-  // guarded_mapping_budget: memory mappings kAuto may spend on guarded stacks (2 each);
-  // 0 = half of /proc/sys/vm/max_map_count.
+  // guarded_mapping_budget: memory mappings kAuto may spend on guarded stacks (2 per stack, or
+  // with guard markers 1 per chunk of them); 0 = half of /proc/sys/vm/max_map_count.
   std::size_t guarded_mapping_budget = 0;
+  // guard_markers: use the kernel's guard markers for guarded stacks where it has them (see
+  // kGuarded). false keeps one mapping per guarded stack (for tests of that path).
+  bool guard_markers = true;
 };
 
 struct StackPoolStats {
@@ -88,8 +96,11 @@ struct StackPoolStats {
   std::size_t live_compact = 0;
   std::size_t cached_guarded = 0;
   std::size_t cached_compact = 0;
-  std::size_t mappings = 0;  // kernel memory mappings (VMAs) the pool holds: 2 per guarded stack
+  // mappings: kernel memory mappings (VMAs) the pool holds, at most: 2 per guarded stack, or
+  // with guard markers 1 per guarded chunk, and 1 per compact chunk.
+  std::size_t mappings = 0;
   std::size_t guarded_mapping_budget = 0;
+  bool guard_markers = false;  // whether this pool's guarded stacks use guard markers
 };
 
 // StackPool: allocates and caches stacks. Thread-safe (one mutex; per-worker caches in front of

@@ -6,9 +6,11 @@
 
 #if !defined(_WIN32)
 #include <sys/resource.h>
+#include <sys/utsname.h>
 #endif
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -82,8 +84,78 @@ TEST_F(StackPoolTest, FreedStacksAreReused) {
   EXPECT_EQ(pool_.stats().cached_guarded, 0u);
 }
 
+// kGuarded stacks are carved from chunks with guard markers where the kernel has them (Linux
+// 6.13+); the probe must find them there, or every guarded stack silently costs two mappings.
+TEST(StackPoolMarkersTest, KernelsWithGuardMarkersUseThem) {
+  StackPool pool;
+  StackPool without({.guard_markers = false});
+  EXPECT_FALSE(without.stats().guard_markers);
+#if defined(__linux__)
+  utsname u{};
+  ASSERT_EQ(uname(&u), 0);
+  int major = 0, minor = 0;
+  std::sscanf(u.release, "%d.%d", &major, &minor);
+  if (major < 6 || (major == 6 && minor < 13) || ::weft::testing::Emulated()) {
+    GTEST_SKIP() << "kernel " << u.release << " (or an emulator): no guard markers expected";
+  }
+  EXPECT_TRUE(pool.stats().guard_markers) << "kernel " << u.release;
+#else
+  EXPECT_FALSE(pool.stats().guard_markers);
+#endif
+}
+
+// With markers, one mapping (budget 1) holds a whole chunk of guarded stacks; kAuto turns to
+// compact stacks when the next chunk would pass the budget.
+TEST(StackPoolMarkersTest, AChunkOfGuardedStacksCostsOneMapping) {
+  StackPool pool({.guarded_mapping_budget = 1});
+  if (!pool.stats().guard_markers) GTEST_SKIP() << "no guard markers here";
+  const std::size_t per_chunk = (std::size_t{4} << 20) / ((16 << 10) + 4096);  // 204
+  std::vector<Stack> stacks;
+  for (std::size_t i = 0; i < per_chunk + 3; ++i) {
+    Result<Stack> s = pool.allocate({.size = 16 << 10});
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->protection(), i < per_chunk ? StackProtection::kGuarded : StackProtection::kCompact)
+        << i;
+    stacks.push_back(std::move(s).value());
+  }
+  StackPoolStats st = pool.stats();
+  EXPECT_EQ(st.live_guarded, per_chunk);
+  EXPECT_EQ(st.live_compact, 3u);
+  EXPECT_EQ(st.mappings, 2u);  // one guarded chunk, one compact chunk
+  // An explicit kGuarded request ignores the kAuto budget: a second chunk.
+  Result<Stack> g = pool.allocate({.size = 16 << 10, .protection = StackProtection::kGuarded});
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->protection(), StackProtection::kGuarded);
+  EXPECT_EQ(pool.stats().mappings, 3u);
+}
+
+// Freed past the cache budget, a guarded stack from a chunk gives its pages back and keeps its
+// slot (and its guard): reused afterwards, it reads as zeros.
+TEST(StackPoolMarkersTest, OverBudgetGuardedStacksGiveBackPagesAndKeepTheirSlot) {
+  StackPool pool({.max_cached_bytes = 0});
+  if (!pool.stats().guard_markers) GTEST_SKIP() << "no guard markers here";
+  Stack a = std::move(pool.allocate({.size = 16 << 10})).value();
+  ASSERT_EQ(a.protection(), StackProtection::kGuarded);
+  void* base = a.span().base;
+  auto* top = static_cast<volatile std::byte*>(a.span().base) + a.span().size - 64;
+  *top = std::byte{42};
+  a.reset();
+  EXPECT_TRUE(pool.trim_pending());
+  EXPECT_EQ(pool.flush_trim(), 1u);
+  StackPoolStats st = pool.stats();
+  EXPECT_EQ(st.cached_guarded, 1u);
+  EXPECT_EQ(st.mappings, 1u);
+  Stack again = std::move(pool.allocate({.size = 16 << 10})).value();
+  EXPECT_EQ(again.span().base, base);
+  EXPECT_EQ(static_cast<int>(*top), 0);
+  again.reset();
+  pool.trim();
+  EXPECT_EQ(pool.stats().cached_guarded, 1u);  // trim keeps chunk slots too, pages given back
+}
+
 TEST(StackPoolBudgetTest, AutoFallsBackToCompactPastTheMappingBudget) {
-  StackPool pool({.guarded_mapping_budget = 10});  // room for 5 guarded stacks
+  // One mapping per guarded stack (no markers): room for 5 guarded stacks.
+  StackPool pool({.guarded_mapping_budget = 10, .guard_markers = false});
   std::vector<Stack> stacks;
   for (int i = 0; i < 12; ++i) {
     Result<Stack> s = pool.allocate({.size = 16 << 10});
@@ -104,7 +176,7 @@ TEST(StackPoolBudgetTest, AutoFallsBackToCompactPastTheMappingBudget) {
 }
 
 TEST(StackPoolCacheTest, ZeroCacheUnmapsAndTrimReleases) {
-  StackPool pool({.max_cached_bytes = 0});
+  StackPool pool({.max_cached_bytes = 0, .guard_markers = false});
   { Result<Stack> s = pool.allocate({.size = 16 << 10}); }
   // Past the budget the unmap is deferred (batched, when idle): pending until flush_trim.
   EXPECT_TRUE(pool.trim_pending());
@@ -112,7 +184,7 @@ TEST(StackPoolCacheTest, ZeroCacheUnmapsAndTrimReleases) {
   EXPECT_EQ(pool.stats().cached_guarded, 0u);
   EXPECT_EQ(pool.stats().mappings, 0u);
 
-  StackPool caching;
+  StackPool caching({.guard_markers = false});
   {
     Result<Stack> a = caching.allocate({.size = 16 << 10});
     Result<Stack> b = caching.allocate({.size = 16 << 10});
@@ -138,13 +210,17 @@ void ParkThenExit(Transfer t) {
   });
 }
 
-TEST(ManyStacksTest, HundredThousandLiveStacksOnAStockKernel) {
-  // 100,000 fibers parked at once: past vm.max_map_count / 2 guarded stacks, kAuto switches to
-  // compact ones, so this works with the default 65,530 mappings. Under TSan (whose per-fiber
-  // state is large) the stacks are only touched, not given contexts.
+class ManyStacksTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ManyStacksTest, HundredThousandLiveStacksOnAStockKernel) {
+  // 100,000 fibers parked at once, with the default 65,530 mappings. With guard markers all are
+  // guarded, a few hundred chunks; without, past vm.max_map_count / 2 guarded stacks kAuto
+  // switches to compact ones. Under TSan (whose per-fiber state is large) the stacks are only
+  // touched, not given contexts.
   const int n = 100000 * StressScale();
   const bool with_contexts = !kTsan;
-  StackPool pool;
+  StackPool pool({.guard_markers = GetParam()});
+  const bool markers = pool.stats().guard_markers;
   std::vector<Stack> stacks;
   std::vector<Context> parked;
   stacks.reserve(n);
@@ -163,15 +239,25 @@ TEST(ManyStacksTest, HundredThousandLiveStacksOnAStockKernel) {
   }
   StackPoolStats st = pool.stats();
   EXPECT_EQ(st.live_guarded + st.live_compact, static_cast<std::size_t>(n));
-  EXPECT_LE(st.live_guarded * 2, st.guarded_mapping_budget);
-  EXPECT_GT(st.live_compact, 0u);
-  EXPECT_LT(st.mappings, 40000u);            // the guarded ones plus a few hundred compact chunks
+  if (markers) {
+    EXPECT_EQ(st.live_compact, 0u);
+    EXPECT_LT(st.mappings, 1000u);  // a few hundred guarded chunks
+  } else {
+    EXPECT_LE(st.live_guarded * 2, st.guarded_mapping_budget);
+    EXPECT_GT(st.live_compact, 0u);
+    EXPECT_LT(st.mappings, 40000u);  // the guarded ones plus a few hundred compact chunks
+  }
   for (Context c : parked) jump_context(c);  // each finishes
   for (Stack& s : stacks) EXPECT_TRUE(StackPool::check_red_zone(s));
   stacks.clear();
   st = pool.stats();
   EXPECT_EQ(st.live_guarded + st.live_compact, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(GuardMarkers, ManyStacksTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Markers" : "NoMarkers";
+                         });
 
 #if !defined(_WIN32)
 // Out of address space: allocate reports not_enough_memory and the pool stays consistent (it
@@ -334,10 +420,24 @@ class StackOverflowDeathTest : public ::testing::Test {
   void SetUp() override { GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle()); }
 };
 
-TEST_F(StackOverflowDeathTest, GuardPageOverflowNamesTheFiberStack) {
+// Both kinds of guarded stack: from a chunk with guard markers (where the kernel has them), and
+// one mapping per stack. For the first, after a trip through the pool's page give-back too.
+class GuardOverflowDeathTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle()); }
+};
+
+TEST_P(GuardOverflowDeathTest, GuardPageOverflowNamesTheFiberStack) {
   EXPECT_EXIT(
       {
-        Result<Stack> s = StackPool::default_pool().allocate(
+        // Leaked on purpose: the child dies with the stack live.
+        auto* pool = new StackPool({.max_cached_bytes = 0, .guard_markers = GetParam()});
+        {
+          Result<Stack> first = pool->allocate({.size = 16 << 10});
+          static_cast<volatile char*>(first->span().base)[100] = 1;
+        }
+        pool->flush_trim();
+        Result<Stack> s = pool->allocate(
             {.size = 16 << 10, .protection = StackProtection::kGuarded});
         Result<Context> c = make_context(s->span(), [](Transfer) { Recurse(1 << 20); });
         set_context_name(*c, "runaway-parser");
@@ -348,6 +448,11 @@ TEST_F(StackOverflowDeathTest, GuardPageOverflowNamesTheFiberStack) {
       "weft: fiber stack overflow: fault at 0x\\w+ in the guard page of fiber stack "
       "\\[0x\\w+, 0x\\w+\\) \\(16384 bytes usable\\), context \"runaway-parser\"");
 }
+
+INSTANTIATE_TEST_SUITE_P(GuardMarkers, GuardOverflowDeathTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Markers" : "NoMarkers";
+                         });
 
 TEST_F(StackOverflowDeathTest, CompactRedZoneWriteIsReportedOnRelease) {
   EXPECT_DEATH(

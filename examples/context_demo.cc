@@ -78,8 +78,9 @@ int main() {
   auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   std::printf(
       "%d fibers parked at once: %zu on guarded stacks, %zu on compact stacks, %zu memory "
-      "mappings (vm.max_map_count budget for guards: %zu)\n",
-      kFibers, st.live_guarded, st.live_compact, st.mappings, st.guarded_mapping_budget);
+      "mappings (vm.max_map_count budget for guards: %zu; guard markers: %s)\n",
+      kFibers, st.live_guarded, st.live_compact, st.mappings, st.guarded_mapping_budget,
+      st.guard_markers ? "yes" : "no, one mapping per guarded stack");
   std::printf("spawn+park %.1f ms, resume+finish %.1f ms\n", ms(parked_at - start),
               ms(done - parked_at));
   return 0;

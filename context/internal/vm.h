@@ -30,6 +30,18 @@ inline constexpr std::size_t kVmGuardBytes = 4096;
 #endif
 // VmMakeGuard: protects [lo, lo + kVmGuardBytes) of a VmMap region as above; false on failure.
 bool VmMakeGuard(void* lo);
+// VmHasGuardMarkers: whether VmInstallGuards works here. Guard markers (Linux 6.13's
+// MADV_GUARD_INSTALL) live in the page tables: they split no mapping, and the kernel installs them
+// under the mmap read lock, so one mapping can hold hundreds of guarded stacks and threads that
+// create stacks at once do not serialise on the mmap write lock as mprotect does. Probed once per
+// process by reading a marked page from the kernel (an emulator such as qemu-user may accept the
+// call and install nothing); false on kernels without them and on other systems.
+bool VmHasGuardMarkers();
+// VmInstallGuards: guard markers over [lo, lo + kVmGuardBytes) for each of the n slots at base,
+// base + stride, base + stride * 2, ... of one VmMap region (one system call per 64 slots where
+// the kernel has process_madvise on itself). False on failure. Markers stay through VmDiscard
+// and go with VmUnmap. Only where VmHasGuardMarkers().
+bool VmInstallGuards(void* base, std::size_t stride, std::size_t n);
 // VmDiscard: gives back the memory under pages of VmMap regions (the range may span several
 // regions); they stay usable and read as zeros afterwards.
 void VmDiscard(void* p, std::size_t bytes);

@@ -3,9 +3,17 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 
@@ -22,6 +30,80 @@ void* VmMap(std::size_t bytes) {
 void VmUnmap(void* p, std::size_t bytes) { munmap(p, bytes); }
 
 bool VmMakeGuard(void* lo) { return mprotect(lo, kVmGuardBytes, PROT_NONE) == 0; }
+
+#ifdef __linux__
+namespace {
+
+// Older kernel headers lack these; the values are the kernel's ABI.
+constexpr int kMadvGuardInstall = 102;  // MADV_GUARD_INSTALL, Linux 6.13
+constexpr int kPidfdSelf = -10000;      // PIDFD_SELF, Linux 6.15
+constexpr std::size_t kVectorSlots = 64;
+
+// Cleared the first time process_madvise on PIDFD_SELF refuses (an older kernel, or a seccomp
+// filter): from then on, one madvise per slot. relaxed: a hint; either path installs the same
+// markers.
+std::atomic<bool> g_vectored{true};
+
+bool InstallGuardsImpl(std::byte* base, std::size_t stride, std::size_t n) {
+  std::size_t i = 0;
+#ifdef SYS_process_madvise
+  while (i < n && g_vectored.load(std::memory_order_relaxed)) {
+    iovec iov[kVectorSlots];
+    std::size_t k = std::min(kVectorSlots, n - i);
+    for (std::size_t j = 0; j < k; ++j) {
+      iov[j].iov_base = base + (i + j) * stride;
+      iov[j].iov_len = kVmGuardBytes;
+    }
+    long done = syscall(SYS_process_madvise, kPidfdSelf, iov, k, kMadvGuardInstall, 0u);
+    if (done != static_cast<long>(k * kVmGuardBytes)) {
+      // Refused, or partly done: the per-slot calls below redo this group (installing a marker
+      // twice is harmless) and report any real failure.
+      if (done < 0 && (errno == EBADF || errno == ENOSYS || errno == EINVAL || errno == EPERM)) {
+        g_vectored.store(false, std::memory_order_relaxed);
+      }
+      break;
+    }
+    i += k;
+  }
+#endif
+  for (; i < n; ++i) {
+    if (madvise(base + i * stride, kVmGuardBytes, kMadvGuardInstall) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool VmHasGuardMarkers() {
+  static const bool has = [] {
+    void* p = mmap(nullptr, 2 * kVmGuardBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return false;
+    bool ok = InstallGuardsImpl(static_cast<std::byte*>(p), kVmGuardBytes, 1);
+    int fds[2];
+    if (ok && pipe2(fds, O_CLOEXEC) == 0) {
+      // The kernel reading a marked page fails with EFAULT; if the write succeeds, the call
+      // above was accepted without effect (qemu-user does that with madvise advice it does
+      // not know).
+      ok = ::write(fds[1], p, 1) < 0 && errno == EFAULT;
+      close(fds[0]);
+      close(fds[1]);
+    } else {
+      ok = false;
+    }
+    munmap(p, 2 * kVmGuardBytes);
+    return ok;
+  }();
+  return has;
+}
+
+bool VmInstallGuards(void* base, std::size_t stride, std::size_t n) {
+  return InstallGuardsImpl(static_cast<std::byte*>(base), stride, n);
+}
+#else
+bool VmHasGuardMarkers() { return false; }
+bool VmInstallGuards(void*, std::size_t, std::size_t) { return false; }
+#endif
 
 void VmDiscard(void* p, std::size_t bytes) { madvise(p, bytes, MADV_DONTNEED); }
 

@@ -30,6 +30,11 @@ bool VmMakeGuard(void* lo) {
          VirtualProtect(page + 4096, 4096, PAGE_READWRITE | PAGE_GUARD, &old) != 0;
 }
 
+// No guard markers on Windows: a guarded stack keeps its own allocation, which VirtualFree needs
+// to release it on its own.
+bool VmHasGuardMarkers() { return false; }
+bool VmInstallGuards(void* /*base*/, std::size_t /*stride*/, std::size_t /*n*/) { return false; }
+
 void VmDiscard(void* p, std::size_t bytes) {
   // Decommit works within one allocation: walk the range allocation by allocation.
   auto* at = static_cast<char*>(p);
