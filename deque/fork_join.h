@@ -244,8 +244,7 @@ template <typename F, typename... Args>
 inline auto ForkJoinWorker::spawn(F f, Args... args)
     -> Spawned<fork_join_internal::Task<F, Args...>> {
   using T = fork_join_internal::Task<F, Args...>;
-  TaskSlot* slot = deque_.next_slot();
-  if (slot == nullptr) [[unlikely]] {
+  if (deque_.full()) [[unlikely]] {
     CountOverflow();
     Spawned<T> handle(Spawned<T>::kInline);
     typename T::Call call{std::move(f), {std::move(args)...}};
@@ -257,8 +256,9 @@ inline auto ForkJoinWorker::spawn(F f, Args... args)
     }
     return handle;
   }
-  slot->run = &T::RunStolen;
-  new (slot->storage) typename T::Call{std::move(f), {std::move(args)...}};
+  TaskSlot& slot = deque_.next_slot();
+  slot.run = &T::RunStolen;
+  new (slot.storage) typename T::Call{std::move(f), {std::move(args)...}};
   Spawned<T> handle(deque_.head());
   if (deque_.push()) [[unlikely]]
     OnPublished();
@@ -282,9 +282,12 @@ inline typename TaskT::Result ForkJoinWorker::sync(Spawned<TaskT>& handle) {
     fork_join_internal::Die("sync out of LIFO order: sync the most recent spawn first");
   }
 #endif
+  // The handle's index is the top task's (LIFO): the slot and the pop use it, not a reload of
+  // the head after the calls since the spawn (fib(30) on 1 worker: see docs/deque.md).
+  const std::size_t top = handle.index_;
   handle.index_ = Spawned<TaskT>::kSynced;
-  TaskSlot& slot = deque_.top_slot();
-  if (deque_.pop_private() || deque_.take_back()) [[likely]] {
+  TaskSlot& slot = deque_.slot(top);
+  if (deque_.pop_private(top) || deque_.take_back()) [[likely]] {
     // Ours to run. Move the call out first: the task's own spawns reuse this slot.
     auto* stored = std::launder(reinterpret_cast<typename TaskT::Call*>(slot.storage));
     typename TaskT::Call call(std::move(*stored));

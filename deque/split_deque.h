@@ -62,8 +62,10 @@ class SplitDeque {
 
   // ---- Owner (one thread) ----
 
-  // next_slot: where the next spawn goes, or nullptr when full (run the task inline instead).
-  TaskSlot* next_slot() { return head_ < capacity_ ? &slots_[head_] : nullptr; }
+  // full: no room for another spawn (run the task inline instead). next_slot: where the next
+  // spawn goes; only when not full.
+  bool full() const { return head_ >= capacity_; }
+  TaskSlot& next_slot() { return slots_[head_]; }
 
   // push: makes the task written into next_slot() part of the deque. Returns true if the task
   // was published to thieves right away (a caller may then wake an idle worker).
@@ -78,9 +80,12 @@ class SplitDeque {
 
   // pop_private: true if the top task (head - 1) is private and has been popped, to be run by
   // the owner inline; false if it is shared or stolen: call take_back.
-  bool pop_private() {
-    if (!o_allstolen_ && head_ > o_split_) [[likely]] {
-      --head_;
+  bool pop_private() { return pop_private(head_ - 1); }
+  // pop_private(top): the same, given the top task's index (head - 1), which a caller that
+  // remembers its spawn's index has in a register: the head need not be loaded again.
+  bool pop_private(std::size_t top) {
+    if (!o_allstolen_ && top >= o_split_) [[likely]] {
+      head_ = top;
       // relaxed: a hint, as in push.
       if (movesplit_.load(std::memory_order_relaxed)) [[unlikely]]
         PublishSlow();
@@ -93,8 +98,9 @@ class SplitDeque {
   // true if it was (the owner pops it and runs it inline), false if it was stolen.
   bool take_back();
 
-  // top_slot: the slot of the task on top (head - 1).
+  // top_slot: the slot of the task on top (head - 1). slot: the slot at an index below head.
   TaskSlot& top_slot() { return slots_[head_ - 1]; }
+  TaskSlot& slot(std::size_t index) { return slots_[index]; }
 
   // finish_stolen: the stolen top task is done (its thief wrote kDone): free its slot. Every
   // task below it was stolen too (that is how take_back found it stolen); tasks the owner
