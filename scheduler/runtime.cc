@@ -500,6 +500,7 @@ struct Runtime::Impl {
     if (w != nullptr && !w->free_fibers.empty()) {
       f = w->free_fibers.back();
       w->free_fibers.pop_back();
+      if (!w->free_fibers.empty()) PrefetchSpawnLines(w->free_fibers.back());
     } else {
       std::lock_guard<std::mutex> lock(pool_mu);
       if (!pool.empty()) {
@@ -562,6 +563,19 @@ struct Runtime::Impl {
       if (Fiber* g = TakeOwnQueue(w)) return g;
     }
     return w.yields.pop();
+  }
+  // PrefetchSpawnLines: asks, for writing, for the lines of a free Fiber that a spawn writes (its
+  // first line through its name). Called one spawn ahead, on the next fiber of the worker's free
+  // list: a recycled Fiber has usually left the caches (or last ran on the other core), and the
+  // first write to it, meta_lock's exchange, was 12% of W2's profile, waiting on that miss.
+  [[gnu::always_inline]] static void PrefetchSpawnLines(const Fiber* f) {
+#if defined(__GNUC__)
+    const char* lo = reinterpret_cast<const char*>(f);
+    const char* hi = reinterpret_cast<const char*>(&f->name) + sizeof f->name;
+    for (const char* p = lo; p < hi; p += 64) __builtin_prefetch(p, 1, 3);
+#else
+    (void)f;
+#endif
   }
   // PrefetchObject: asks for the first cache line of f (what taking and starting it reads).
   [[gnu::always_inline]] static void PrefetchObject(const Fiber* f) {
