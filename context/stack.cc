@@ -248,35 +248,33 @@ void DescribeStack(Line& line, std::uintptr_t usable_lo, std::size_t usable) {
   }
 }
 
-// OnGuardFault: the context_internal::FaultHook. Async-signal-safe.
-bool OnGuardFault(std::uintptr_t addr) {
-  std::uintptr_t chunk_usable_lo = 0;
-  std::size_t chunk_usable = 0;
-  if (LookupGuardChunk(addr, &chunk_usable_lo, &chunk_usable)) {
-    Line line;
-    line.Add("weft: fiber stack overflow: fault at ");
-    line.Hex(addr);
-    line.Add(" in the guard page of ");
-    DescribeStack(line, chunk_usable_lo, chunk_usable);
-    line.Add(". Give the fiber a larger stack (StackOptions::size) or make it use less.\n");
-    line.Write();
-    return true;
-  }
+// FindGuard: whether addr is in a weft guard area, of a guarded chunk's slot or of a stack with
+// its own mapping; sets that stack's usable start and size. Async-signal-safe.
+bool FindGuard(std::uintptr_t addr, std::uintptr_t* usable_lo, std::size_t* usable) {
+  if (LookupGuardChunk(addr, usable_lo, usable)) return true;
   std::uintptr_t page = addr & ~std::uintptr_t{kPage - 1};
   for (std::uintptr_t lo = page; lo + kGuard > page; lo -= kPage) {  // each page of the area
-    std::size_t usable = 0;
-    if (LookupGuard(lo, &usable)) {
-      Line line;
-      line.Add("weft: fiber stack overflow: fault at ");
-      line.Hex(addr);
-      line.Add(" in the guard page of ");
-      DescribeStack(line, lo + kGuard, usable);
-      line.Add(". Give the fiber a larger stack (StackOptions::size) or make it use less.\n");
-      line.Write();
+    if (LookupGuard(lo, usable)) {
+      *usable_lo = lo + kGuard;
       return true;
     }
   }
   return false;
+}
+
+// OnGuardFault: the context_internal::FaultHook. Async-signal-safe.
+bool OnGuardFault(std::uintptr_t addr) {
+  std::uintptr_t usable_lo = 0;
+  std::size_t usable = 0;
+  if (!FindGuard(addr, &usable_lo, &usable)) return false;
+  Line line;
+  line.Add("weft: fiber stack overflow: fault at ");
+  line.Hex(addr);
+  line.Add(" in the guard page of ");
+  DescribeStack(line, usable_lo, usable);
+  line.Add(". Give the fiber a larger stack (StackOptions::size) or make it use less.\n");
+  line.Write();
+  return true;
 }
 
 }  // namespace

@@ -254,10 +254,12 @@ TEST_P(ManyStacksTest, HundredThousandLiveStacksOnAStockKernel) {
   EXPECT_EQ(st.live_guarded + st.live_compact, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(GuardMarkers, ManyStacksTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Markers" : "NoMarkers";
-                         });
+// MarkersName: the suffix of a test run with (true) or without guard markers.
+std::string MarkersName(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "Markers" : "NoMarkers";
+}
+
+INSTANTIATE_TEST_SUITE_P(GuardMarkers, ManyStacksTest, ::testing::Bool(), MarkersName);
 
 #if !defined(_WIN32)
 // Out of address space: allocate reports not_enough_memory and the pool stays consistent (it
@@ -422,10 +424,8 @@ class StackOverflowDeathTest : public ::testing::Test {
 
 // Both kinds of guarded stack: from a chunk with guard markers (where the kernel has them), and
 // one mapping per stack. For the first, after a trip through the pool's page give-back too.
-class GuardOverflowDeathTest : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override { GTEST_FLAG_SET(death_test_style, weft::testing::DeathTestStyle()); }
-};
+class GuardOverflowDeathTest : public StackOverflowDeathTest,
+                               public ::testing::WithParamInterface<bool> {};
 
 TEST_P(GuardOverflowDeathTest, GuardPageOverflowNamesTheFiberStack) {
   EXPECT_EXIT(
@@ -449,10 +449,7 @@ TEST_P(GuardOverflowDeathTest, GuardPageOverflowNamesTheFiberStack) {
       "\\[0x\\w+, 0x\\w+\\) \\(16384 bytes usable\\), context \"runaway-parser\"");
 }
 
-INSTANTIATE_TEST_SUITE_P(GuardMarkers, GuardOverflowDeathTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Markers" : "NoMarkers";
-                         });
+INSTANTIATE_TEST_SUITE_P(GuardMarkers, GuardOverflowDeathTest, ::testing::Bool(), MarkersName);
 
 TEST_F(StackOverflowDeathTest, CompactRedZoneWriteIsReportedOnRelease) {
   EXPECT_DEATH(
