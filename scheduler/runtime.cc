@@ -149,7 +149,7 @@ struct Fiber {
   void set_context(Context c) { ctx.store(c, std::memory_order_relaxed); }
   Stack stack;
   StackOptions stack_options;
-  std::shared_ptr<FiberBody> body;
+  FiberBody* body = nullptr;  // what it runs: its SpawnState, which frees itself (JoinSignal)
   Worker* worker = nullptr;  // the worker running it (or that last ran it)
   Worker* pinned = nullptr;  // non-null: runs only there
   std::atomic<int> state{kRunnable};
@@ -757,8 +757,8 @@ Transfer AfterExit(Transfer t) {
 
 [[noreturn]] void FiberMain(Transfer /*t: its data belongs to an on-top function*/) {
   Fiber* f = t_worker->current;  // set by whoever switched to us (Run or SwitchDirect)
-  f->body->run();
-  f->body.reset();
+  // run() may free the body as it returns (the handle was dropped, or is joined at once).
+  std::exchange(f->body, nullptr)->run();
   f->locals.clear();  // on the fiber, so destructors may still use fiber features
   // f->worker is where we run now; another fiber of the worker, or the worker loop, is next.
   Worker* w = f->worker;
@@ -860,7 +860,7 @@ void FiberWaiter::notify() {
   // Otherwise it runs, is queued, or is being queued by whoever won: it finds the permit.
 }
 
-void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& options) {
+void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options) {
   Runtime::Impl& impl = *rt.impl_;
   Worker* w = WorkerOf(&impl);
   StackOptions so{.size = options.stack_size != 0 ? options.stack_size : impl.options.stack_size,
@@ -877,7 +877,7 @@ void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& opt
           : nullptr;
   Fiber* f = impl.NewFiber(w, options, pinned_to);
   f->stack_options = so;
-  f->body = std::move(body);
+  f->body = body;
   f->permit.store(false, std::memory_order_relaxed);
   f->pending_timer = nullptr;
   f->waiter.note_wait(nullptr, nullptr);
@@ -1072,7 +1072,7 @@ void Runtime::Impl::FailUnstartable(Worker& w) {
   failed.swap(w.unstartable);
   for (auto& [f, error] : failed) {
     Bump(w.counters.no_stack);
-    std::shared_ptr<FiberBody> body = std::move(f->body);
+    FiberBody* body = std::exchange(f->body, nullptr);
     f->worker = &w;
     body->fail(std::make_exception_ptr(std::system_error(error, "weft: no stack for a fiber")));
     Retire(w, f);

@@ -17,6 +17,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,17 +59,32 @@ class Runtime;
 namespace scheduler_internal {
 
 // JoinSignal: the "finished" flag of a fiber's join state, with room for the one caller that
-// waits on it (a JoinHandle is move-only, joined by its owner). Lighter than an Event: the
-// finishing fiber's set() is one exchange, and a join that finds the fiber finished is one load,
-// with no lock taken on either side.
+// waits on it (a JoinHandle is move-only, joined by its owner). It also decides who frees the
+// state, so that neither side counts references: the fiber's set() and the handle's drop() are
+// one atomic exchange each, and the side that comes second frees. A join that finds the fiber
+// finished is one load, and the joiner then frees with no atomic at all.
 class JoinSignal {
  public:
-  // set: once, by the fiber that finished; wakes the waiting joiner, if any.
-  void set() noexcept {
-    // acq_rel: release publishes the result (or error) written before; acquire orders our use
-    // of the joiner's Waiter after its registration (WaitSlow's CAS, release).
+  // set: once, by the fiber that finished; wakes the waiting joiner, if any. True if the handle
+  // was dropped first: the caller then holds the only reference and frees the state. On false
+  // the caller must not touch the state again (its joiner may free it at once).
+  [[nodiscard]] bool set() noexcept {
+    // acq_rel: release publishes the result (or error) written before, to the joiner and to a
+    // handle that drops later; acquire orders our use of the joiner's Waiter after its
+    // registration (WaitSlow's CAS, release), and our free after a drop's earlier accesses.
     std::uintptr_t seen = word_.exchange(kSet, std::memory_order_acq_rel);
+    if (seen == kDropped) return true;
     if (seen != kOpen) reinterpret_cast<Waiter*>(seen)->notify();
+    return false;
+  }
+  // drop: once, by a handle that will not join (detach, destruction). True if the fiber already
+  // finished: the caller then holds the only reference and frees the state.
+  [[nodiscard]] bool drop() noexcept {
+    std::uintptr_t seen = kOpen;
+    // release (success): our accesses to the state happen before the fiber frees it. acquire
+    // (failure): the fiber's writes (result, error) happen before we destroy them.
+    return !word_.compare_exchange_strong(seen, kDropped, std::memory_order_release,
+                                          std::memory_order_acquire);
   }
   bool is_set() const noexcept {
     // acquire: pairs with set()'s release; the result is visible after a true.
@@ -84,14 +100,18 @@ class JoinSignal {
  private:
   Result<void> WaitSlow(const WaitOptions& options);
   static constexpr std::uintptr_t kOpen = 0;
-  static constexpr std::uintptr_t kSet = 1;  // never a Waiter's address (aligned)
-  // kOpen, kSet, or the address of the Waiter of the joiner parked on it.
+  static constexpr std::uintptr_t kSet = 1;      // never a Waiter's address (aligned)
+  static constexpr std::uintptr_t kDropped = 2;  // nor this
+  // kOpen, kSet, kDropped, or the address of the Waiter of the joiner parked on it.
   std::atomic<std::uintptr_t> word_{kOpen};
 };
 
 struct JoinBase {
   JoinSignal done;
   std::exception_ptr error;
+  // Destroys and frees the whole state (the SpawnState this is part of); called once, by the
+  // side that holds the last reference (see JoinSignal).
+  void (*destroy)(JoinBase*) noexcept = nullptr;
 };
 template <typename T>
 struct JoinState : JoinBase {
@@ -107,13 +127,41 @@ struct FiberBody {
   ~FiberBody() = default;
 };
 
-// SpawnState: the callable and the join state in one allocation (shared by the fiber and the
-// handle through aliasing shared_ptrs). The callable may be move-only; it is destroyed as soon
-// as it returns (not when the handle goes), so what it captured (a socket, a lock) is released
-// with the fiber.
+// Where SpawnStates live: on a worker, its slab shard (//alloc:slab), so a spawn costs no malloc
+// and the fiber that finishes on another worker frees through the owner's remote-free list;
+// elsewhere, or when a slab has no room, operator new. A 16-byte header says which. (glibc's
+// malloc was a quarter of W2's profile: an arena lock per spawn once the spawning thread's
+// tcache ran dry, and malloc_consolidate.)
+void* AllocateSpawnState(std::size_t bytes);
+void FreeSpawnState(void* p) noexcept;
+
+// SpawnState: the callable and the join state in one allocation, referenced by the fiber (as its
+// FiberBody) and by the handle (as its JoinState); the second of the two to let go frees it
+// (JoinSignal). The callable may be move-only; it is destroyed as soon as it returns (not when
+// the handle goes), so what it captured (a socket, a lock) is released with the fiber.
 template <typename T, typename F>
 struct SpawnState final : JoinState<T>, FiberBody {
-  explicit SpawnState(F&& f) : fn(std::move(f)) {}
+  explicit SpawnState(F&& f) : fn(std::move(f)) { this->destroy = &Destroy; }
+  // New: a state for f; throws what the allocation or F's move constructor throws.
+  static SpawnState* New(F&& f) {
+    void* p;
+    if constexpr (alignof(SpawnState) <= 16) {
+      p = AllocateSpawnState(sizeof(SpawnState));
+    } else {
+      p = ::operator new(sizeof(SpawnState), std::align_val_t{alignof(SpawnState)});
+    }
+    try {
+      return ::new (p) SpawnState(std::move(f));
+    } catch (...) {
+      Free(p);
+      throw;
+    }
+  }
+  static void Destroy(JoinBase* base) noexcept {
+    auto* self = static_cast<SpawnState*>(static_cast<JoinState<T>*>(base));
+    self->~SpawnState();
+    Free(self);
+  }
   void run() override {
     try {
       if constexpr (std::is_void_v<T>) {
@@ -126,41 +174,28 @@ struct SpawnState final : JoinState<T>, FiberBody {
       this->error = std::current_exception();
     }
     fn.reset();
-    this->done.set();
+    if (this->done.set()) Destroy(this);  // the handle was dropped: ours alone
   }
   void fail(std::exception_ptr why) override {
     fn.reset();
     this->error = std::move(why);
-    this->done.set();
+    if (this->done.set()) Destroy(this);
   }
   std::optional<F> fn;
-};
 
-void Spawn(Runtime& rt, std::shared_ptr<FiberBody> body, const FiberOptions& options);
-
-// Where SpawnStates (with their shared_ptr control block) live: on a worker, its slab shard
-// (//alloc:slab), so a spawn costs no malloc and the fiber that finishes on another worker frees
-// through the owner's remote-free list; elsewhere, or when a slab has no room, operator new. A
-// 16-byte header says which. (glibc's malloc was a quarter of W2's profile: an arena lock per
-// spawn once the spawning thread's tcache ran dry, and malloc_consolidate.)
-void* AllocateSpawnState(std::size_t bytes);
-void FreeSpawnState(void* p) noexcept;
-template <typename T>
-struct SpawnAllocator {
-  using value_type = T;
-  SpawnAllocator() = default;
-  template <typename U>
-  SpawnAllocator(const SpawnAllocator<U>&) noexcept {}
-  T* allocate(std::size_t n) {
-    static_assert(alignof(T) <= 16, "over-aligned spawn states use make_shared");
-    return static_cast<T*>(AllocateSpawnState(n * sizeof(T)));
-  }
-  void deallocate(T* p, std::size_t) noexcept { FreeSpawnState(p); }
-  template <typename U>
-  bool operator==(const SpawnAllocator<U>&) const noexcept {
-    return true;
+ private:
+  static void Free(void* p) noexcept {
+    if constexpr (alignof(SpawnState) <= 16) {  // AllocateSpawnState's alignment
+      FreeSpawnState(p);
+    } else {
+      ::operator delete(p, std::align_val_t{alignof(SpawnState)});
+    }
   }
 };
+
+// Spawn: a fiber that runs body; throws std::system_error (EINVAL) for a stack size no class
+// has, std::bad_alloc; on a throw, body is untouched (the caller still owns it).
+void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options);
 
 // RunBlocking: runs fn(arg) on the blocking pool of the calling fiber's runtime while the fiber
 // parks; false when the caller is not a fiber (the caller then runs it itself).
@@ -195,12 +230,18 @@ template <typename T>
 class [[nodiscard]] JoinHandle {
  public:
   JoinHandle() = default;
-  explicit JoinHandle(std::shared_ptr<scheduler_internal::JoinState<T>> s) : state_(std::move(s)) {}
   // Move-only: one owner, so one join. Assigning over a joinable handle detaches its fiber.
-  JoinHandle(JoinHandle&&) noexcept = default;
-  JoinHandle& operator=(JoinHandle&&) noexcept = default;
+  JoinHandle(JoinHandle&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  JoinHandle& operator=(JoinHandle&& other) noexcept {
+    if (this != &other) {
+      detach();
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
   JoinHandle(const JoinHandle&) = delete;
   JoinHandle& operator=(const JoinHandle&) = delete;
+  ~JoinHandle() { detach(); }
 
   bool joinable() const { return state_ != nullptr; }
 
@@ -209,7 +250,12 @@ class [[nodiscard]] JoinHandle {
       const WaitOptions& options = {}) {
     if (state_ == nullptr) return std::errc::invalid_argument;
     if (Result<void> r = state_->done.wait(options); !r) return r.error();
-    auto state = std::move(state_);
+    // The fiber finished (set, acquire): the state is ours alone, freed as we return.
+    struct Release {
+      scheduler_internal::JoinBase* state;
+      ~Release() { state->destroy(state); }
+    } release{std::exchange(state_, nullptr)};
+    auto* state = static_cast<scheduler_internal::JoinState<T>*>(release.state);
     if (state->error) std::rethrow_exception(state->error);
     if constexpr (std::is_void_v<T>) {
       return std::monostate{};
@@ -217,10 +263,15 @@ class [[nodiscard]] JoinHandle {
       return std::move(*state->value);
     }
   }
-  void detach() { state_.reset(); }
+  void detach() {
+    scheduler_internal::JoinState<T>* state = std::exchange(state_, nullptr);
+    if (state != nullptr && state->done.drop()) state->destroy(state);
+  }
 
  private:
-  std::shared_ptr<scheduler_internal::JoinState<T>> state_;
+  friend class Runtime;
+  explicit JoinHandle(scheduler_internal::JoinState<T>* state) : state_(state) {}
+  scheduler_internal::JoinState<T>* state_ = nullptr;
 };
 
 class Runtime {
@@ -241,17 +292,14 @@ class Runtime {
   auto spawn(F f, const FiberOptions& options = {}) -> JoinHandle<std::invoke_result_t<F&>> {
     using T = std::invoke_result_t<F&>;
     using State = scheduler_internal::SpawnState<T, F>;
-    std::shared_ptr<State> state;
-    if constexpr (alignof(State) <= 16) {
-      state =
-          std::allocate_shared<State>(scheduler_internal::SpawnAllocator<State>(), std::move(f));
-    } else {
-      state = std::make_shared<State>(std::move(f));
+    State* state = State::New(std::move(f));
+    try {
+      scheduler_internal::Spawn(*this, state, options);
+    } catch (...) {
+      State::Destroy(state);
+      throw;
     }
-    scheduler_internal::JoinState<T>* join = state.get();
-    scheduler_internal::Spawn(
-        *this, std::shared_ptr<scheduler_internal::FiberBody>(state, state.get()), options);
-    return JoinHandle<T>(std::shared_ptr<scheduler_internal::JoinState<T>>(std::move(state), join));
+    return JoinHandle<T>(state);
   }
 
   // block_on: runs f() on a fiber and returns its result; call it from outside the runtime (a
@@ -295,7 +343,7 @@ class Runtime {
  private:
   friend ForkJoinPool& scheduler_internal::ForkJoinPoolOf(Runtime& rt);
   friend bool scheduler_internal::InFiberOf(const Runtime& rt);
-  friend void scheduler_internal::Spawn(Runtime&, std::shared_ptr<scheduler_internal::FiberBody>,
+  friend void scheduler_internal::Spawn(Runtime&, scheduler_internal::FiberBody*,
                                         const FiberOptions&);
   std::unique_ptr<Impl> impl_;
 };
