@@ -130,13 +130,18 @@ inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-struct Fiber {
+// Line-aligned, so that its first 128 bytes are two lines (not three): W2 on 1 worker
+// 22.0 -> 16.0 ms with the layout below.
+struct alignas(64) Fiber {
   // shutting_down: the runtime's flag, which interrupts the fiber's waits once set.
   Fiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down)
       : rt(runtime), waiter(this, shutting_down) {}
   Fiber(const Fiber&) = delete;
   Fiber& operator=(const Fiber&) = delete;
 
+  // The first 128 bytes hold what a spawn writes and a first run reads (W2: a queued fiber has
+  // left the caches by the time it runs, so each line here is a miss at both ends); the fields
+  // of parks, wake-ups and dumps follow.
   Runtime::Impl* rt;
   // Null until the fiber first runs: its stack comes then, from the cache of the worker that
   // runs it (Impl::Prepare), not at spawn. A queued fiber holds no stack, and the one it gets is
@@ -150,33 +155,35 @@ struct Fiber {
   Stack stack;
   StackOptions stack_options;
   FiberBody* body = nullptr;  // what it runs: its SpawnState, which frees itself (JoinSignal)
-  Worker* worker = nullptr;  // the worker running it (or that last ran it)
-  Worker* pinned = nullptr;  // non-null: runs only there
+  Worker* worker = nullptr;   // the worker running it (or that last ran it)
+  Worker* pinned = nullptr;   // non-null: runs only there
   std::atomic<int> state{kRunnable};
   std::atomic<bool> permit{false};
-  std::atomic<std::uint64_t> wait_gen{0};
-  TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
   // Set by a notify that won the kParked -> kRunnable CAS, before it schedules the fiber; read
   // and reset by the fiber (the scheduling hand-off orders the two).
   bool woken_by_notify = false;
   // Set by a sleep whose deadline it has just checked against a fresh clock reading: the next
-  // wait skips its own check (and clock read) once. Owner only. (In the padding after
-  // woken_by_notify: a field that moved the ones after it cost W2 2%.)
+  // wait skips its own check (and clock read) once. Owner only.
   bool deadline_checked = false;
+  // Identity: written at spawn and read by dumps, both under meta_lock. name_len is the length
+  // of name, which is written (and terminated) only when not empty.
+  sync_internal::SpinLock meta_lock;
+  std::uint64_t id = 0;
+  LocalSlots locals;
+  TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
+  // The fd of the I/O it waits on, for dumps (relaxed: informational); what it waits on is
+  // the waiter's note_wait.
+  std::atomic<int> wait_fd{-1};
+  std::uint8_t name_len = 0;
+  // ---- 128 bytes
+  std::atomic<std::uint64_t> wait_gen{0};
   // The same for a timer (ResumeTimedOut): the wait generation it woke. Equal to the current
   // park's, it was that park's own timer, whose deadline has passed: the wait reports the timeout
   // without reading the clock again. (A stale timer can still win the CAS against a later park,
   // between its generation check and the CAS; its older generation marks that wake spurious.)
   std::uint64_t timer_woke_gen = 0;
   FiberWaiter waiter;
-  // Identity: written at spawn and read by dumps, both under meta_lock.
-  sync_internal::SpinLock meta_lock;
-  std::uint64_t id = 0;
   char name[32] = {};
-  // The fd of the I/O it waits on, for dumps (relaxed: informational); what it waits on is
-  // the waiter's note_wait.
-  std::atomic<int> wait_fd{-1};
-  LocalSlots locals;
   // A blocking region: the blocking thread's own context, and the task that moves it there.
   Context region_home = nullptr;
   struct RegionTask {
@@ -495,12 +502,18 @@ struct Runtime::Impl {
   // batches, so that spawning on one worker and exiting on another takes the pool lock once per
   // kFiberBatch fibers, not twice per fiber.
   static constexpr std::size_t kFiberBatch = 32;
+  // A spawn prefetches the Fiber that the kSpawnAhead-th spawn after it will take, and a take
+  // from the run queue the one kObjectAhead places behind the next (PrefetchHotLines).
+  static constexpr std::size_t kSpawnAhead = 3;
+  static constexpr std::size_t kObjectAhead = 2;
   Fiber* NewFiber(Worker* w, const FiberOptions& fiber_options, Worker* pinned_to) {
     Fiber* f = nullptr;
     if (w != nullptr && !w->free_fibers.empty()) {
       f = w->free_fibers.back();
       w->free_fibers.pop_back();
-      if (!w->free_fibers.empty()) PrefetchSpawnLines(w->free_fibers.back());
+      if (w->free_fibers.size() >= kSpawnAhead) {
+        PrefetchHotLines(w->free_fibers[w->free_fibers.size() - kSpawnAhead]);
+      }
     } else {
       std::lock_guard<std::mutex> lock(pool_mu);
       if (!pool.empty()) {
@@ -526,8 +539,11 @@ struct Runtime::Impl {
       f->id = w->next_id++;
     }
     std::size_t n = std::min(fiber_options.name.size(), sizeof f->name - 1);
-    if (n != 0) std::memcpy(f->name, fiber_options.name.data(), n);
-    f->name[n] = '\0';
+    if (n != 0) {  // (a nameless fiber leaves name's line alone)
+      std::memcpy(f->name, fiber_options.name.data(), n);
+      f->name[n] = '\0';
+    }
+    f->name_len = static_cast<std::uint8_t>(n);
     f->pinned = pinned_to;
     f->meta_lock.unlock();
     return f;
@@ -564,23 +580,14 @@ struct Runtime::Impl {
     }
     return w.yields.pop();
   }
-  // PrefetchSpawnLines: asks, for writing, for the lines of a free Fiber that a spawn writes (its
-  // first line through its name). Called one spawn ahead, on the next fiber of the worker's free
-  // list: a recycled Fiber has usually left the caches (or last ran on the other core), and the
-  // first write to it, meta_lock's exchange, was 12% of W2's profile, waiting on that miss.
-  // (context.h's prefetch loop, which prefetch_context uses too.)
-  [[gnu::always_inline]] static void PrefetchSpawnLines(const Fiber* f) {
-    const auto lo = reinterpret_cast<std::uintptr_t>(f);
-    const auto hi = reinterpret_cast<std::uintptr_t>(&f->name) + sizeof f->name;
+  // PrefetchHotLines: asks, for writing, for the lines of f's first 128 bytes: what a spawn
+  // writes, and what starting or resuming f reads and writes. Used a few fibers ahead, where
+  // the Fiber has usually left the caches (a recycled one, or one that waited in a queue), so
+  // that the misses overlap instead of stalling one after another. (context.h's prefetch loop.)
+  [[gnu::always_inline]] static void PrefetchHotLines(const Fiber* f) {
+    const auto lo = reinterpret_cast<std::uintptr_t>(f) & ~std::uintptr_t{63};
+    const auto hi = reinterpret_cast<std::uintptr_t>(&f->name_len) + 1;
     context_internal::PrefetchLinesForWrite(lo, 0, static_cast<int>((hi - lo + 63) / 64));
-  }
-  // PrefetchObject: asks for the first cache line of f (what taking and starting it reads).
-  [[gnu::always_inline]] static void PrefetchObject(const Fiber* f) {
-#if defined(__GNUC__)
-    __builtin_prefetch(f, 0, 3);
-#else
-    (void)f;
-#endif
   }
   // TakeOwnQueue: the oldest fiber of w's own queue (FIFO, so fibers take turns), or null.
   // Out of line: its out-parameter is a local whose address escapes, which would keep callers
@@ -591,13 +598,13 @@ struct Runtime::Impl {
     // Software pipelining of cold resumes: a fiber that waited in a queue finds its object and
     // its stack out of the caches, and its resume waits on those misses one after another. So
     // as each fiber is taken, ask for the stack of the one after it (whose object was asked for
-    // one take earlier) and for the object of the one after that. Hints only: either may be
-    // taken by a thief meanwhile.
+    // two takes earlier) and for the object of the one kObjectAhead after that. Hints only:
+    // any of them may be taken by a thief meanwhile.
     Fiber* next = nullptr;
     if (w.queue.peek(0, &next)) {
       if (Context c = next->context()) prefetch_context(c);
-      Fiber* after = nullptr;
-      if (w.queue.peek(1, &after)) PrefetchObject(after);
+      Fiber* ahead = nullptr;
+      if (w.queue.peek(kObjectAhead, &ahead)) PrefetchHotLines(ahead);
     }
     return g;
   }
@@ -629,7 +636,7 @@ struct Runtime::Impl {
     f->stack = std::move(stack).value();
     f->set_context(*make_context(f->stack.span(), &FiberMain));
     // The name was written at spawn, before f was queued; a fresh record's name is empty.
-    if (f->name[0] != '\0') set_context_name(f->context(), f->name);
+    if (f->name_len != 0) set_context_name(f->context(), {f->name, f->name_len});
     return true;
   }
   // Retire: f finished (or failed before it started) on w: its object and its credit stay here.
@@ -880,7 +887,7 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options) {
   f->body = body;
   f->permit.store(false, std::memory_order_relaxed);
   f->pending_timer = nullptr;
-  f->waiter.note_wait(nullptr, nullptr);
+  // (The waiter's note_wait is null already: every wait resets it as it ends.)
   f->state.store(kRunnable, std::memory_order_relaxed);
   if (w != nullptr) {
     std::int64_t spare = w->credits.load(std::memory_order_relaxed);
@@ -1326,7 +1333,8 @@ std::string Runtime::dump_fibers() const {
     const char* what = f->waiter.waiting_on();
     f->meta_lock.lock();
     int n =
-        std::snprintf(buf, sizeof buf, "fiber %" PRIu64 " \"%s\" %s", f->id, f->name, StateName(s));
+        std::snprintf(buf, sizeof buf, "fiber %" PRIu64 " \"%.*s\" %s", f->id, f->name_len, f->name,
+                      StateName(s));
     Worker* pinned = f->pinned;
     f->meta_lock.unlock();
     if (what != nullptr && s == kParked) {
@@ -1701,7 +1709,7 @@ std::uint64_t id() {
 
 std::string_view name() {
   Fiber* f = CurrentFiber();
-  return f != nullptr ? std::string_view(f->name) : std::string_view();
+  return f != nullptr ? std::string_view(f->name, f->name_len) : std::string_view();
 }
 
 bool in_fiber() { return CurrentFiber() != nullptr; }
