@@ -369,9 +369,14 @@ struct Runtime::Impl {
   std::atomic<std::uint64_t> next_id{1};
   static constexpr std::uint64_t kIdBlock = 1024;  // ids handed to a worker at once
   std::atomic<std::uint64_t> spawned_outside{0};
-  mutable std::mutex pool_mu;
-  std::vector<Fiber*> pool;  // finished fibers for reuse
-  std::vector<std::unique_ptr<Fiber>> all_fibers;
+  // Finished fibers for reuse, moved to and from the workers' free lists in batches. A spin
+  // lock: a spawning worker refills while another spills, and a futex wake per contended
+  // unlock (a system call) cost more than the few pointer moves it guards.
+  sync_internal::SpinLock pool_lock;
+  std::vector<Fiber*> pool;  // guarded by pool_lock
+  // Every Fiber object this runtime made (they live as long as it does), for dumps and shutdown.
+  mutable std::mutex fibers_mu;
+  std::vector<std::unique_ptr<Fiber>> all_fibers;  // guarded by fibers_mu
   std::unique_ptr<BlockingPool> blocking;
   std::unique_ptr<ForkJoinPool> fork_join;  // hosted: the workers are this runtime's
 
@@ -515,17 +520,22 @@ struct Runtime::Impl {
         PrefetchHotLines(w->free_fibers[w->free_fibers.size() - kSpawnAhead]);
       }
     } else {
-      std::lock_guard<std::mutex> lock(pool_mu);
-      if (!pool.empty()) {
-        f = pool.back();
-        pool.pop_back();
-        for (std::size_t i = 0; w != nullptr && i < kFiberBatch && !pool.empty(); ++i) {
-          w->free_fibers.push_back(pool.back());
+      {
+        std::lock_guard<sync_internal::SpinLock> lock(pool_lock);
+        if (!pool.empty()) {
+          f = pool.back();
           pool.pop_back();
+          for (std::size_t i = 0; w != nullptr && i < kFiberBatch && !pool.empty(); ++i) {
+            w->free_fibers.push_back(pool.back());
+            pool.pop_back();
+          }
         }
-      } else {
-        all_fibers.push_back(std::make_unique<Fiber>(this, &shutting_down));
-        f = all_fibers.back().get();
+      }
+      if (f == nullptr) {
+        auto fresh = std::make_unique<Fiber>(this, &shutting_down);
+        f = fresh.get();
+        std::lock_guard<std::mutex> lock(fibers_mu);
+        all_fibers.push_back(std::move(fresh));
       }
     }
     f->meta_lock.lock();
@@ -553,7 +563,7 @@ struct Runtime::Impl {
     f->state.store(kDone, std::memory_order_relaxed);
     w.free_fibers.push_back(f);
     if (w.free_fibers.size() >= 2 * kFiberBatch) {
-      std::lock_guard<std::mutex> lock(pool_mu);
+      std::lock_guard<sync_internal::SpinLock> lock(pool_lock);
       for (std::size_t i = 0; i < kFiberBatch; ++i) {
         pool.push_back(w.free_fibers.back());
         w.free_fibers.pop_back();
@@ -1207,7 +1217,7 @@ Runtime::~Runtime() {
   while (impl_->credits.load(std::memory_order_acquire) != 0) {
     std::vector<Fiber*> parked;
     {
-      std::lock_guard<std::mutex> lock(impl_->pool_mu);
+      std::lock_guard<std::mutex> lock(impl_->fibers_mu);
       for (auto& f : impl_->all_fibers) {
         int s = f->state.load(std::memory_order_relaxed);
         if (s == kParked) parked.push_back(f.get());
@@ -1326,7 +1336,7 @@ std::string Runtime::stats_json() const {
 std::string Runtime::dump_fibers() const {
   std::string out;
   char buf[256];
-  std::lock_guard<std::mutex> lock(impl_->pool_mu);
+  std::lock_guard<std::mutex> lock(impl_->fibers_mu);
   for (const auto& f : impl_->all_fibers) {
     int s = f->state.load(std::memory_order_relaxed);
     if (s == kDone) continue;
