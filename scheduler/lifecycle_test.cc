@@ -6,9 +6,16 @@
 #if !defined(_WIN32)
 #include <sys/resource.h>
 #endif
+#if defined(__linux__)
+#include <dirent.h>
+#include <sys/types.h>
+#endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -512,7 +519,39 @@ double ProcessCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+#if defined(__linux__)
+// The ids of this process's threads.
+std::vector<pid_t> ThreadIds() {
+  std::vector<pid_t> ids;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') ids.push_back(static_cast<pid_t>(std::atoi(e->d_name)));
+    }
+    closedir(d);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+// CPU seconds used by the given threads of this process, from their per-thread CPU clocks (the
+// clock id pthread_getcpuclockid makes for a thread id: the kernel's
+// MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)). A thread that has exited counts 0.
+double ThreadsCpuSeconds(const std::vector<pid_t>& ids) {
+  double sum = 0;
+  for (pid_t id : ids) {
+    auto clock = static_cast<clockid_t>((~static_cast<unsigned>(id) << 3) | 6u);
+    timespec ts{};
+    if (clock_gettime(clock, &ts) == 0) {
+      sum += static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+    }
+  }
+  return sum;
+}
+#endif
+
 TEST(IdleTest, AnIdleRuntimeUsesUnderOnePercentOfACore) {
+#if defined(__linux__)
+  const std::vector<pid_t> before = ThreadIds();
+#endif
   Runtime rt({.workers = 2});
   rt.block_on([] {});  // the workers have run something and gone idle
   // Earlier tests left stacks whose pages idle workers give back, 512 at a time, once the pool
@@ -520,11 +559,31 @@ TEST(IdleTest, AnIdleRuntimeUsesUnderOnePercentOfACore) {
   (void)StackPool::default_pool().flush_trim();
   EXPECT_FALSE(StackPool::default_pool().trim_pending());
   std::this_thread::sleep_for(200ms);
-  double cpu0 = ProcessCpuSeconds();
-  auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(1s);
-  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  double share = (ProcessCpuSeconds() - cpu0) / wall;
+  // What the runtime's own threads use (on Linux): the process's total also counts a
+  // sanitizer's background thread, which under TSan used 1-2% of a core by itself here when
+  // other tests ran at the same time.
+#if defined(__linux__)
+  std::vector<pid_t> ours;
+  const std::vector<pid_t> after = ThreadIds();
+  std::set_difference(after.begin(), after.end(), before.begin(), before.end(),
+                      std::back_inserter(ours));
+  ASSERT_GE(ours.size(), 2u);  // the workers
+  auto cpu = [&] { return ThreadsCpuSeconds(ours); };
+#else
+  auto cpu = [] { return ProcessCpuSeconds(); };
+#endif
+  // The median of three seconds: one second in which a worker's few wake-ups were slow (seen
+  // under TSan with other tests running: 1.1% once, against 0.3% usually) does not decide.
+  std::vector<double> shares;
+  for (int i = 0; i < 3; ++i) {
+    double cpu0 = cpu();
+    auto t0 = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(1s);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    shares.push_back((cpu() - cpu0) / wall);
+  }
+  std::sort(shares.begin(), shares.end());
+  double share = shares[1];
   RecordProperty("idle_cpu_share_permille", static_cast<int>(share * 1000));
   // Under qemu-user each idle wake-up (at most one per worker per 100 ms) costs the emulator's
   // translation and syscall overhead on top: measured 1.4% there, so the bound is 5%.
