@@ -111,6 +111,7 @@ struct TimerEntry {
   Worker* owner = nullptr;
   std::chrono::steady_clock::time_point deadline;
   std::atomic<int> refs{2};
+  TimerEntry* next_spare = nullptr;  // on its worker's spare list (Worker::spare_timers)
 };
 
 void FreeTimerEntry(TimerEntry* e);
@@ -258,9 +259,12 @@ struct Worker {
   std::errc reactor_error{};
   std::uint64_t rng = 0;
   std::vector<Fiber*> free_fibers;  // owner only; batches move to and from the runtime's pool
-  // Freed timer entries for this worker's next timed waits (owner only; capacity reserved at
-  // construction, never grown): a sleep then costs no malloc and free.
-  std::vector<TimerEntry*> spare_timers;
+  // Freed timer entries for this worker's next timed waits (owner only): an intrusive list, so
+  // that a free never allocates; up to kSpareTimers, so that a burst of timed waits (W5: 10,000
+  // sleeps) costs no malloc and free once the worker has seen one that size.
+  TimerEntry* spare_timers = nullptr;
+  std::size_t spare_count = 0;
+  bool exited_timers = false;  // set at exit: later frees here delete
   // Fibers that could not get a stack to start on, with the error; failed by the worker loop.
   std::vector<std::pair<Fiber*, std::error_code>> unstartable;
   // Spare live-fiber credits (see Impl::credits). Written by the owner only (relaxed load+store);
@@ -310,15 +314,16 @@ struct Worker {
 thread_local Worker* t_worker = nullptr;
 thread_local Fiber* t_region_fiber = nullptr;  // the fiber a blocking thread runs for a region
 
-constexpr std::size_t kSpareTimers = 256;  // per worker
+constexpr std::size_t kSpareTimers = std::size_t{1} << 16;  // per worker (at most 5 MiB)
 
 // NewTimerEntry: a spare of the calling worker (refs reset; its node is unqueued: both sides
 // released it), else a new one.
 TimerEntry* NewTimerEntry() {
   Worker* w = t_worker;
-  if (w == nullptr || w->spare_timers.empty()) return new TimerEntry{};
-  TimerEntry* e = w->spare_timers.back();
-  w->spare_timers.pop_back();
+  if (w == nullptr || w->spare_timers == nullptr) return new TimerEntry{};
+  TimerEntry* e = w->spare_timers;
+  w->spare_timers = e->next_spare;
+  --w->spare_count;
   // relaxed: nobody else holds a reference yet; publishing the entry orders it.
   e->refs.store(2, std::memory_order_relaxed);
   return e;
@@ -326,8 +331,10 @@ TimerEntry* NewTimerEntry() {
 
 void FreeTimerEntry(TimerEntry* e) {
   Worker* w = t_worker;
-  if (w != nullptr && w->spare_timers.size() < w->spare_timers.capacity()) {
-    w->spare_timers.push_back(e);  // within capacity: no allocation
+  if (w != nullptr && !w->exited_timers && w->spare_count < kSpareTimers) {
+    e->next_spare = w->spare_timers;
+    w->spare_timers = e;
+    ++w->spare_count;
     return;
   }
   delete e;
@@ -1168,8 +1175,12 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   // Timers left behind are stale (every fiber finished): free them, and the spares.
   w.timers.pop_all_due(Clock::time_point::max(),
                        [](TimerNode& node) { Release(reinterpret_cast<TimerEntry*>(&node)); });
-  for (TimerEntry* e : w.spare_timers) delete e;
-  std::vector<TimerEntry*>().swap(w.spare_timers);  // capacity 0: later frees here delete
+  while (TimerEntry* e = w.spare_timers) {
+    w.spare_timers = e->next_spare;
+    delete e;
+  }
+  w.spare_count = 0;
+  w.exited_timers = true;  // later frees here delete
   TakeMail(w);  // cancel requests that raced with their completions
   w.reactor.reset();
   fork_join->detach_current_thread();
@@ -1195,7 +1206,6 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     w->rt = impl_.get();
     w->index = i;
     w->rng = 0x9E3779B97F4A7C15ull * (i + 1);
-    w->spare_timers.reserve(kSpareTimers);
     impl_->workers.push_back(std::move(w));
   }
   // Each worker creates its reactor on its own thread (io_uring's single-issuer rings require
