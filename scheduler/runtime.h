@@ -60,8 +60,8 @@ namespace scheduler_internal {
 
 // JoinSignal: the "finished" flag of a fiber's join state, with room for the one caller that
 // waits on it (a JoinHandle is move-only, joined by its owner). It also decides who frees the
-// state, so that neither side counts references: the fiber's set() and the handle's drop() are
-// one atomic exchange each, and the side that comes second frees. A join that finds the fiber
+// state, so that neither side counts references: the fiber's set() (an exchange) and the
+// handle's drop() (a CAS) are one atomic step each, and the side that comes second frees. A join that finds the fiber
 // finished is one load, and the joiner then frees with no atomic at all.
 class JoinSignal {
  public:
