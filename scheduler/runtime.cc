@@ -265,8 +265,7 @@ struct Worker {
   // that a free never allocates; up to kSpareTimers, so that a burst of timed waits (W5: 10,000
   // sleeps) costs no malloc and free once the worker has seen one that size.
   TimerEntry* spare_timers = nullptr;
-  std::size_t spare_count = 0;
-  bool exited_timers = false;  // set at exit: later frees here delete
+  std::size_t spare_count = 0;  // kSpareTimers from the worker's exit on: later frees delete
   // Fibers that could not get a stack to start on, with the error; failed by the worker loop.
   std::vector<std::pair<Fiber*, std::error_code>> unstartable;
   // Spare live-fiber credits (see Impl::credits). Written by the owner only (relaxed load+store);
@@ -333,7 +332,7 @@ TimerEntry* NewTimerEntry() {
 
 void FreeTimerEntry(TimerEntry* e) {
   Worker* w = t_worker;
-  if (w != nullptr && !w->exited_timers && w->spare_count < kSpareTimers) {
+  if (w != nullptr && w->spare_count < kSpareTimers) {
     e->next_spare = w->spare_timers;
     w->spare_timers = e;
     ++w->spare_count;
@@ -1181,8 +1180,7 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
     w.spare_timers = e->next_spare;
     delete e;
   }
-  w.spare_count = 0;
-  w.exited_timers = true;  // later frees here delete
+  w.spare_count = kSpareTimers;  // as if full: later frees here delete
   TakeMail(w);  // cancel requests that raced with their completions
   w.reactor.reset();
   fork_join->detach_current_thread();
