@@ -624,6 +624,42 @@ TEST(SleepTest, SleepIsCancellable) {
   });
 }
 
+// Timers come due in batches (PopDueTimers takes up to 32 at a time): 1,000 sleepers with one
+// deadline on each worker, a third of them cancelled first (their entries go stale in the heap)
+// and some pinned, all end with the right result, each exactly once.
+TEST(SleepTest, ManySleepersDueTogetherAllWakeOnce) {
+  Runtime rt({.workers = 2});
+  constexpr int kN = 2000;
+  std::vector<CancellationSource> sources(kN);
+  std::atomic<int> slept{0}, cancelled{0}, other{0};
+  const auto deadline = std::chrono::steady_clock::now() + 50ms;
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < kN; ++i) {
+    FiberOptions opts;
+    if (i % 7 == 0) opts.pinned_worker = i % 2;
+    hs.push_back(rt.spawn(
+        [&, i] {
+          CancellationToken tok = sources[i].token();
+          Result<void> r = this_fiber::sleep_until(deadline, &tok);
+          if (r.ok()) {
+            slept.fetch_add(1);
+          } else if (r.error() == std::errc::operation_canceled) {
+            cancelled.fetch_add(1);
+          } else {
+            other.fetch_add(1);
+          }
+        },
+        opts));
+  }
+  for (int i = 0; i < kN; i += 3) sources[i].cancel();
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(slept.load() + cancelled.load(), kN);
+  // A cancel that came after the deadline may have found its sleeper already woken.
+  EXPECT_LE(cancelled.load(), (kN + 2) / 3);
+  EXPECT_GE(std::chrono::steady_clock::now(), deadline);
+}
+
 [[gnu::noinline]] int Deep(int depth) {
   volatile char frame[512];
   frame[0] = static_cast<char>(depth);

@@ -91,13 +91,13 @@ struct IoRequest;
 // once its runtime shuts down (Runtime::Impl::shutting_down).
 class FiberWaiter final : public Waiter {
  public:
-  FiberWaiter(Fiber* f, const std::atomic<bool>* shutting_down)
-      : Waiter(/*spins_before_park=*/0, shutting_down), fiber_(f) {}
+  explicit FiberWaiter(const std::atomic<bool>* shutting_down)
+      : Waiter(/*spins_before_park=*/0, shutting_down) {}
   bool wait(std::optional<SyncClock::time_point> deadline) override;
   void notify() override;
-
- private:
-  Fiber* fiber_;
+  // Its fiber: it is always Fiber::waiter. Computed, not stored: a stored pointer sat on a line
+  // of the Fiber that a wait touched for nothing else.
+  Fiber* fiber();
 };
 
 // A deadline of a parked fiber. Two references: the heap side (dropped when the owner worker pops
@@ -111,6 +111,11 @@ struct TimerEntry {
   Worker* owner = nullptr;
   std::chrono::steady_clock::time_point deadline;
   std::atomic<int> refs{2};
+  // Set by the owner worker as its deadline wakes the fiber (ClaimTimedOut), before the fiber is
+  // published; read by the fiber's wait after it resumes, while it still holds its reference.
+  // So the wait tells its own timer's wake-up from a stale entry's (of an earlier wait, which can
+  // still win the CAS against this park between its generation check and the CAS): spurious.
+  bool fired = false;
   TimerEntry* next_spare = nullptr;  // on its worker's spare list (Worker::spare_timers)
 };
 
@@ -138,7 +143,7 @@ inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
 struct alignas(64) Fiber {
   // shutting_down: the runtime's flag, which interrupts the fiber's waits once set.
   Fiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down)
-      : rt(runtime), waiter(this, shutting_down) {}
+      : rt(runtime), waiter(shutting_down) {}
   Fiber(const Fiber&) = delete;
   Fiber& operator=(const Fiber&) = delete;
 
@@ -156,11 +161,21 @@ struct alignas(64) Fiber {
   Context context() const { return ctx.load(std::memory_order_relaxed); }
   void set_context(Context c) { ctx.store(c, std::memory_order_relaxed); }
   Stack stack;
-  StackOptions stack_options;
   FiberBody* body = nullptr;  // what it runs: its SpawnState, which frees itself (JoinSignal)
   Worker* worker = nullptr;   // the worker running it (or that last ran it)
   Worker* pinned = nullptr;   // non-null: runs only there
+  // Identity: written at spawn and read by dumps, both under meta_lock. name_len is the length
+  // of name, which is written (and terminated) only when not empty.
+  std::uint64_t id = 0;
+  LocalSlots locals;
+  TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
   std::atomic<int> state{kRunnable};
+  // The fd of the I/O it waits on, for dumps (relaxed: informational); what it waits on is
+  // the waiter's note_wait.
+  std::atomic<int> wait_fd{-1};
+  // The stack it asks for at its first run: StackOptions, packed (sizes are at most 64 MiB).
+  std::uint32_t stack_size = 0;
+  StackProtection stack_protection = StackProtection::kAuto;
   std::atomic<bool> permit{false};
   // Set by a notify that won the kParked -> kRunnable CAS, before it schedules the fiber; read
   // and reset by the fiber (the scheduling hand-off orders the two).
@@ -168,23 +183,12 @@ struct alignas(64) Fiber {
   // Set by a sleep whose deadline it has just checked against a fresh clock reading: the next
   // wait skips its own check (and clock read) once. Owner only.
   bool deadline_checked = false;
-  // Identity: written at spawn and read by dumps, both under meta_lock. name_len is the length
-  // of name, which is written (and terminated) only when not empty.
   sync_internal::SpinLock meta_lock;
-  std::uint64_t id = 0;
-  LocalSlots locals;
-  TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
-  // The fd of the I/O it waits on, for dumps (relaxed: informational); what it waits on is
-  // the waiter's note_wait.
-  std::atomic<int> wait_fd{-1};
   std::uint8_t name_len = 0;
-  // ---- 128 bytes
+  // The generation of its current (or last) wait; a timer entry of another is stale. On the
+  // same line as state, which a timer's wake-up reads too (PopDueTimers).
   std::atomic<std::uint64_t> wait_gen{0};
-  // The same for a timer (ResumeTimedOut): the wait generation it woke. Equal to the current
-  // park's, it was that park's own timer, whose deadline has passed: the wait reports the timeout
-  // without reading the clock again. (A stale timer can still win the CAS against a later park,
-  // between its generation check and the CAS; its older generation marks that wake spurious.)
-  std::uint64_t timer_woke_gen = 0;
+  // ---- 128 bytes: a wait adds the waiter's first line (a sleep touches no other).
   FiberWaiter waiter;
   char name[32] = {};
   // A blocking region: the blocking thread's own context, and the task that moves it there.
@@ -325,8 +329,12 @@ TimerEntry* NewTimerEntry() {
   TimerEntry* e = w->spare_timers;
   w->spare_timers = e->next_spare;
   --w->spare_count;
+  // The next spare, for the next sleep: the list's spares went cold since they were freed (W5:
+  // a new sleep's read of its entry was a fifth of its wait).
+  if (w->spare_timers != nullptr) __builtin_prefetch(w->spare_timers, 1);
   // relaxed: nobody else holds a reference yet; publishing the entry orders it.
   e->refs.store(2, std::memory_order_relaxed);
+  e->fired = false;
   return e;
 }
 
@@ -607,7 +615,7 @@ struct Runtime::Impl {
   // that the misses overlap instead of stalling one after another. (context.h's prefetch loop.)
   [[gnu::always_inline]] static void PrefetchHotLines(const Fiber* f) {
     const auto lo = reinterpret_cast<std::uintptr_t>(f) & ~std::uintptr_t{63};
-    const auto hi = reinterpret_cast<std::uintptr_t>(&f->name_len) + 1;
+    const auto hi = reinterpret_cast<std::uintptr_t>(&f->wait_gen + 1);  // the last hot field
     context_internal::PrefetchLinesForWrite(lo, 0, static_cast<int>((hi - lo + 63) / 64));
   }
   // TakeOwnQueue: the oldest fiber of w's own queue (FIFO, so fibers take turns), or null.
@@ -649,7 +657,8 @@ struct Runtime::Impl {
     return PrepareFirstRun(w, f);
   }
   [[gnu::noinline]] bool PrepareFirstRun(Worker& w, Fiber* f) {
-    Result<Stack> stack = w.stacks->allocate(f->stack_options);
+    Result<Stack> stack =
+        w.stacks->allocate({.size = f->stack_size, .protection = f->stack_protection});
     if (!stack.ok()) [[unlikely]] {
       w.unstartable.emplace_back(f, stack.error_code());
       return false;
@@ -802,18 +811,15 @@ void Leave(Worker& w, Fiber* f, OnTopFn fn) {
   jump_context_ontop(next != nullptr ? next->context() : w.home, f, fn);
 }
 
-void ResumeTimedOut(TimerEntry* e) {
+// ClaimTimedOut: the fiber e's deadline wakes, or null if that wait is over (a stale entry) or
+// a notifier won the wake-up. The caller queues it.
+Fiber* ClaimTimedOut(TimerEntry* e) {
   Fiber* f = e->fiber;
   // acquire: the fiber's wait_gen store (release) happened before it parked.
-  if (e->gen != f->wait_gen.load(std::memory_order_acquire)) return;  // stale
-  if (ClaimWakeUp(f)) {
-    f->timer_woke_gen = e->gen;  // before Schedule publishes the fiber (as woken_by_notify)
-    Context ctx = f->context();  // read before: once published, f may run and end elsewhere
-    f->rt->Schedule(f);
-    // Timers come due in batches, and a sleeper's stack has gone cold: fetch it while the
-    // fibers queued before it run (W5: a resume's first pop off the stack was the top sample).
-    prefetch_context(ctx);
-  }
+  if (e->gen != f->wait_gen.load(std::memory_order_acquire)) return nullptr;  // stale
+  if (!ClaimWakeUp(f)) return nullptr;
+  e->fired = true;  // before the fiber is published (as woken_by_notify)
+  return f;
 }
 
 Fiber* CurrentFiber() {
@@ -824,8 +830,17 @@ Fiber* CurrentFiber() {
 
 }  // namespace
 
+// offsetof on a Fiber, which is not standard-layout (its waiter has virtual functions): GCC,
+// Clang and MSVC all give the member's offset for a class without virtual bases.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+Fiber* FiberWaiter::fiber() {
+  return reinterpret_cast<Fiber*>(reinterpret_cast<std::byte*>(this) - offsetof(Fiber, waiter));
+}
+#pragma GCC diagnostic pop
+
 bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
-  Fiber* f = fiber_;
+  Fiber* f = fiber();
   // A permit this misses is found by the on-top function (AfterPark), after kParked is
   // published: the Dekker read is there.
   bool deadline_checked = std::exchange(f->deadline_checked, false);
@@ -854,8 +869,10 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
     f->state.store(kRunning, std::memory_order_relaxed);
     // Any timer of this wait is now stale (one writer, as above).
     f->wait_gen.store(gen + 1, std::memory_order_release);
+    bool timed_out = false;
     if (entry != nullptr && f->pending_timer == entry) {
       f->pending_timer = nullptr;
+      timed_out = entry->fired;  // before our reference goes
       // On the owner's thread we may take it out of the heap ourselves (the heap side's
       // reference with it); elsewhere the owner pops it at its deadline, finds it stale, and
       // drops that side.
@@ -867,12 +884,12 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
     }
     if (f->woken_by_notify) return true;  // the notifier's fast path: no permit was stored
     if (TakePermit(f)) return true;
-    if (f->timer_woke_gen == gen) return false;  // its own timer, popped as due
+    if (timed_out) return false;  // its own timer, popped as due
   }
 }
 
 void FiberWaiter::notify() {
-  Fiber* f = fiber_;
+  Fiber* f = fiber();
   // Fast path: the fiber is parked. Winning the kParked -> kRunnable CAS makes this the wake-up;
   // it is told through woken_by_notify (written before Schedule publishes the fiber, read after
   // it resumes), so no permit is stored and none has to be consumed: two locked instructions
@@ -904,7 +921,8 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options) {
           ? impl.workers[static_cast<unsigned>(options.pinned_worker) % impl.workers.size()].get()
           : nullptr;
   Fiber* f = impl.NewFiber(w, options, pinned_to);
-  f->stack_options = so;
+  f->stack_size = static_cast<std::uint32_t>(so.size);
+  f->stack_protection = so.protection;
   f->body = body;
   f->permit.store(false, std::memory_order_relaxed);
   f->pending_timer = nullptr;
@@ -1037,11 +1055,51 @@ void Runtime::Impl::PopDueTimers(Worker& w) {
   if (w.timers.empty()) return;
   Clock::time_point now = Clock::now();
   w.clock_floor = now;
-  w.timers.pop_all_due(now, [&](TimerNode& node) {
-    auto* e = reinterpret_cast<TimerEntry*>(&node);
-    ResumeTimedOut(e);
-    Release(e);  // the heap side's reference
-  });
+  // In batches of up to kTimerBatch, in three passes, because each due timer's fiber has left
+  // the caches (W5: the wake-up's generation check and CAS, each a miss, were most of this
+  // function): popping writes each entry (its heap index), so the entries are fetched; then the
+  // fibers' lines are asked for together; then the fibers are claimed and queued.
+  constexpr std::size_t kTimerBatch = 32;
+  TimerEntry* due[kTimerBatch];
+  bool queued = false;  // a fiber went onto the stealable queue: wake a sleeper, once
+  for (;;) {
+    std::size_t n = 0;
+    while (n < kTimerBatch) {
+      TimerNode* node = w.timers.pop_due(now);
+      if (node == nullptr) break;
+      due[n++] = reinterpret_cast<TimerEntry*>(node);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      // The lines of the state word (the claim) and of wait_gen (the generation check).
+      __builtin_prefetch(&due[i]->fiber->state, 1);
+      __builtin_prefetch(&due[i]->fiber->wait_gen, 1);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      TimerEntry* e = due[i];
+      if (Fiber* f = ClaimTimedOut(e)) {
+        Context ctx = f->context();  // read before: once published, f may run and end elsewhere
+        if (f->pinned != nullptr && f->pinned != &w) {
+          Mail(*f->pinned, f, nullptr);
+        } else if (Fiber* displaced = std::exchange(w.run_next, f)) {
+          // As Schedule does (the latest woken runs next), without PushLocal's wake-up per
+          // fiber: that one's seq_cst fence after each store missed was 6% of W5.
+          if (displaced->pinned != nullptr) {
+            w.pinned_local.push_back(displaced);
+          } else {
+            QueueLocal(w, displaced);
+            queued = true;
+          }
+        }
+        // Timers come due in batches, and a sleeper's stack has gone cold: fetch it while the
+        // fibers queued before it run (W5: a resume's first pop off the stack was the top
+        // sample).
+        prefetch_context(ctx);
+      }
+      Release(e);  // the heap side's reference
+    }
+    if (n < kTimerBatch) break;
+  }
+  if (queued) WakeOne();
 }
 
 void Runtime::Impl::Run(Worker& w, Fiber* f) {
