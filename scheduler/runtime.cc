@@ -247,12 +247,6 @@ struct Worker {
   unsigned index = 0;
   std::thread thread;
   RunQueue queue;
-  // The owner takes from its queue in small batches, one CAS for up to kTakeBatch (the oldest
-  // half, rounded up, so thieves still find the rest); these wait here, owner only, FIFO, and
-  // run before the queue's next. TakeOwnQueue.
-  static constexpr std::size_t kTakeBatch = 4;
-  Fiber* taken[kTakeBatch] = {};
-  std::uint32_t taken_head = 0, taken_count = 0;
   Fiber* run_next = nullptr;
   std::vector<Fiber*> pinned_local;  // owner only: runnable fibers pinned here, FIFO via head
   std::size_t pinned_head = 0;
@@ -610,7 +604,7 @@ struct Runtime::Impl {
       }
       return g;
     }
-    if (w.taken_count != 0 || w.queue.size_approx() != 0) {
+    if (w.queue.size_approx() != 0) {
       if (Fiber* g = TakeOwnQueue(w)) return g;
     }
     return w.yields.pop();
@@ -625,40 +619,23 @@ struct Runtime::Impl {
     context_internal::PrefetchLinesForWrite(lo, 0, static_cast<int>((hi - lo + 63) / 64));
   }
   // TakeOwnQueue: the oldest fiber of w's own queue (FIFO, so fibers take turns), or null.
-  // Taken in batches (Worker::taken): the claiming CAS is a locked instruction, which waits for
-  // the worker's earlier stores, and those are misses to cold fibers and stacks (W5: the CAS was
-  // 6% of the samples). Out of line: its out-parameters are locals whose addresses escape,
-  // which would keep callers (yield) from making their final switch a tail call.
+  // Out of line: its out-parameter is a local whose address escapes, which would keep callers
+  // (yield) from making their final switch a tail call.
   [[gnu::noinline]] static Fiber* TakeOwnQueue(Worker& w) {
-    if (w.taken_count == 0) {
-      std::size_t n = w.queue.take_half(w.taken, Worker::kTakeBatch);
-      if (n == 0) return nullptr;
-      w.taken_head = 0;
-      w.taken_count = static_cast<std::uint32_t>(n);
-    }
-    Fiber* g = w.taken[w.taken_head++];
-    --w.taken_count;
+    Fiber* g = nullptr;
+    if (!w.queue.pop(&g)) return nullptr;
     // Software pipelining of cold resumes: a fiber that waited in a queue finds its object and
     // its stack out of the caches, and its resume waits on those misses one after another. So
     // as each fiber is taken, ask for the stack of the one after it (whose object was asked for
     // two takes earlier) and for the object of the one kObjectAhead after that. Hints only:
-    // those still in the queue may be taken by a thief meanwhile.
+    // any of them may be taken by a thief meanwhile.
     Fiber* next = nullptr;
-    if (PeekOwn(w, 0, &next)) {
+    if (w.queue.peek(0, &next)) {
       if (Context c = next->context()) prefetch_context(c);
       Fiber* ahead = nullptr;
-      if (PeekOwn(w, kObjectAhead, &ahead)) PrefetchHotLines(ahead);
+      if (w.queue.peek(kObjectAhead, &ahead)) PrefetchHotLines(ahead);
     }
     return g;
-  }
-  // PeekOwn: the i-th fiber TakeOwnQueue would return next (the batch, then the queue), as a
-  // hint (RunQueue::peek).
-  static bool PeekOwn(const Worker& w, std::size_t i, Fiber** out) {
-    if (i < w.taken_count) {
-      *out = w.taken[w.taken_head + i];
-      return true;
-    }
-    return w.queue.peek(i - w.taken_count, out);
   }
   // DirectNext: the fiber to switch to directly from the running one, made current; null when
   // the worker loop must run (nothing local, a fairness pass is due, or a fiber found no stack).
@@ -1037,8 +1014,7 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
     return g;
   }
   if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
-  if (w.pinned_head < w.pinned_local.size() || w.taken_count != 0 ||
-      w.queue.size_approx() != 0) {
+  if (w.pinned_head < w.pinned_local.size() || w.queue.size_approx() != 0) {
     if (Fiber* g = NextLocal(w)) return g;
   }
   PopDueTimers(w);
@@ -1143,7 +1119,7 @@ void Runtime::Impl::Sleep(Worker& w) {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker with WakeOne
   std::uint32_t word = w.wake_word.load(std::memory_order_acquire);
   bool work = inject.size_approx() != 0 || overflow_size.load(std::memory_order_relaxed) != 0 ||
-              w.run_next != nullptr || w.taken_count != 0 || w.yields.count != 0 ||
+              w.run_next != nullptr || w.yields.count != 0 ||
               w.has_mail.load(std::memory_order_relaxed) || w.pinned_head < w.pinned_local.size();
   for (const auto& v : workers) work = work || v->queue.size_approx() != 0;
   if (!work && !stop.load(std::memory_order_acquire)) {
