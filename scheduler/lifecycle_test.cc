@@ -624,9 +624,9 @@ TEST(SleepTest, SleepIsCancellable) {
   });
 }
 
-// Timers come due in batches (PopDueTimers takes up to 32 at a time): 1,000 sleepers with one
-// deadline on each worker, a third of them cancelled first (their entries go stale in the heap)
-// and some pinned, all end with the right result, each exactly once.
+// Timers come due in batches (PopDueTimers takes up to 32 at a time): 2,000 sleepers with one
+// deadline, on 2 workers, a third of them cancelled first (their entries go stale in the heap)
+// and every seventh pinned, all end with the right result, each exactly once.
 TEST(SleepTest, ManySleepersDueTogetherAllWakeOnce) {
   Runtime rt({.workers = 2});
   constexpr int kN = 2000;

@@ -164,8 +164,9 @@ struct alignas(64) Fiber {
   FiberBody* body = nullptr;  // what it runs: its SpawnState, which frees itself (JoinSignal)
   Worker* worker = nullptr;   // the worker running it (or that last ran it)
   Worker* pinned = nullptr;   // non-null: runs only there
-  // Identity: written at spawn and read by dumps, both under meta_lock. name_len is the length
-  // of name, which is written (and terminated) only when not empty.
+  // Identity: id, name_len and name are written at spawn and read by dumps, both under
+  // meta_lock. name_len is the length of name, which is written (and terminated) only when not
+  // empty.
   std::uint64_t id = 0;
   LocalSlots locals;
   TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
@@ -331,7 +332,10 @@ TimerEntry* NewTimerEntry() {
   --w->spare_count;
   // The next spare, for the next sleep: the list's spares went cold since they were freed (W5:
   // a new sleep's read of its entry was a fifth of its wait).
-  if (w->spare_timers != nullptr) __builtin_prefetch(w->spare_timers, 1);
+  if (w->spare_timers != nullptr) {
+    context_internal::PrefetchLinesForWrite(reinterpret_cast<std::uintptr_t>(w->spare_timers), 0,
+                                            1);
+  }
   // relaxed: nobody else holds a reference yet; publishing the entry orders it.
   e->refs.store(2, std::memory_order_relaxed);
   e->fired = false;
@@ -447,12 +451,17 @@ struct Runtime::Impl {
 
   // PushLocal: a runnable fiber onto the current worker w (owner thread).
   [[gnu::noinline]] void PushLocal(Worker& w, Fiber* f) {
+    if (PushLocalQuiet(w, f)) WakeOne();  // surplus work a sleeping worker could steal
+  }
+  // PushLocalQuiet: PushLocal without the wake-up, for a caller that pushes several and wakes
+  // once (PopDueTimers). True if f went where thieves find it (a pinned fiber does not).
+  bool PushLocalQuiet(Worker& w, Fiber* f) {
     if (f->pinned != nullptr) {
       w.pinned_local.push_back(f);
-      return;
+      return false;
     }
     QueueLocal(w, f);
-    WakeOne();  // surplus work a sleeping worker could steal
+    return true;
   }
   // QueueLocal: f onto w's run queue (owner thread); when that is full, its older half and f go
   // to the overflow list instead.
@@ -837,6 +846,10 @@ Fiber* CurrentFiber() {
 Fiber* FiberWaiter::fiber() {
   return reinterpret_cast<Fiber*>(reinterpret_cast<std::byte*>(this) - offsetof(Fiber, waiter));
 }
+// The layout the comments at Fiber and PopDueTimers count on.
+static_assert(offsetof(Fiber, wait_gen) + sizeof(Fiber::wait_gen) <= 128, "hot fields: 2 lines");
+static_assert(offsetof(Fiber, state) / 64 == offsetof(Fiber, wait_gen) / 64,
+              "a timer's wake-up reads state and wait_gen from one line");
 #pragma GCC diagnostic pop
 
 bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
@@ -1070,25 +1083,21 @@ void Runtime::Impl::PopDueTimers(Worker& w) {
       due[n++] = reinterpret_cast<TimerEntry*>(node);
     }
     for (std::size_t i = 0; i < n; ++i) {
-      // The lines of the state word (the claim) and of wait_gen (the generation check).
-      __builtin_prefetch(&due[i]->fiber->state, 1);
-      __builtin_prefetch(&due[i]->fiber->wait_gen, 1);
+      // The line of the state word (the claim) and wait_gen (the generation check): one line
+      // (asserted at FiberWaiter::fiber).
+      context_internal::PrefetchLinesForWrite(
+          reinterpret_cast<std::uintptr_t>(&due[i]->fiber->state), 0, 1);
     }
     for (std::size_t i = 0; i < n; ++i) {
       TimerEntry* e = due[i];
       if (Fiber* f = ClaimTimedOut(e)) {
         Context ctx = f->context();  // read before: once published, f may run and end elsewhere
         if (f->pinned != nullptr && f->pinned != &w) {
-          Mail(*f->pinned, f, nullptr);
+          ScheduleElsewhere(f);
         } else if (Fiber* displaced = std::exchange(w.run_next, f)) {
           // As Schedule does (the latest woken runs next), without PushLocal's wake-up per
           // fiber: that one's seq_cst fence after each store missed was 6% of W5.
-          if (displaced->pinned != nullptr) {
-            w.pinned_local.push_back(displaced);
-          } else {
-            QueueLocal(w, displaced);
-            queued = true;
-          }
+          queued = PushLocalQuiet(w, displaced) || queued;
         }
         // Timers come due in batches, and a sleeper's stack has gone cold: fetch it while the
         // fibers queued before it run (W5: a resume's first pop off the stack was the top
