@@ -4,11 +4,14 @@
 //   BM_SwapContext      POSIX swapcontext round trip: the baseline to beat
 //   BM_MakeAndFinish    make_context + first switch + exit_context on a pooled stack
 // Each reports `ns_per_switch` (per one-way switch).
-//   BM_NewGuardedStacks/markers:{0,1}  two threads creating 2,000 new guarded 16 KiB stacks each
-//                       from a fresh pool and touching their top page, as workers do in a
-//                       process's first burst of spawns: without guard markers (an mmap and an
-//                       mprotect per stack, the baseline) and with them (Linux 6.13+; the same
-//                       as 0 where the kernel has none). Reports `ns_per_stack`.
+//   BM_NewGuardedStacks/markers:{0,1}/populate:{0,16}  two threads creating 2,000 new guarded
+//                       16 KiB stacks each from a fresh pool and touching their top page, as
+//                       workers do in a burst of spawns that outgrows the stacks made so far:
+//                       without guard markers (an mmap and an mprotect per stack, the baseline)
+//                       and with them (Linux 6.13+; the same as 0 where the kernel has none);
+//                       each top page faulting in at its first write (populate:0, the baseline)
+//                       or populated ahead, 16 with one call (StackPoolOptions::populate_ahead).
+//                       Reports `ns_per_stack`.
 // Run with:
 //   ./bazelw run -c opt //context:context_benchmark -- --benchmark_format=json
 
@@ -105,8 +108,9 @@ BENCHMARK(BM_MakeAndFinish);
 void BM_NewGuardedStacks(benchmark::State& state) {
   constexpr int kPerThread = 2000;
   const bool markers = state.range(0) != 0;
+  const auto populate = static_cast<std::size_t>(state.range(1));
   for (auto _ : state) {
-    StackPool pool({.guard_markers = markers});
+    StackPool pool({.guard_markers = markers, .populate_ahead = populate});
     auto work = [&pool] {
       std::vector<Stack> held;
       held.reserve(kPerThread);
@@ -130,7 +134,10 @@ void BM_NewGuardedStacks(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(state.iterations() * 2 * kPerThread),
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_NewGuardedStacks)->ArgName("markers")->Arg(0)->Arg(1)->UseRealTime();
+BENCHMARK(BM_NewGuardedStacks)
+    ->ArgNames({"markers", "populate"})
+    ->ArgsProduct({{0, 1}, {0, 16}})
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace weft

@@ -5,6 +5,7 @@
 #include "context/stack.h"
 
 #if !defined(_WIN32)
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
 #endif
@@ -200,6 +201,58 @@ TEST_F(StackPoolTest, CompactRedZoneCheck) {
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(StackPool::check_red_zone(*s));
 }
+
+// Resident: whether the page holding p has memory (mincore), without touching it.
+bool Resident(const void* p) {
+  auto page = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{4095};
+  unsigned char v = 0;
+  return mincore(reinterpret_cast<void*>(page), 4096, &v) == 0 && (v & 1) != 0;
+}
+
+// KernelPopulates: whether MADV_POPULATE_WRITE works here (Linux 5.14+, not under emulation).
+bool KernelPopulates() {
+#ifdef MADV_POPULATE_WRITE
+  if (::weft::testing::Emulated()) return false;
+  void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  bool ok = madvise(p, 4096, MADV_POPULATE_WRITE) == 0 && Resident(p);
+  munmap(p, 4096);
+  return ok;
+#else
+  return false;
+#endif
+}
+
+class StackPopulateTest : public ::testing::TestWithParam<StackProtection> {};
+
+TEST_P(StackPopulateTest, NewStacksGetTheirTopPagesAheadOfTheFirstWrite) {
+  if (!KernelPopulates()) GTEST_SKIP() << "no MADV_POPULATE_WRITE here";
+  for (std::size_t ahead : {std::size_t{0}, std::size_t{16}}) {
+    SCOPED_TRACE(ahead);
+    StackPool pool({.populate_ahead = ahead});
+    std::vector<Stack> stacks;
+    for (int i = 0; i < 40; ++i) {  // past two batches of 16 from one chunk
+      Result<Stack> s = pool.allocate({.size = 16 << 10, .protection = GetParam()});
+      ASSERT_TRUE(s.ok());
+      ASSERT_EQ(s->protection(), GetParam());
+      StackSpan span = s->span();
+      auto* top = static_cast<char*>(span.base) + span.size - 1;
+      // Populated ahead: the top page has memory before anything wrote to it; without, the
+      // first write below faults it in.
+      EXPECT_EQ(Resident(top), ahead != 0) << "stack " << i;
+      *top = 1;
+      static_cast<char*>(span.base)[0] = 1;  // the rest of the stack works as before
+      if (GetParam() == StackProtection::kCompact) EXPECT_TRUE(StackPool::check_red_zone(*s));
+      stacks.push_back(std::move(s).value());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Protections, StackPopulateTest,
+                         ::testing::Values(StackProtection::kGuarded, StackProtection::kCompact),
+                         [](const auto& info) {
+                           return info.param == StackProtection::kGuarded ? "Guarded" : "Compact";
+                         });
 
 // Contexts that park on their stack and are later finished, for the many-stacks test.
 void ParkThenExit(Transfer t) {

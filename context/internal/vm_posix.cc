@@ -40,11 +40,15 @@ constexpr int kPidfdSelf = -10000;      // PIDFD_SELF, Linux 6.15
 constexpr std::size_t kVectorSlots = 64;
 
 // Cleared the first time process_madvise on PIDFD_SELF refuses (an older kernel, or a seccomp
-// filter): from then on, one madvise per slot. relaxed: a hint; either path installs the same
-// markers.
+// filter): from then on, one madvise per slot. relaxed: a hint; either path gives the same
+// advice.
 std::atomic<bool> g_vectored{true};
 
-bool InstallGuardsImpl(std::byte* base, std::size_t stride, std::size_t n) {
+// MadviseStrided: `advice` over [base + i * stride, + bytes) for i < n, with one system call per
+// kVectorSlots ranges where the kernel has process_madvise on itself, else one per range. False
+// on the first range the kernel refuses (errno tells why).
+bool MadviseStrided(std::byte* base, std::size_t stride, std::size_t n, std::size_t bytes,
+                    int advice) {
   std::size_t i = 0;
 #ifdef SYS_process_madvise
   while (i < n && g_vectored.load(std::memory_order_relaxed)) {
@@ -52,12 +56,12 @@ bool InstallGuardsImpl(std::byte* base, std::size_t stride, std::size_t n) {
     std::size_t k = std::min(kVectorSlots, n - i);
     for (std::size_t j = 0; j < k; ++j) {
       iov[j].iov_base = base + (i + j) * stride;
-      iov[j].iov_len = kVmGuardBytes;
+      iov[j].iov_len = bytes;
     }
-    long done = syscall(SYS_process_madvise, kPidfdSelf, iov, k, kMadvGuardInstall, 0u);
-    if (done != static_cast<long>(k * kVmGuardBytes)) {
-      // Refused, or partly done: the per-slot calls below redo this group (installing a marker
-      // twice is harmless) and report any real failure.
+    long done = syscall(SYS_process_madvise, kPidfdSelf, iov, k, advice, 0u);
+    if (done != static_cast<long>(k * bytes)) {
+      // Refused, or partly done: the per-range calls below redo this group (each advice used
+      // here is harmless given twice) and report any real failure.
       if (done < 0 && (errno == EBADF || errno == ENOSYS || errno == EINVAL || errno == EPERM)) {
         g_vectored.store(false, std::memory_order_relaxed);
       }
@@ -67,9 +71,13 @@ bool InstallGuardsImpl(std::byte* base, std::size_t stride, std::size_t n) {
   }
 #endif
   for (; i < n; ++i) {
-    if (madvise(base + i * stride, kVmGuardBytes, kMadvGuardInstall) != 0) return false;
+    if (madvise(base + i * stride, bytes, advice) != 0) return false;
   }
   return true;
+}
+
+bool InstallGuardsImpl(std::byte* base, std::size_t stride, std::size_t n) {
+  return MadviseStrided(base, stride, n, kVmGuardBytes, kMadvGuardInstall);
 }
 
 }  // namespace
@@ -107,13 +115,35 @@ bool VmInstallGuards(void*, std::size_t, std::size_t) { return false; }
 
 void VmDiscard(void* p, std::size_t bytes) { madvise(p, bytes, MADV_DONTNEED); }
 
-void VmPrefaultRead(void* p, std::size_t bytes) {
-  // Kernels before 5.14 refuse MADV_POPULATE_READ; the later read then faults as usual.
-#ifdef MADV_POPULATE_READ
-  (void)madvise(p, bytes, MADV_POPULATE_READ);
+#ifdef __linux__
+namespace {
+// Prefault: MADV_POPULATE_READ or _WRITE (Linux 5.14) over the strided ranges. Cleared once the
+// kernel refuses the advice (EINVAL: an older kernel), so that every later stack does not pay a
+// refused system call; the pages then fault in as they are touched, as before. relaxed: a hint.
+std::atomic<bool> g_populate{true};
+void Prefault(void* base, std::size_t stride, std::size_t n, std::size_t bytes, int advice) {
+  if (n == 0 || !g_populate.load(std::memory_order_relaxed)) return;
+  if (!MadviseStrided(static_cast<std::byte*>(base), stride, n, bytes, advice) &&
+      errno == EINVAL) {
+    g_populate.store(false, std::memory_order_relaxed);
+  }
+}
+}  // namespace
+#endif
+
+void VmPrefaultRead(void* base, std::size_t stride, std::size_t n, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_POPULATE_READ)
+  Prefault(base, stride, n, bytes, MADV_POPULATE_READ);
 #else
-  (void)p;
-  (void)bytes;
+  (void)base, (void)stride, (void)n, (void)bytes;
+#endif
+}
+
+void VmPrefaultWrite(void* base, std::size_t stride, std::size_t n, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+  Prefault(base, stride, n, bytes, MADV_POPULATE_WRITE);
+#else
+  (void)base, (void)stride, (void)n, (void)bytes;
 #endif
 }
 

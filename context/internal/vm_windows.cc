@@ -52,7 +52,8 @@ void VmDiscard(void* p, std::size_t bytes) {
   }
 }
 
-void VmPrefaultRead(void* /*p*/, std::size_t /*bytes*/) {}
+void VmPrefaultRead(void*, std::size_t, std::size_t, std::size_t) {}
+void VmPrefaultWrite(void*, std::size_t, std::size_t, std::size_t) {}
 
 // Windows itself has no per-process mapping limit, but each guarded stack takes its own 64 KiB
 // allocation granule and three page ranges, and under Wine every one is a host mapping, bounded
