@@ -120,7 +120,8 @@ Result<Context> make_context(StackSpan stack, ContextEntry entry) noexcept {
   auto lo = reinterpret_cast<std::uintptr_t>(stack.base);
   auto top = (lo + stack.size) & ~std::uintptr_t{context_internal::kRecordAlignment - 1};
   auto at = (top - sizeof(ContextRecord)) & ~std::uintptr_t{context_internal::kRecordAlignment - 1};
-  auto* record = new (reinterpret_cast<void*>(at)) ContextRecord{};
+  auto* record = new (reinterpret_cast<void*>(at)) ContextRecord;  // not {}: see name
+  record->name[0] = '\0';
   record->magic = kRecordMagic;
   record->entry = reinterpret_cast<void*>(entry);
   record->stack_lo = stack.base;

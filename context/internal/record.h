@@ -34,7 +34,10 @@ struct ContextRecord {
   void* tsan_fiber = nullptr;       // TSan fiber handle (created lazily for thread records)
   bool asan_switch_pending = false;
   bool exiting = false;  // set by exit_context: the context will never be resumed
-  char name[kNameCapacity] = {};
+  // NUL-terminated. make_context writes only name[0], so that a new context's record costs one
+  // cache line, not two: the rest of the name sits on the stack's top line, touched only when
+  // a name is set (a spawn burst's first runs wrote both lines; W5).
+  char name[kNameCapacity];
 };
 
 }  // namespace weft::context_internal
