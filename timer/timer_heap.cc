@@ -38,7 +38,7 @@ Result<void> TimerHeap::insert(TimerNode& node, TimerClock::time_point deadline)
     if (Result<void> r = Grow(); !r) return r;
   }
   node.deadline_ = deadline;
-  SiftUp(size_++, Entry{Nanos(deadline), next_seq_++, &node});
+  SiftUp(size_++, Nanos(deadline), next_seq_++, &node);
   return {};
 }
 
@@ -52,13 +52,13 @@ Result<void> TimerHeap::reschedule(TimerNode& node, TimerClock::time_point deadl
   if (!node.queued()) return insert(node, deadline);
   std::size_t i = node.index_;
   node.deadline_ = deadline;
-  Entry e{Nanos(deadline), next_seq_++, &node};
+  const Entry e{Nanos(deadline), next_seq_++, &node};
   // The new key is later than every key now in the heap with the same deadline (fresh seq), so
   // the entry moves up only if its deadline got earlier than its parent's.
   if (i > 0 && Before(e, entries_[(i - 1) / kArity])) {
-    SiftUp(i, e);
+    SiftUp(i, e.deadline, e.seq, e.node);
   } else {
-    SiftDown(i, e);
+    SiftDown(i, e.deadline, e.seq, e.node);
   }
   return {};
 }
@@ -72,16 +72,18 @@ TimerNode* TimerHeap::pop_due(TimerClock::time_point now) {
 
 void TimerHeap::RemoveAt(std::size_t i) {
   entries_[i].node->index_ = TimerNode::kNotQueued;
-  Entry last = entries_[--size_];
+  const Entry last = entries_[--size_];
   if (i == size_) return;  // removed the last entry
   if (i > 0 && Before(last, entries_[(i - 1) / kArity])) {
-    SiftUp(i, last);
+    SiftUp(i, last.deadline, last.seq, last.node);
   } else {
-    SiftDown(i, last);
+    SiftDown(i, last.deadline, last.seq, last.node);
   }
 }
 
-void TimerHeap::SiftUp(std::size_t i, Entry e) {
+void TimerHeap::SiftUp(std::size_t i, std::int64_t deadline, std::uint64_t seq,
+                       TimerNode* node) {
+  const Entry e{deadline, seq, node};
   while (i > 0) {
     std::size_t parent = (i - 1) / kArity;
     if (!Before(e, entries_[parent])) break;
@@ -91,7 +93,9 @@ void TimerHeap::SiftUp(std::size_t i, Entry e) {
   Place(i, e);
 }
 
-void TimerHeap::SiftDown(std::size_t i, Entry e) {
+void TimerHeap::SiftDown(std::size_t i, std::int64_t deadline, std::uint64_t seq,
+                         TimerNode* node) {
+  const Entry e{deadline, seq, node};
   for (;;) {
     std::size_t first = i * kArity + 1;
     if (first >= size_) break;
