@@ -293,9 +293,10 @@ struct StackPool::State {
     std::size_t carve_left = 0;
     std::byte* guarded_carve_next = nullptr;  // unused slots of the newest guarded chunk
     std::size_t guarded_carve_left = 0;
-    // Carved slots below these have their top pages populated already (PopulateAhead).
-    std::byte* carve_populated = nullptr;
-    std::byte* guarded_carve_populated = nullptr;
+    // Of the slots left to carve, how many (the next ones) have their top pages populated
+    // already (PopulateAhead). Never more than the slots left, so 0 when a new chunk comes.
+    std::size_t carve_populated = 0;
+    std::size_t guarded_carve_populated = 0;
   };
   StackPoolOptions options;
   // markers: guarded stacks are carved from guarded chunks (guard markers; see the top of this
@@ -359,16 +360,19 @@ struct CarvedSlots {
 };
 
 // PopulateAhead: for the slot just carved at `slot` (with `left` more slots after it in its
-// chunk), claims the slots to populate, under the pool lock; Populate does it after the lock is
-// dropped. Another thread may meanwhile carve and write one of those slots: populating a page
-// already there leaves it as it is.
-CarvedSlots PopulateAhead(std::byte* slot, std::size_t left, std::byte*& populated, int c,
+// chunk; `populated` counts those already populated, as in State::Class), claims the slots to
+// populate, under the pool lock; Populate does it after the lock is dropped. Another thread may
+// meanwhile carve and write one of those slots: populating a page already there leaves it as it
+// is.
+CarvedSlots PopulateAhead(std::byte* slot, std::size_t left, std::size_t& populated, int c,
                           std::size_t ahead) {
-  if (ahead == 0 || (slot < populated && populated <= slot + (left + 1) * SlotSize(c))) {
+  if (populated != 0) {
+    --populated;  // this slot was one of them
     return {slot, 0, c};
   }
+  if (ahead == 0) return {slot, 0, c};
   const std::size_t n = std::min(ahead, left + 1);
-  populated = slot + n * SlotSize(c);
+  populated = n - 1;  // the ones after this slot
   return {slot, n, c};
 }
 
@@ -615,9 +619,11 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
     // Map the zero page under the red zones of the slots populated ahead now, with one call:
     // the red-zone check at release reads them, and a read fault there (~1.1 us here) was the
     // largest single cost of releasing 100,000 fibers. No memory is spent.
-    if (s.options.populate_ahead == 0) populate = {stack.lo_, 1, c};  // the red zone only
-    context_internal::VmPrefaultRead(populate.first, SlotSize(c), populate.populate, kGuard);
-    if (s.options.populate_ahead != 0) Populate(populate);
+    // (Nothing populated ahead: this slot's red zone alone.)
+    const CarvedSlots zones =
+        s.options.populate_ahead == 0 ? CarvedSlots{stack.lo_, 1, c} : populate;
+    context_internal::VmPrefaultRead(zones.first, SlotSize(c), zones.populate, kGuard);
+    Populate(populate);
   }
   return stack;
 }

@@ -115,11 +115,13 @@ bool VmInstallGuards(void*, std::size_t, std::size_t) { return false; }
 
 void VmDiscard(void* p, std::size_t bytes) { madvise(p, bytes, MADV_DONTNEED); }
 
-#ifdef __linux__
+// MADV_POPULATE_READ and _WRITE came together (Linux 5.14); where the headers lack them, both
+// prefaults are no-ops.
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
 namespace {
-// Prefault: MADV_POPULATE_READ or _WRITE (Linux 5.14) over the strided ranges. Cleared once the
-// kernel refuses the advice (EINVAL: an older kernel), so that every later stack does not pay a
-// refused system call; the pages then fault in as they are touched, as before. relaxed: a hint.
+// Prefault: the advice over the strided ranges. Cleared once the kernel refuses it (EINVAL: an
+// older kernel), so that every later stack does not pay a refused system call; the pages then
+// fault in as they are touched, as before. relaxed: a hint.
 std::atomic<bool> g_populate{true};
 void Prefault(void* base, std::size_t stride, std::size_t n, std::size_t bytes, int advice) {
   if (n == 0 || !g_populate.load(std::memory_order_relaxed)) return;
@@ -129,23 +131,17 @@ void Prefault(void* base, std::size_t stride, std::size_t n, std::size_t bytes, 
   }
 }
 }  // namespace
-#endif
 
 void VmPrefaultRead(void* base, std::size_t stride, std::size_t n, std::size_t bytes) {
-#if defined(__linux__) && defined(MADV_POPULATE_READ)
   Prefault(base, stride, n, bytes, MADV_POPULATE_READ);
-#else
-  (void)base, (void)stride, (void)n, (void)bytes;
-#endif
 }
-
 void VmPrefaultWrite(void* base, std::size_t stride, std::size_t n, std::size_t bytes) {
-#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
   Prefault(base, stride, n, bytes, MADV_POPULATE_WRITE);
-#else
-  (void)base, (void)stride, (void)n, (void)bytes;
-#endif
 }
+#else
+void VmPrefaultRead(void*, std::size_t, std::size_t, std::size_t) {}
+void VmPrefaultWrite(void*, std::size_t, std::size_t, std::size_t) {}
+#endif
 
 std::size_t VmMappingLimit() {
   std::size_t max_map_count = 65530;
