@@ -12,12 +12,20 @@
 //                       each top page faulting in at its first write (populate:0, the baseline)
 //                       or populated ahead, 16 with one call (StackPoolOptions::populate_ahead).
 //                       Reports `ns_per_stack`.
+//   BM_ReleaseAndReuse/stacks:{1000,100000}  N guarded 16 KiB stacks freed to the pool in a
+//                       random order, 16 at a time (as worker caches spill), then taken back 16
+//                       at a time (as caches refill), writing each one's top line (as a fiber's
+//                       first run does). The pool's bookkeeping plus the locality of the order it
+//                       hands stacks back in. Reports `ns_per_stack`; its baseline is the same
+//                       benchmark built from an earlier commit (docs/context.md).
 // Run with:
 //   ./bazelw run -c opt //context:context_benchmark -- --benchmark_format=json
 
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -138,6 +146,39 @@ BENCHMARK(BM_NewGuardedStacks)
     ->ArgNames({"markers", "populate"})
     ->ArgsProduct({{0, 1}, {0, 16}})
     ->UseRealTime();
+
+void BM_ReleaseAndReuse(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  constexpr std::size_t kBatch = 16;
+  const StackOptions options{.size = 16 << 10, .protection = StackProtection::kGuarded};
+  StackPool pool({.max_cached_bytes = std::size_t{4} << 30});  // all cached: no page given back
+  std::vector<Stack> stacks(n);
+  for (Stack& s : stacks) {
+    s = std::move(pool.allocate(options)).value();
+    static_cast<volatile char*>(s.span().base)[s.span().size - 64] = 1;
+  }
+  std::mt19937 rng(1);
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::shuffle(stacks.begin(), stacks.end(), rng);
+    state.ResumeTiming();
+    for (std::size_t i = 0; i < n; i += kBatch) {
+      pool.release_many(stacks.data() + i, std::min(kBatch, n - i));
+    }
+    for (std::size_t i = 0; i < n; i += kBatch) {
+      const std::size_t got =
+          pool.allocate_cached(options, stacks.data() + i, std::min(kBatch, n - i));
+      for (std::size_t j = i; j < i + got; ++j) {
+        StackSpan span = stacks[j].span();
+        static_cast<volatile char*>(span.base)[span.size - 64] = 1;
+      }
+    }
+  }
+  state.counters["ns_per_stack"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * n),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_ReleaseAndReuse)->ArgName("stacks")->Arg(1000)->Arg(100000)->UseRealTime();
 
 }  // namespace
 }  // namespace weft

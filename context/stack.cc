@@ -24,11 +24,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <vector>
 
 #include "context/internal/prefetch.h"
 #include "context/internal/record.h"
+#include "context/internal/slot_set.h"
 #include "context/internal/vm.h"
 
 namespace weft {
@@ -46,6 +48,13 @@ constexpr std::size_t kRedZoneCheckBytes = 256;
 
 constexpr std::size_t ClassSize(int index) { return std::size_t{1} << (kMinClassShift + index); }
 constexpr std::size_t SlotSize(int index) { return ClassSize(index) + kGuard; }
+// SlotsPerChunk: how many slots of class `index` a chunk (compact or guarded) holds.
+constexpr std::size_t SlotsPerChunk(int index) {
+  return std::max<std::size_t>(1, kCompactChunkBytes / SlotSize(index));
+}
+static_assert(SlotsPerChunk(0) <= UINT16_MAX, "Stack::slot_ must hold a slot index");
+// kLooseChunk: Stack::chunk_ of a guarded stack in its own mapping (no guard markers).
+constexpr std::uint32_t kLooseChunk = UINT32_MAX;
 
 int ClassIndex(std::size_t size) {
   int index = 0;
@@ -283,12 +292,78 @@ bool install_stack_overflow_handler() { return context_internal::InstallFaultHoo
 
 // ---- StackPool --------------------------------------------------------------------------------
 
+namespace {
+// SlotList: one list of free slots of a size class and protection. Slots in chunks are handed out
+// in the order they were first carved: the oldest chunk first, each chunk's slots by address
+// (SlotSet; context/internal/slot_set.h says why). Slots not in chunks (guarded stacks in their
+// own mappings, kLooseChunk) go last in, first out.
+class SlotList {
+ public:
+  void Init(const std::vector<std::byte*>* chunk_bases, int c) {
+    bases_ = chunk_bases;
+    slot_size_ = SlotSize(c);
+    set_ = context_internal::SlotSet(SlotsPerChunk(c));
+  }
+  // add_chunk: called as the class maps a chunk of this protection (its base already appended
+  // to chunk_bases).
+  void add_chunk() { set_.add_chunk(); }
+  std::size_t size() const { return set_.size() + loose_.size(); }
+  bool empty() const { return size() == 0; }
+
+  void push(std::byte* lo, std::uint32_t chunk, std::uint16_t slot) {
+    if (chunk == kLooseChunk) {
+      loose_.push_back(lo);
+    } else {
+      set_.insert(chunk, slot);
+    }
+  }
+  // pop: the first slot in carving order (with highest, the last), else the newest loose one.
+  // False when empty.
+  bool pop(std::byte** lo, std::uint32_t* chunk, std::uint16_t* slot, bool highest = false) {
+    std::size_t ch, sl;
+    if (highest ? set_.take_highest(&ch, &sl) : set_.take_lowest(&ch, &sl)) {
+      *lo = (*bases_)[ch] + sl * slot_size_;
+      *chunk = static_cast<std::uint32_t>(ch);
+      *slot = static_cast<std::uint16_t>(sl);
+      return true;
+    }
+    if (loose_.empty()) return false;
+    *lo = loose_.back();
+    *chunk = kLooseChunk;
+    *slot = 0;
+    loose_.pop_back();
+    return true;
+  }
+  // for_each: f(lo) for every slot, which stays in the list.
+  template <typename F>
+  void for_each(F&& f) const {
+    set_.for_each([&](std::size_t ch, std::size_t slot) { f((*bases_)[ch] + slot * slot_size_); });
+    for (std::byte* lo : loose_) f(lo);
+  }
+  void clear() {
+    set_.clear();
+    loose_.clear();
+  }
+
+ private:
+  const std::vector<std::byte*>* bases_ = nullptr;
+  std::size_t slot_size_ = 0;
+  context_internal::SlotSet set_;
+  std::vector<std::byte*> loose_;
+};
+}  // namespace
+
 struct StackPool::State {
   struct Class {
-    std::vector<std::byte*> guarded_free;
-    std::vector<std::byte*> compact_free;
-    std::vector<std::byte*> pending;          // freed past the budget, pages not yet given back
-    std::vector<std::byte*> guarded_pending;  // guarded, freed past the budget, not yet unmapped
+    // Cached stacks, handed out in carving order (SlotList): within the budget (the _free lists),
+    // and past it (pending: pages not yet given back, or without markers, not yet unmapped).
+    SlotList guarded_free;
+    SlotList compact_free;
+    SlotList pending;
+    SlotList guarded_pending;
+    // The bases of the class's chunks, indexed by Stack::chunk_ (guarded: with markers).
+    std::vector<std::byte*> guarded_bases;
+    std::vector<std::byte*> compact_bases;
     std::byte* carve_next = nullptr;          // unused compact slots of the newest chunk
     std::size_t carve_left = 0;
     std::byte* guarded_carve_next = nullptr;  // unused slots of the newest guarded chunk
@@ -319,6 +394,16 @@ struct StackPool::State {
   // pages are still there). Counted as cached.
   std::size_t pending_total = 0;
   std::chrono::steady_clock::time_point pending_changed;  // last push to or pop from pending
+
+  State() {
+    for (int c = 0; c < kNumClasses; ++c) {
+      Class& cls = classes[c];
+      cls.guarded_free.Init(&cls.guarded_bases, c);
+      cls.guarded_pending.Init(&cls.guarded_bases, c);
+      cls.compact_free.Init(&cls.compact_bases, c);
+      cls.pending.Init(&cls.compact_bases, c);
+    }
+  }
 };
 
 namespace {
@@ -328,15 +413,24 @@ namespace {
 // flush there (one IPI per madvise/munmap run) would make the next burst fault every page in
 // again (measured: 100,000 spawns on one worker, 3.6 us each).
 
+struct FreedSlot {
+  std::byte* lo;
+  int c;
+  std::uint32_t chunk;
+  std::uint16_t slot;
+  // std::less: a total order over pointers into different chunks, where `<` is unspecified.
+  bool operator<(const FreedSlot& o) const { return std::less<std::byte*>()(lo, o.lo); }
+};
+
 // GiveBack: MADV_DONTNEED over the slots (red zone included: it reads back as zeros, as the
 // red-zone check wants), one call per run of adjacent slots. No lock held.
-void GiveBack(std::vector<std::pair<std::byte*, int>>& slots) {
+void GiveBack(std::vector<FreedSlot>& slots) {
   std::sort(slots.begin(), slots.end());
   for (std::size_t i = 0; i < slots.size();) {
-    std::byte* lo = slots[i].first;
-    std::byte* hi = lo + SlotSize(slots[i].second);
+    std::byte* lo = slots[i].lo;
+    std::byte* hi = lo + SlotSize(slots[i].c);
     std::size_t j = i + 1;
-    while (j < slots.size() && slots[j].first == hi) hi += SlotSize(slots[j++].second);
+    while (j < slots.size() && slots[j].lo == hi) hi += SlotSize(slots[j++].c);
     context_internal::VmDiscard(lo, static_cast<std::size_t>(hi - lo));
     i = j;
   }
@@ -393,7 +487,7 @@ struct StackPoolInternals {
 // compact chunks are mapped: once per hundreds of stacks for the small classes). False when the
 // kernel refuses; nothing changes then.
 bool StackPoolInternals::MapGuardChunkLocked(StackPool::State& s, int c) {
-  const std::size_t slots = std::max<std::size_t>(1, kCompactChunkBytes / SlotSize(c));
+  const std::size_t slots = SlotsPerChunk(c);
   const std::size_t bytes = slots * SlotSize(c);
   void* chunk = context_internal::VmMap(bytes);
   if (chunk == nullptr) return false;
@@ -402,6 +496,10 @@ bool StackPoolInternals::MapGuardChunkLocked(StackPool::State& s, int c) {
     return false;
   }
   auto* base = static_cast<std::byte*>(chunk);
+  StackPool::State::Class& cls = s.classes[c];
+  cls.guarded_bases.push_back(base);
+  cls.guarded_free.add_chunk();
+  cls.guarded_pending.add_chunk();
   s.guard_chunks.emplace_back(base, bytes);
   ++s.guarded_mappings;
   ++s.counts.mappings;
@@ -416,25 +514,26 @@ bool StackPoolInternals::MapGuardChunkLocked(StackPool::State& s, int c) {
 void StackPoolInternals::FlushTrimLocked(StackPool::State& s, std::unique_lock<std::mutex>& lock,
                                          std::size_t limit) {
   if (s.pending_total == 0) return;
-  std::vector<std::pair<std::byte*, int>> batch, guarded_batch, unmap;
+  std::vector<FreedSlot> batch, guarded_batch, unmap;
   batch.reserve(std::min(limit, s.pending_total));
   std::size_t taken = 0;
+  // The last in carving order first: the first are handed out first, so likelier to be reused.
+  constexpr bool kHighest = true;
+  FreedSlot f;
   for (int c = 0; c < kNumClasses && taken < limit; ++c) {
-    std::vector<std::byte*>& pending = s.classes[c].pending;
-    while (!pending.empty() && taken < limit) {
-      batch.emplace_back(pending.back(), c);
-      pending.pop_back();
+    f.c = c;
+    StackPool::State::Class& cls = s.classes[c];
+    while (taken < limit && cls.pending.pop(&f.lo, &f.chunk, &f.slot, kHighest)) {
+      batch.push_back(f);
       ++taken;
     }
-    std::vector<std::byte*>& guarded = s.classes[c].guarded_pending;
-    while (!guarded.empty() && taken < limit) {
+    while (taken < limit && cls.guarded_pending.pop(&f.lo, &f.chunk, &f.slot, kHighest)) {
       if (s.markers) {
-        guarded_batch.emplace_back(guarded.back(), c);  // in a chunk: pages back, slot kept
+        guarded_batch.push_back(f);  // in a chunk: pages back, slot kept
       } else {
-        unmap.emplace_back(guarded.back(), c);
+        unmap.push_back(f);
         --s.counts.cached_guarded;
       }
-      guarded.pop_back();
       ++taken;
     }
   }
@@ -444,13 +543,13 @@ void StackPoolInternals::FlushTrimLocked(StackPool::State& s, std::unique_lock<s
   lock.unlock();
   GiveBack(batch);
   GiveBack(guarded_batch);  // guard markers stay through MADV_DONTNEED
-  for (auto& [lo, c] : unmap) {
-    UnregisterGuard(lo);
-    context_internal::VmUnmap(lo, SlotSize(c));
+  for (const FreedSlot& u : unmap) {
+    UnregisterGuard(u.lo);
+    context_internal::VmUnmap(u.lo, SlotSize(u.c));
   }
   lock.lock();
-  for (auto& [lo, c] : batch) s.classes[c].compact_free.push_back(lo);
-  for (auto& [lo, c] : guarded_batch) s.classes[c].guarded_free.push_back(lo);
+  for (const FreedSlot& b : batch) s.classes[b.c].compact_free.push(b.lo, b.chunk, b.slot);
+  for (const FreedSlot& b : guarded_batch) s.classes[b.c].guarded_free.push(b.lo, b.chunk, b.slot);
 }
 
 std::size_t StackPool::flush_trim(std::chrono::nanoseconds min_quiet, std::size_t max_stacks) {
@@ -488,10 +587,10 @@ StackPool::~StackPool() {
     return;
   }
   for (int c = 0; c < kNumClasses && !s.markers; ++c) {
-    for (std::byte* lo : s.classes[c].guarded_free) {
+    s.classes[c].guarded_free.for_each([c](std::byte* lo) {
       UnregisterGuard(lo);
       context_internal::VmUnmap(lo, SlotSize(c));
-    }
+    });
   }
   for (auto& [chunk, bytes] : s.guard_chunks) {
     UnregisterGuardChunk(chunk);
@@ -527,15 +626,12 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
                                   s.options.guarded_mapping_budget));
 
   if (want_guarded) {
-    if (!cls.guarded_free.empty()) {
-      stack.lo_ = cls.guarded_free.back();
-      cls.guarded_free.pop_back();
+    if (cls.guarded_free.pop(&stack.lo_, &stack.chunk_, &stack.slot_)) {
       // min: with markers, slots whose pages were given back are not counted in cached_bytes.
       s.cached_bytes -= std::min(s.cached_bytes, ClassSize(c));
       --s.counts.cached_guarded;
-    } else if (!cls.guarded_pending.empty()) {  // past the budget, not unmapped yet: reuse it
-      stack.lo_ = cls.guarded_pending.back();
-      cls.guarded_pending.pop_back();
+    } else if (cls.guarded_pending.pop(&stack.lo_, &stack.chunk_, &stack.slot_)) {
+      // (past the budget, not unmapped or given back yet: reused before anything new is made)
       --s.pending_total;
       s.pending_changed = std::chrono::steady_clock::now();
       --s.counts.cached_guarded;
@@ -543,6 +639,8 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
       // Carve from the guarded chunk: no system call but once per chunk.
       if (cls.guarded_carve_left != 0 || StackPoolInternals::MapGuardChunkLocked(s, c)) {
         stack.lo_ = cls.guarded_carve_next;
+        stack.chunk_ = static_cast<std::uint32_t>(cls.guarded_bases.size() - 1);
+        stack.slot_ = static_cast<std::uint16_t>(SlotsPerChunk(c) - cls.guarded_carve_left);
         cls.guarded_carve_next += SlotSize(c);
         --cls.guarded_carve_left;
         populate = PopulateAhead(stack.lo_, cls.guarded_carve_left, cls.guarded_carve_populated, c,
@@ -566,6 +664,7 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
         if (options.protection == StackProtection::kGuarded) return std::errc::not_enough_memory;
       } else {
         stack.lo_ = static_cast<std::byte*>(lo);
+        stack.chunk_ = kLooseChunk;
         s.counts.mappings += 2;                  // the stack and its guard page are two VMAs
         RegisterGuard(stack.lo_, ClassSize(c));  // lock order: pool mutex, then registry's
       }
@@ -582,29 +681,31 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
 
   // Compact: a cached slot, else carve one, else map a new chunk.
   bool carved = false;
-  if (!cls.compact_free.empty()) {
-    stack.lo_ = cls.compact_free.back();
-    cls.compact_free.pop_back();
+  if (cls.compact_free.pop(&stack.lo_, &stack.chunk_, &stack.slot_)) {
     s.cached_bytes -= std::min(s.cached_bytes, ClassSize(c));
     --s.counts.cached_compact;
-  } else if (!cls.pending.empty()) {  // past the budget, pages still there: reuse it
-    stack.lo_ = cls.pending.back();
-    cls.pending.pop_back();
+  } else if (cls.pending.pop(&stack.lo_, &stack.chunk_, &stack.slot_)) {
+    // (past the budget, pages not given back yet: reused before anything new is made)
     --s.pending_total;
     s.pending_changed = std::chrono::steady_clock::now();
     --s.counts.cached_compact;
   } else {
     if (cls.carve_left == 0) {
-      std::size_t slots = std::max<std::size_t>(1, kCompactChunkBytes / SlotSize(c));
+      std::size_t slots = SlotsPerChunk(c);
       std::size_t bytes = slots * SlotSize(c);
       void* chunk = context_internal::VmMap(bytes);
       if (chunk == nullptr) return std::errc::not_enough_memory;
       s.chunks.emplace_back(static_cast<std::byte*>(chunk), bytes);
+      cls.compact_bases.push_back(static_cast<std::byte*>(chunk));
+      cls.compact_free.add_chunk();
+      cls.pending.add_chunk();
       ++s.counts.mappings;
       cls.carve_next = static_cast<std::byte*>(chunk);
       cls.carve_left = slots;
     }
     stack.lo_ = cls.carve_next;
+    stack.chunk_ = static_cast<std::uint32_t>(cls.compact_bases.size() - 1);
+    stack.slot_ = static_cast<std::uint16_t>(SlotsPerChunk(c) - cls.carve_left);
     cls.carve_next += SlotSize(c);
     --cls.carve_left;
     carved = true;
@@ -661,15 +762,14 @@ std::size_t StackPool::allocate_cached(const StackOptions& options, Stack* out, 
   std::lock_guard<std::mutex> lock(s.mu);
   State::Class& cls = s.classes[c];
   std::size_t got = 0;
-  auto take = [&](std::vector<std::byte*>& free_list, StackProtection p) {
-    for (; got < n && !free_list.empty(); ++got) {
+  auto take = [&](SlotList& free_list, StackProtection p) {
+    for (; got < n; ++got) {
       Stack& st = out[got];
       st.reset();
+      if (!free_list.pop(&st.lo_, &st.chunk_, &st.slot_)) break;
       st.pool_ = this;
       st.class_index_ = static_cast<std::uint8_t>(c);
       st.protection_ = p;
-      st.lo_ = free_list.back();
-      free_list.pop_back();
       s.cached_bytes -= std::min(s.cached_bytes, ClassSize(c));
       if (p == StackProtection::kGuarded) {
         --s.counts.cached_guarded;
@@ -731,11 +831,11 @@ void StackPool::CacheLocked(Stack& stack) noexcept {
   }
   if (s.cached_bytes + ClassSize(c) <= s.options.max_cached_bytes) {
     s.cached_bytes += ClassSize(c);
-    (guarded ? cls.guarded_free : cls.compact_free).push_back(stack.lo_);
+    (guarded ? cls.guarded_free : cls.compact_free).push(stack.lo_, stack.chunk_, stack.slot_);
   } else {
     // Past the budget: pending, reused first, given back (compact) or unmapped (guarded) in a
     // batch when idle; each madvise or munmap flushes every core's TLB (see State).
-    (guarded ? cls.guarded_pending : cls.pending).push_back(stack.lo_);
+    (guarded ? cls.guarded_pending : cls.pending).push(stack.lo_, stack.chunk_, stack.slot_);
     ++s.pending_total;
     s.pending_changed = std::chrono::steady_clock::now();
   }
@@ -751,17 +851,17 @@ void StackPool::trim() {
       State::Class& cls = s.classes[c];
       if (s.markers) {
         // Guarded chunks stay mapped: give the pages back, keep the slots (still guarded).
-        for (std::byte* lo : cls.guarded_free) {
-          context_internal::VmDiscard(lo + kGuard, ClassSize(c));
-        }
+        cls.guarded_free.for_each(
+            [c](std::byte* lo) { context_internal::VmDiscard(lo + kGuard, ClassSize(c)); });
       } else {
-        for (std::byte* lo : cls.guarded_free) unmap.emplace_back(lo, c);
+        cls.guarded_free.for_each([&unmap, c](std::byte* lo) { unmap.emplace_back(lo, c); });
         s.guarded_mappings -= 2 * cls.guarded_free.size();
         s.counts.mappings -= 2 * cls.guarded_free.size();
         s.counts.cached_guarded -= cls.guarded_free.size();
         cls.guarded_free.clear();
       }
-      for (std::byte* lo : cls.compact_free) context_internal::VmDiscard(lo + kGuard, ClassSize(c));
+      cls.compact_free.for_each(
+          [c](std::byte* lo) { context_internal::VmDiscard(lo + kGuard, ClassSize(c)); });
     }
     s.cached_bytes = 0;
   }
@@ -783,6 +883,8 @@ Stack& Stack::operator=(Stack&& other) noexcept {
     reset();
     pool_ = other.pool_;
     lo_ = other.lo_;
+    chunk_ = other.chunk_;
+    slot_ = other.slot_;
     class_index_ = other.class_index_;
     protection_ = other.protection_;
     other.pool_ = nullptr;
@@ -851,8 +953,9 @@ Result<Stack> StackCache::allocate(const StackOptions& options) {
   std::vector<Stack> batch(std::max<std::size_t>(1, per_class_ / 2));
   std::size_t got = pool_->allocate_cached(options, batch.data(), batch.size());
   if (got == 0) return pool_->allocate(options);
-  if (got > 1) PrefetchTop(batch[got - 1]);  // the next allocate's (the last pushed below)
-  for (std::size_t i = 1; i < got; ++i) {
+  // The pool hands them out in carving order; pushed in reverse, the next allocates keep it.
+  if (got > 1) PrefetchTop(batch[1]);  // the next allocate's (the last pushed below)
+  for (std::size_t i = got; i-- > 1;) {
     (batch[i].protection() == StackProtection::kGuarded ? guarded_ : compact_)[c].push_back(
         std::move(batch[i]));
   }

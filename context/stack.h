@@ -75,6 +75,8 @@ class Stack {
   friend class StackCache;
   StackPool* pool_ = nullptr;
   std::byte* lo_ = nullptr;  // start of the slot: guard or red-zone page, then the usable span
+  std::uint32_t chunk_ = 0;  // which of its class's chunks holds it, and which slot there
+  std::uint16_t slot_ = 0;   // (the pool's free lists file it by these)
   std::uint8_t class_index_ = 0;
   StackProtection protection_ = StackProtection::kAuto;
 };
