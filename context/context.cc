@@ -28,7 +28,7 @@ namespace weft {
 namespace context_internal {
 
 constinit thread_local ContextRecord t_root
-    __attribute__((tls_model("initial-exec"))) = {.magic = kRecordMagic};
+    __attribute__((tls_model("initial-exec"))) = {.magic = kRecordMagic, .name = {}};
 constinit thread_local ContextRecord* t_current __attribute__((tls_model("initial-exec"))) =
     nullptr;
 
