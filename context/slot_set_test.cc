@@ -48,6 +48,17 @@ TEST(SlotSetTest, TakesLowestChunkThenSlotFirst) {
   EXPECT_TRUE(set.empty());
 }
 
+TEST(SlotSetTest, InsertingASlotTwiceCountsItOnce) {
+  SlotSet set(64);
+  set.add_chunk();
+  EXPECT_TRUE(set.insert(0, 5));
+  EXPECT_FALSE(set.insert(0, 5));
+  EXPECT_EQ(set.size(), 1u);
+  Slot s;
+  EXPECT_TRUE(set.take_lowest(&s.first, &s.second));
+  EXPECT_FALSE(set.take_lowest(&s.first, &s.second));
+}
+
 TEST(SlotSetTest, TakesHighestFirstWhenAsked) {
   SlotSet set(3);
   for (int i = 0; i < 70; ++i) set.add_chunk();
@@ -113,7 +124,7 @@ TEST(SlotSetTest, RandomOperationsMatchAnOrderedSet) {
       const unsigned op = rng() % 3;
       if (op == 0 || model.empty()) {
         Slot s(rng() % set.chunks(), rng() % per_chunk);
-        if (model.insert(s).second) set.insert(s.first, s.second);
+        ASSERT_EQ(set.insert(s.first, s.second), model.insert(s).second);
       } else {
         Slot got;
         const bool highest = op == 2;

@@ -43,12 +43,17 @@ class SlotSet {
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
-  // insert: adds slot `slot` of chunk `chunk`. It must not be in the set already.
-  void insert(std::size_t chunk, std::size_t slot) {
-    bits_[chunk * words_per_chunk_ + slot / 64] |= std::uint64_t{1} << (slot % 64);
+  // insert: adds slot `slot` of chunk `chunk`; false (and no change) if it is in the set
+  // already, so the count stays true to the bits.
+  bool insert(std::size_t chunk, std::size_t slot) {
+    std::uint64_t& word = bits_[chunk * words_per_chunk_ + slot / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (slot % 64);
+    if ((word & bit) != 0) return false;
+    word |= bit;
     summary_[chunk / 64] |= std::uint64_t{1} << (chunk % 64);
     if (chunk / 64 < first_word_) first_word_ = chunk / 64;
     ++size_;
+    return true;
   }
 
   // take_lowest / take_highest: removes and returns the slot with the lowest (highest) chunk
