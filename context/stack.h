@@ -111,7 +111,10 @@ struct StackPoolStats {
 };
 
 // StackPool: allocates and caches stacks. Thread-safe (one mutex; per-worker caches in front of
-// it belong to the scheduler). Destroying a pool with live stacks prints a warning and leaks them.
+// it belong to the scheduler). Cached stacks are handed out again in the order they were first
+// carved (chunk by chunk, each chunk's slots by address), whatever order they were freed in, so
+// neighbouring fibers keep neighbouring stacks (docs/context.md). Destroying a pool with live
+// stacks prints a warning and leaks them.
 class StackPool {
  public:
   explicit StackPool(StackPoolOptions options = {});
