@@ -1,7 +1,8 @@
 // base/stress_scale.h: the knob that makes weft's stress tests run longer, which sanitizer a
 // test runs under, the death-test style that works where the test runs, and how a stack
 // overflow ends a process there; and (POSIX) a tight address-space limit for out-of-memory death
-// tests. Tests size their loops as base * StressScale();
+// tests; the CPU time a process has used (idle tests). Tests size their loops as
+// base * StressScale();
 // WEFT_STRESS_SCALE=N (N >= 1, default 1) in the environment sets it, and tools/test_all.sh
 // passes it through to Bazel.
 
@@ -18,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <ctime>
 
 namespace weft::testing {
 
@@ -39,6 +41,14 @@ inline constexpr bool kAsan = true;
 #else
 inline constexpr bool kAsan = false;
 #endif
+
+// ProcessCpuSeconds: CPU time used by every thread of this process so far (idle tests measure
+// that a runtime at rest stays off the CPU).
+inline double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 // DeathTestStyle: GoogleTest's death-test style for tests whose process has threads.
 // "threadsafe" re-executes the test binary for each death test, which an emulator without

@@ -147,11 +147,7 @@ TEST(ForkJoinTest, RunFromAWorkerRunsInline) {
   EXPECT_EQ(r, 6765u);
 }
 
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+using ::weft::testing::ProcessCpuSeconds;
 
 // The requirement: an idle pool uses under 5% of a core, a pool of 1 worker included.
 // This measures CPU time (not wall time) while the test thread sleeps.

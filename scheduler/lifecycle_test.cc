@@ -517,11 +517,7 @@ namespace {
 
 // ---- Idle, several runtimes, sleep cancellation, stack overflow -------------------------------
 
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+using ::weft::testing::ProcessCpuSeconds;
 
 #if defined(__linux__)
 // The ids of this process's threads.
