@@ -364,9 +364,8 @@ struct StackPool::State {
     // The bases of the class's chunks, indexed by Stack::chunk_ (guarded: with markers).
     std::vector<std::byte*> guarded_bases;
     std::vector<std::byte*> compact_bases;
-    std::byte* carve_next = nullptr;          // unused compact slots of the newest chunk
+    // Slots not yet carved from the newest chunk (the last of *_bases), compact and guarded.
     std::size_t carve_left = 0;
-    std::byte* guarded_carve_next = nullptr;  // unused slots of the newest guarded chunk
     std::size_t guarded_carve_left = 0;
     // Of the slots left to carve, how many (the next ones) have their top pages populated
     // already (PopulateAhead). Never more than the slots left, so 0 when a new chunk comes.
@@ -504,8 +503,7 @@ bool StackPoolInternals::MapGuardChunkLocked(StackPool::State& s, int c) {
   ++s.guarded_mappings;
   ++s.counts.mappings;
   RegisterGuardChunk(base, bytes, SlotSize(c));  // lock order: pool mutex, then registry's
-  s.classes[c].guarded_carve_next = base;
-  s.classes[c].guarded_carve_left = slots;
+  cls.guarded_carve_left = slots;
   return true;
 }
 
@@ -617,6 +615,16 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
   std::unique_lock<std::mutex> lock(s.mu);
   State::Class& cls = s.classes[c];
   CarvedSlots populate;  // a carved slot's top page, and those after it, populated unlocked
+  // carve: takes the next slot of the newest chunk in `bases` (`left` of its slots not carved
+  // yet, at least one) for `stack`, and claims the slots to populate ahead of it.
+  auto carve = [&](const std::vector<std::byte*>& bases, std::size_t& left,
+                   std::size_t& populated) {
+    const std::size_t slot = SlotsPerChunk(c) - left--;
+    stack.chunk_ = static_cast<std::uint32_t>(bases.size() - 1);
+    stack.slot_ = static_cast<std::uint16_t>(slot);
+    stack.lo_ = bases.back() + slot * SlotSize(c);
+    populate = PopulateAhead(stack.lo_, left, populated, c, s.options.populate_ahead);
+  };
   const std::size_t guarded_cost = s.markers ? 1 : 2;  // of the mapping budget, per new mapping
   const bool want_guarded = options.protection == StackProtection::kGuarded ||
                             (options.protection == StackProtection::kAuto &&
@@ -638,13 +646,7 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
     } else if (s.markers) {
       // Carve from the guarded chunk: no system call but once per chunk.
       if (cls.guarded_carve_left != 0 || StackPoolInternals::MapGuardChunkLocked(s, c)) {
-        stack.lo_ = cls.guarded_carve_next;
-        stack.chunk_ = static_cast<std::uint32_t>(cls.guarded_bases.size() - 1);
-        stack.slot_ = static_cast<std::uint16_t>(SlotsPerChunk(c) - cls.guarded_carve_left);
-        cls.guarded_carve_next += SlotSize(c);
-        --cls.guarded_carve_left;
-        populate = PopulateAhead(stack.lo_, cls.guarded_carve_left, cls.guarded_carve_populated, c,
-                                 s.options.populate_ahead);
+        carve(cls.guarded_bases, cls.guarded_carve_left, cls.guarded_carve_populated);
       } else if (options.protection == StackProtection::kGuarded) {
         return std::errc::not_enough_memory;
       }
@@ -700,17 +702,10 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
       cls.compact_free.add_chunk();
       cls.pending.add_chunk();
       ++s.counts.mappings;
-      cls.carve_next = static_cast<std::byte*>(chunk);
       cls.carve_left = slots;
     }
-    stack.lo_ = cls.carve_next;
-    stack.chunk_ = static_cast<std::uint32_t>(cls.compact_bases.size() - 1);
-    stack.slot_ = static_cast<std::uint16_t>(SlotsPerChunk(c) - cls.carve_left);
-    cls.carve_next += SlotSize(c);
-    --cls.carve_left;
+    carve(cls.compact_bases, cls.carve_left, cls.carve_populated);
     carved = true;
-    populate = PopulateAhead(stack.lo_, cls.carve_left, cls.carve_populated, c,
-                             s.options.populate_ahead);
   }
   stack.pool_ = this;
   stack.protection_ = StackProtection::kCompact;

@@ -31,9 +31,6 @@
 
 #include "scheduler/runtime.h"
 
-#if defined(__linux__)
-#include <sys/mman.h>  // madvise (FiberBlock)
-#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,6 +50,7 @@
 #include "base/futex.h"
 #include "base/thread_exit.h"
 #include "context/context.h"
+#include "context/internal/vm.h"
 #include "context/stack.h"
 #include "deque/mpmc_ring.h"
 #include "deque/spmc_ring.h"
@@ -204,13 +202,13 @@ struct alignas(64) Fiber {
 };
 
 // FiberBlock: Fiber objects are made kFibers at a time, kStride bytes apart, in one page-aligned
-// block whose pages get their memory with one system call (MADV_POPULATE_WRITE, Linux 5.14+)
-// before the Fibers are constructed in it. Made one at a time by malloc, each new page of Fibers
-// faulted in on its first write (15-23 us here, for 9 Fibers), and a burst of spawns past the
-// most fibers alive so far (W5's reps that grow) paid that on the spawning worker. kStride: in
-// the stride experiment of docs/scheduler.md (W2), 448 bytes apart measured as fast as malloc's
-// own spacing (which is 448 too), 320 and 384 a third slower. The blocks live as long as the
-// runtime (the free-fiber lists reuse their Fibers).
+// block whose pages get their memory with one system call (context_internal::VmPrefaultWrite:
+// MADV_POPULATE_WRITE, Linux 5.14+) before the Fibers are constructed in it. Made one at a time by
+// malloc, each new page of Fibers faulted in on its first write (15-23 us here, for 9 Fibers), and
+// a burst of spawns past the most fibers alive so far (W5's reps that grow) paid that on the
+// spawning worker. kStride: in the stride experiment of docs/scheduler.md (W2), 448 bytes apart
+// measured as fast as malloc's own spacing (which is 448 too), 320 and 384 a third slower. The
+// blocks live as long as the runtime (the free-fiber lists reuse their Fibers).
 class FiberBlock {
  public:
   static constexpr std::size_t kFibers = 64;
@@ -222,9 +220,7 @@ class FiberBlock {
 
   FiberBlock(Runtime::Impl* rt, const std::atomic<bool>* shutting_down)
       : mem_(static_cast<std::byte*>(::operator new (kBytes, std::align_val_t{kPageAlign}))) {
-#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
-    (void)madvise(mem_, kBytes, MADV_POPULATE_WRITE);  // best effort: faults in as before if not
-#endif
+    context_internal::VmPrefaultWrite(mem_, kBytes, 1, kBytes);  // a hint: else they fault in
     for (std::size_t i = 0; i < kFibers; ++i) new (mem_ + i * kStride) Fiber(rt, shutting_down);
   }
   ~FiberBlock() {

@@ -2,7 +2,7 @@
 // protecting stack memory, giving pages back, and catching the fault of a guard page. One
 // implementation per OS family (vm_posix.cc: mmap/mprotect/madvise and a SIGSEGV handler on an
 // alternate signal stack; vm_windows.cc: VirtualAlloc/VirtualProtect and a vectored exception
-// handler).
+// handler). The scheduler uses VmPrefaultWrite too, for its blocks of fiber objects.
 
 #ifndef WEFT_CONTEXT_INTERNAL_VM_H_
 #define WEFT_CONTEXT_INTERNAL_VM_H_
