@@ -40,12 +40,14 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <system_error>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "alloc/slab.h"
 #include "base/futex.h"
 #include "base/thread_exit.h"
@@ -66,6 +68,14 @@ namespace scheduler_internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// Worker::timer_head when the worker's heap is empty.
+constexpr Clock::rep kNoTimer = std::numeric_limits<Clock::rep>::max();
+// How overdue a worker's earliest timer must be before an idle worker pops it (RescueTimers).
+// A worker that switches fibers pops its own due timers within a fairness pass; one that has
+// not is stuck in one fiber (CPU-bound, or a blocking call outside call_blocking), and its
+// sleepers would otherwise wait for it. Tokio's timer resolution; Go steals at once, but a
+// fiber woken on its own worker finds its stack and object in that worker's cache.
+constexpr std::chrono::milliseconds kTimerRescueGrace{1};
 
 enum FiberState : int { kRunnable, kRunning, kParked, kBlocking, kDone };
 
@@ -131,16 +141,17 @@ void Release(TimerEntry* e) {
 // stats_json from any thread.
 struct Counters {
   std::atomic<std::uint64_t> spawned{0}, run{0}, stolen{0}, parked{0}, polled{0}, sleeps{0},
-      idle_ns{0}, no_stack{0};
+      idle_ns{0}, no_stack{0}, rescued{0};
 };
 inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
 // Line-aligned, so that its first 128 bytes are two lines (not three): W2 on 1 worker
-// 22.0 -> 16.0 ms with the layout below. Made one at a time (NewFiber): glibc's aligned new
-// places consecutive Fibers 448 bytes apart. Packed closer, in blocks 320 or 384 bytes apart,
-// W2 on 1 worker measured a third slower (docs/scheduler.md).
+// 22.0 -> 16.0 ms with the layout below. Made 64 at a time in a populated FiberBlock
+// (NewFiberBlock), 448 bytes apart: the spacing glibc's aligned new gave them one at a time.
+// Packed closer, 320 or 384 bytes apart, W2 on 1 worker measured a third slower
+// (docs/scheduler.md).
 struct alignas(64) Fiber {
   // shutting_down: the runtime's flag, which interrupts the fiber's waits once set.
   Fiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down)
@@ -296,7 +307,18 @@ struct Worker {
   std::atomic<bool> steal_request{false};  // a thief found nothing; relaxed (a hint)
   Fiber* current = nullptr;
   Context home = nullptr;  // the worker thread's own context
-  TimerHeap timers;
+  // The deadlines of fibers that parked here. The owner inserts, cancels and pops; an idle worker
+  // may pop the ones overdue by kTimerRescueGrace (RescueTimers: this worker is stuck in one
+  // fiber). timer_mu guards the heap; timer_head is its earliest deadline (steady_clock ticks,
+  // kNoTimer if empty), written under timer_mu and read by anyone without it (relaxed: a hint
+  // that says whether to take the lock, and until when an idle worker may sleep).
+  sync_internal::SpinLock timer_mu;
+  TimerHeap timers ABSL_GUARDED_BY(timer_mu);
+  std::atomic<Clock::rep> timer_head{kNoTimer};
+  // Until when this worker may not look at other workers' timers: 0 while it is awake (it looks
+  // each time it finds no work), the deadline of its sleep while it sleeps, kNoTimer while it is
+  // deciding that deadline. Read by WatchTimers (relaxed; the Dekker fences order it).
+  std::atomic<Clock::rep> watch_until{0};
   std::unique_ptr<StackCache> stacks;
   // SpawnStates allocated on this worker (AllocateSpawnState). Owned by the worker's thread.
   std::unique_ptr<SizeClassShard> spawn_states;
@@ -391,6 +413,15 @@ void FreeTimerEntry(TimerEntry* e) {
   delete e;
 }
 
+// PublishTimerHead: after a change to w's heap, its earliest deadline for idle workers; returns it.
+Clock::rep PublishTimerHead(Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w.timer_mu) {
+  std::optional<Clock::time_point> next = w.timers.next_deadline();
+  Clock::rep head = next ? next->time_since_epoch().count() : kNoTimer;
+  // relaxed: a hint (see Worker::timer_head); the heap itself is read under the lock.
+  w.timer_head.store(head, std::memory_order_relaxed);
+  return head;
+}
+
 // FiberMain: where every fiber's context starts (made by Impl::Prepare).
 [[noreturn]] void FiberMain(Transfer t);
 
@@ -469,6 +500,23 @@ struct Runtime::Impl {
     w.sleeping = false;
     sleepers.fetch_sub(1, std::memory_order_relaxed);
     return true;
+  }
+  // WatchTimers: w's earliest deadline became `head`, earlier than before. A sleeping worker
+  // that would not wake by head + kTimerRescueGrace could not rescue it if w got stuck
+  // (RescueTimers): wake it, so that it sleeps again with head in its deadline (as Go's
+  // wakeNetPoller does when a timer is added). Only a new earliest deadline pays this.
+  void WatchTimers(Worker& w, Clock::rep head) {
+    // seq_cst: the Dekker pairing with Sleep. w published head, then reads the watchers; a
+    // sleeper publishes watch_until = kNoTimer, fences, then reads the heads: one sees the other.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_relaxed) == 0) return;
+    Clock::rep by = (Clock::time_point(Clock::duration(head)) + kTimerRescueGrace)
+                        .time_since_epoch()
+                        .count();
+    for (const auto& v : workers) {
+      // relaxed: ordered by the fences above and in Sleep.
+      if (v.get() != &w && v->watch_until.load(std::memory_order_relaxed) > by) WakeWorker(*v);
+    }
   }
   // WakeWorker: w specifically has work (its mailbox).
   void WakeWorker(Worker& w) {
@@ -657,6 +705,7 @@ struct Runtime::Impl {
   }
   static constexpr std::uint64_t kFairnessInterval = 61;  // Go's schedtick check
   static constexpr std::chrono::milliseconds kIdleNetMin{100}, kIdleNetMax{1600};
+  static constexpr std::chrono::microseconds kRescueRetry{100};
   // NextLocal: the worker's own runnable fibers: run_next, pinned, queue (FIFO), yield ring.
   Fiber* NextLocal(Worker& w) {
     if (Fiber* g = w.run_next) {
@@ -779,7 +828,12 @@ struct Runtime::Impl {
   void WorkerLoop(Worker& w);
   Fiber* FindWork(Worker& w);
   void TakeMail(Worker& w);
-  void PopDueTimers(Worker& w);
+  // PopDueTimers: wakes the fibers whose deadlines in `heap`'s timers have passed, onto w (the
+  // calling thread's worker; heap is w, or a stuck worker's in RescueTimers). Returns how many
+  // it popped (none if another thread held heap's lock and try_lock is set).
+  std::size_t PopDueTimers(Worker& w, Worker& heap, bool try_lock = false);
+  void PopDueTimers(Worker& w) { (void)PopDueTimers(w, w); }
+  Fiber* RescueTimers(Worker& w);
   int PollReactor(Worker& w, std::optional<Clock::time_point> deadline);
   void Sleep(Worker& w);
   void Run(Worker& w, Fiber* f);
@@ -829,9 +883,17 @@ Transfer AfterPark(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   Worker* w = f->worker;
   Bump(w->counters.parked);
-  if (TimerEntry* e = f->pending_timer) {
+  Runtime::Impl* rt = f->rt;  // f may run elsewhere once it is published as parked
+  TimerEntry* e = f->pending_timer;
+  Clock::rep head_before = 0, head = 0;
+  if (e != nullptr) {
     e->owner = w;
+    head_before = w->timer_head.load(std::memory_order_relaxed);  // the owner's own write
+    // Held until kParked is published: an idle worker that pops the entry (RescueTimers) must
+    // find the fiber parked, or its claim would fail and the timer's wake-up be lost.
+    w->timer_mu.lock();
     if (!w->timers.insert(e->node, e->deadline).ok()) {
+      w->timer_mu.unlock();
       // No memory for the timer: wake the fiber at once; its wait retries.
       FreeTimerEntry(e);
       f->pending_timer = nullptr;
@@ -839,12 +901,16 @@ Transfer AfterPark(Transfer t) {
       f->rt->PushLocal(*w, f);
       return t;
     }
+    head = PublishTimerHead(*w);
   }
   // seq_cst, store then load: the Dekker pairing with notify (see the file comment). A permit
   // seen here came from a notify that read the state before this store, so it queued nothing:
   // take the wake-up back unless a notifier (or a stale timer) has won the CAS meanwhile.
   f->state.store(kParked, std::memory_order_seq_cst);
-  if (f->permit.load(std::memory_order_seq_cst) && ClaimWakeUp(f)) f->rt->PushLocal(*w, f);
+  bool claimed = f->permit.load(std::memory_order_seq_cst) && ClaimWakeUp(f);
+  if (e != nullptr) w->timer_mu.unlock();
+  if (claimed) rt->PushLocal(*w, f);
+  if (head < head_before) rt->WatchTimers(*w, head);
   return t;
 }
 
@@ -945,11 +1011,18 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
       f->pending_timer = nullptr;
       timed_out = entry->fired;  // before our reference goes
       // On the owner's thread we may take it out of the heap ourselves (the heap side's
-      // reference with it); elsewhere the owner pops it at its deadline, finds it stale, and
-      // drops that side.
-      if (entry->owner == f->worker && entry->node.queued()) {
-        f->worker->timers.cancel(entry->node);
-        Release(entry);
+      // reference with it), unless an idle worker popped it (RescueTimers); elsewhere the owner
+      // pops it at its deadline, finds it stale, and drops that side.
+      // A timer that fired was popped: no lock needed to know it is out of the heap.
+      if (Worker* owner = entry->owner; owner == f->worker && !timed_out) {
+        owner->timer_mu.lock();
+        bool queued = entry->node.queued();
+        if (queued) {
+          owner->timers.cancel(entry->node);
+          PublishTimerHead(*owner);
+        }
+        owner->timer_mu.unlock();
+        if (queued) Release(entry);
       }
       Release(entry);
     }
@@ -1118,28 +1191,42 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
         v.steal_request.store(true, std::memory_order_relaxed);
       }
     }
+    if (Fiber* g = RescueTimers(w)) return g;
   }
   return nullptr;
 }
 
-void Runtime::Impl::PopDueTimers(Worker& w) {
-  if (w.timers.empty()) return;
+std::size_t Runtime::Impl::PopDueTimers(Worker& w, Worker& heap, bool try_lock) {
+  // relaxed: a hint; the heap is read under its lock.
+  Clock::rep head = heap.timer_head.load(std::memory_order_relaxed);
+  if (head == kNoTimer) return 0;
   Clock::time_point now = Clock::now();
   w.clock_floor = now;
+  if (now.time_since_epoch().count() < head) return 0;
   // In batches of up to kTimerBatch, in three passes, because each due timer's fiber has left
   // the caches (W5: the wake-up's generation check and CAS, each a miss, were most of this
   // function): popping writes each entry (its heap index), so the entries are fetched; then the
-  // fibers' lines are asked for together; then the fibers are claimed and queued.
+  // fibers' lines are asked for together; then the fibers are claimed and queued. The lock is
+  // held for the pops only.
   constexpr std::size_t kTimerBatch = 32;
   TimerEntry* due[kTimerBatch];
   bool queued = false;  // a fiber went onto the stealable queue: wake a sleeper, once
+  std::size_t popped = 0;
   for (;;) {
+    if (try_lock) {
+      if (!heap.timer_mu.try_lock()) break;
+    } else {
+      heap.timer_mu.lock();
+    }
     std::size_t n = 0;
     while (n < kTimerBatch) {
-      TimerNode* node = w.timers.pop_due(now);
+      TimerNode* node = heap.timers.pop_due(now);
       if (node == nullptr) break;
       due[n++] = reinterpret_cast<TimerEntry*>(node);
     }
+    if (n != 0) PublishTimerHead(heap);
+    heap.timer_mu.unlock();
+    popped += n;
     for (std::size_t i = 0; i < n; ++i) {
       // The line of the state word (the claim) and wait_gen (the generation check): one line
       // (asserted at FiberWaiter::fiber).
@@ -1167,6 +1254,31 @@ void Runtime::Impl::PopDueTimers(Worker& w) {
     if (n < kTimerBatch) break;
   }
   if (queued) WakeOne();
+  return popped;
+}
+
+// RescueTimers: an idle worker pops the timers of workers whose earliest deadline is overdue by
+// kTimerRescueGrace (Go's findrunnable runs other Ps' timers the same way), and runs their
+// fibers. Without it a fiber that never switches (a CPU-bound loop, a blocking call outside
+// call_blocking) held its worker's sleepers and timed waits until it ended, with other workers
+// idle. A heap whose owner holds its lock is skipped: the owner is not stuck.
+Fiber* Runtime::Impl::RescueTimers(Worker& w) {
+  Clock::rep overdue = std::numeric_limits<Clock::rep>::max();
+  for (const auto& v : workers) {
+    // relaxed: a hint (Worker::timer_head); PopDueTimers reads the heap under its lock.
+    if (v.get() != &w) overdue = std::min(overdue, v->timer_head.load(std::memory_order_relaxed));
+  }
+  if (overdue == kNoTimer) return nullptr;
+  Clock::time_point now = Clock::now();
+  w.clock_floor = now;
+  if ((now - kTimerRescueGrace).time_since_epoch().count() < overdue) return nullptr;
+  for (const auto& v : workers) {
+    if (v.get() == &w) continue;
+    Clock::rep head = v->timer_head.load(std::memory_order_relaxed);
+    if (head == kNoTimer || (now - kTimerRescueGrace).time_since_epoch().count() < head) continue;
+    Bump(w.counters.rescued, PopDueTimers(w, *v, /*try_lock=*/true));
+  }
+  return NextLocal(w);
 }
 
 void Runtime::Impl::Run(Worker& w, Fiber* f) {
@@ -1183,7 +1295,8 @@ void Runtime::Impl::Sleep(Worker& w) {
     w.sleeping = true;
     sleepers.fetch_add(1, std::memory_order_relaxed);
   }
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker with WakeOne
+  w.watch_until.store(kNoTimer, std::memory_order_relaxed);  // deciding: see WatchTimers
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker with WakeOne and WatchTimers
   std::uint32_t word = w.wake_word.load(std::memory_order_acquire);
   bool work = inject.size_approx() != 0 || overflow_size.load(std::memory_order_relaxed) != 0 ||
               w.run_next != nullptr || w.yields.count != 0 ||
@@ -1203,11 +1316,19 @@ void Runtime::Impl::Sleep(Worker& w) {
     // the cores).
     const auto net = StackPool::default_pool().trim_pending() ? kIdleNetMin : w.idle_net;
     w.idle_net = std::min(w.idle_net * 2, kIdleNetMax);
-    Clock::time_point deadline = Clock::now() + net;
-    if (std::optional<Clock::time_point> next = w.timers.next_deadline()) {
-      deadline = std::min(deadline, *next);
-    }
     auto start = Clock::now();
+    Clock::time_point deadline = start + net;
+    for (const auto& v : workers) {
+      // relaxed: a hint (Worker::timer_head). A peer's timers: until its earliest is overdue
+      // enough to rescue, and no sooner than kRescueRetry from now (a rescue that just failed
+      // to take the lock tries again then, instead of spinning).
+      Clock::rep head = v->timer_head.load(std::memory_order_relaxed);
+      if (head == kNoTimer) continue;
+      Clock::time_point due{Clock::duration(head)};
+      if (v.get() != &w) due = std::max(due + kTimerRescueGrace, start + kRescueRetry);
+      deadline = std::min(deadline, due);
+    }
+    w.watch_until.store(deadline.time_since_epoch().count(), std::memory_order_relaxed);
     Bump(w.counters.sleeps);
     if (w.reactor != nullptr) {
       PollReactor(w, deadline);
@@ -1219,6 +1340,7 @@ void Runtime::Impl::Sleep(Worker& w) {
          static_cast<std::uint64_t>(
              std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()));
   }
+  w.watch_until.store(0, std::memory_order_relaxed);  // awake: FindWork looks at every pass
   std::lock_guard<std::mutex> lock(idle_mu);
   (void)LeaveIdleLocked(w);  // still listed if nobody woke us (a timer, or the safety net)
 }
@@ -1299,8 +1421,11 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
     w.exited = true;  // no Wake() after this: the reactor goes away below
   }
   // Timers left behind are stale (every fiber finished): free them, and the spares.
+  w.timer_mu.lock();
   w.timers.pop_all_due(Clock::time_point::max(),
                        [](TimerNode& node) { Release(reinterpret_cast<TimerEntry*>(&node)); });
+  PublishTimerHead(w);
+  w.timer_mu.unlock();
   while (TimerEntry* e = w.spare_timers) {
     w.spare_timers = e->next_spare;
     delete e;
@@ -1461,11 +1586,12 @@ std::string Runtime::stats_json() const {
     std::snprintf(buf, sizeof buf,
                   "%s{\"index\":%u,\"reactor\":\"%s\",\"spawned\":%" PRIu64 ",\"run\":%" PRIu64
                   ",\"stolen\":%" PRIu64 ",\"parked\":%" PRIu64 ",\"polled\":%" PRIu64
-                  ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"no_stack\":%" PRIu64 "}",
+                  ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"no_stack\":%" PRIu64
+                  ",\"rescued\":%" PRIu64 "}",
                   w->index == 0 ? "" : ",", w->index,
                   w->reactor != nullptr ? std::string(w->reactor->backend_name()).c_str() : "none",
                   get(c.spawned), get(c.run), get(c.stolen), get(c.parked), get(c.polled),
-                  get(c.sleeps), get(c.idle_ns), get(c.no_stack));
+                  get(c.sleeps), get(c.idle_ns), get(c.no_stack), get(c.rescued));
     out += buf;
   }
   std::int64_t live = impl_->credits.load(std::memory_order_relaxed);

@@ -48,7 +48,7 @@ struct FiberOptions {
   // and protection (guard page, or compact with a red-zone check; see context/stack.h).
   std::size_t stack_size = 0;
   StackProtection protection = StackProtection::kAuto;
-  std::string_view name;  // shown in diagnostics (stack overflow) and dumps
+  std::string_view name = {};  // shown in diagnostics (stack overflow) and dumps
   // pinned_worker >= 0: the fiber runs only on that worker (index modulo workers()), never
   // stolen; its yields and wake-ups stay there. -1: any worker.
   int pinned_worker = -1;
@@ -332,7 +332,8 @@ class Runtime {
   static Runtime* current();
 
   // stats_json: a snapshot of the per-worker counters (spawned, run, stolen, parked, polled,
-  // sleeps, idle_ns) plus live fibers and blocking threads, as one JSON object. Any thread.
+  // sleeps, idle_ns, no_stack, rescued: see docs/scheduler.md) plus live fibers and blocking
+  // threads, as one JSON object. Any thread.
   std::string stats_json() const;
   // dump_fibers: one line per live fiber: id, name, state, worker, and what it is parked on
   // ("Mutex 0x...", "Channel recv 0x...", "io read fd 7", "sleep", "join"...). Any thread.

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -170,6 +171,43 @@ TEST(RuntimeTest, SleepsEndNoEarlierThanTheirDeadline) {
   auto r = rt.spawn(
       [&] { return this_fiber::sleep_until({}, &tok).error() == std::errc::operation_canceled; });
   EXPECT_TRUE(*r.join());
+}
+
+// A fiber that never switches (a CPU-bound loop) keeps its worker from popping its own timers.
+// The idle worker pops them once they are overdue (RescueTimers): a sleep, then a timed wait,
+// parked on the stuck worker each end while it is still stuck. The spinning fiber is pinned to
+// the parked fiber's worker, so it starts only once that fiber has parked; it stops when the
+// parked fiber has ended, or after a minute, so a regression fails instead of hanging.
+TEST(RuntimeTest, AnIdleWorkerWakesTheTimersOfAWorkerStuckInOneFiber) {
+  Runtime rt({.workers = 2});
+  Semaphore never(0);
+  std::function<Result<void>()> waits[] = {
+      [] { return this_fiber::sleep_for(1ms); },
+      [&] { return never.acquire({.deadline = SyncClock::now() + 1ms}); },
+  };
+  for (auto& wait : waits) {
+    std::atomic<int> where{-1};
+    std::atomic<bool> ended{false};
+    auto parked = rt.spawn([&] {
+      where.store(this_fiber::worker_index());
+      Result<void> r = wait();
+      ended.store(true);
+      return r.ok() ? 0 : static_cast<int>(r.error());  // Result<std::errc> would be ambiguous
+    });
+    while (where.load() < 0) std::this_thread::yield();
+    auto spinner = rt.spawn(
+        [&] {
+          auto give_up = std::chrono::steady_clock::now() + 60s;
+          while (!ended.load() && std::chrono::steady_clock::now() < give_up) {
+          }
+          return ended.load();
+        },
+        {.pinned_worker = where.load()});
+    int e = *parked.join();
+    EXPECT_TRUE(*spinner.join());
+    EXPECT_EQ(e, &wait == &waits[0] ? 0 : static_cast<int>(std::errc::timed_out));
+  }
+  EXPECT_NE(rt.stats_json().find("\"rescued\":"), std::string::npos);
 }
 
 TEST(RuntimeTest, IdsAndNames) {

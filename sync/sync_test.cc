@@ -7,6 +7,7 @@
 #include "base/stress_scale.h"
 #include "gtest/gtest.h"
 #include "sync/channel.h"
+#include "sync/internal/spin_lock.h"
 #include "sync/internal/wait_queue.h"
 #include "sync/sync_suite.h"
 
@@ -49,6 +50,24 @@ TEST(WaitQueueTest, DrainGrantsEveryNodeInOrder) {
     }
     EXPECT_TRUE(q.empty());
   }
+}
+
+// try_lock takes a free lock and refuses a held one, from the holder's thread or another.
+TEST(SpinLockTest, TryLockTakesOnlyAFreeLock) {
+  sync_internal::SpinLock lock;
+  ASSERT_TRUE(lock.try_lock());
+  EXPECT_FALSE(lock.try_lock());
+  bool other = true;
+  std::thread([&] { other = lock.try_lock(); }).join();
+  EXPECT_FALSE(other);
+  lock.unlock();
+  std::thread([&] {
+    other = lock.try_lock();
+    if (other) lock.unlock();
+  }).join();
+  EXPECT_TRUE(other);
+  lock.lock();
+  lock.unlock();
 }
 
 // A new thread's first wait makes its Waiter (channels look it up under their lock, so they

@@ -30,6 +30,13 @@ class ABSL_LOCKABLE SpinLock {
       }
     }
   }
+  // try_lock: takes the lock if it is free, without waiting. The relaxed load first spares a
+  // held lock's line the exclusive transfer that a failing exchange would cost its holder.
+  bool try_lock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
+    // acquire (the exchange): as lock().
+    return !locked_.load(std::memory_order_relaxed) &&
+           !locked_.exchange(true, std::memory_order_acquire);
+  }
   void unlock() ABSL_UNLOCK_FUNCTION() {
     // release: publishes the critical section to the next holder.
     locked_.store(false, std::memory_order_release);
