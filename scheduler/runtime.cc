@@ -319,6 +319,15 @@ struct Worker {
   // each time it finds no work), the deadline of its sleep while it sleeps, kNoTimer while it is
   // deciding that deadline. Read by WatchTimers (relaxed; the Dekker fences order it).
   std::atomic<Clock::rep> watch_until{0};
+  // watch_floor: the earliest time this worker's current sleep would end only to look at other
+  // workers' timers (its start plus watch_backoff); WatchTimers wakes it no sooner. Relaxed: a
+  // stale floor is an earlier one (the backoff only grows within an idle spell), so it costs a
+  // wake-up at most. watch_backoff (owner only) doubles from kTimerRescueGrace to kWatchMax with
+  // each sleep that ends to watch, and is cleared when the worker finds work: a worker idle
+  // beside one whose timers keep coming due (and are popped by their owner) wakes at most about
+  // 100 times a second for them, not once per timer.
+  std::atomic<Clock::rep> watch_floor{0};
+  Clock::duration watch_backoff{0};
   std::unique_ptr<StackCache> stacks;
   // SpawnStates allocated on this worker (AllocateSpawnState). Owned by the worker's thread.
   std::unique_ptr<SizeClassShard> spawn_states;
@@ -514,8 +523,10 @@ struct Runtime::Impl {
                         .time_since_epoch()
                         .count();
     for (const auto& v : workers) {
-      // relaxed: ordered by the fences above and in Sleep.
-      if (v.get() != &w && v->watch_until.load(std::memory_order_relaxed) > by) WakeWorker(*v);
+      if (v.get() == &w) continue;
+      // relaxed: ordered by the fences above and in Sleep (watch_floor: see Worker).
+      Clock::rep until = v->watch_until.load(std::memory_order_relaxed);
+      if (until > std::max(by, v->watch_floor.load(std::memory_order_relaxed))) WakeWorker(*v);
     }
   }
   // WakeWorker: w specifically has work (its mailbox).
@@ -706,6 +717,7 @@ struct Runtime::Impl {
   static constexpr std::uint64_t kFairnessInterval = 61;  // Go's schedtick check
   static constexpr std::chrono::milliseconds kIdleNetMin{100}, kIdleNetMax{1600};
   static constexpr std::chrono::microseconds kRescueRetry{100};
+  static constexpr std::chrono::milliseconds kWatchMax{10};
   // NextLocal: the worker's own runnable fibers: run_next, pinned, queue (FIFO), yield ring.
   Fiber* NextLocal(Worker& w) {
     if (Fiber* g = w.run_next) {
@@ -1289,6 +1301,12 @@ void Runtime::Impl::Run(Worker& w, Fiber* f) {
 }
 
 void Runtime::Impl::Sleep(Worker& w) {
+  // One clock reading for the watch floor and the deadline, so that a deadline set by the floor
+  // equals it (WatchTimers compares them).
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point watch_from =
+      start + std::max<Clock::duration>(kRescueRetry, w.watch_backoff);
+  w.watch_floor.store(watch_from.time_since_epoch().count(), std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(idle_mu);
     idle.push_back(&w);
@@ -1316,29 +1334,40 @@ void Runtime::Impl::Sleep(Worker& w) {
     // the cores).
     const auto net = StackPool::default_pool().trim_pending() ? kIdleNetMin : w.idle_net;
     w.idle_net = std::min(w.idle_net * 2, kIdleNetMax);
-    auto start = Clock::now();
     Clock::time_point deadline = start + net;
+    Clock::time_point watch = Clock::time_point::max();
     for (const auto& v : workers) {
-      // relaxed: a hint (Worker::timer_head). A peer's timers: until its earliest is overdue
-      // enough to rescue, and no sooner than kRescueRetry from now (a rescue that just failed
-      // to take the lock tries again then, instead of spinning).
+      // relaxed: a hint (Worker::timer_head). Its own timers: until the earliest. A peer's:
+      // until its earliest is overdue enough to rescue, and no sooner than watch_from
+      // (kRescueRetry at first, so that a rescue that failed to take the lock tries again then
+      // instead of spinning; then backing off, see Worker::watch_floor).
       Clock::rep head = v->timer_head.load(std::memory_order_relaxed);
       if (head == kNoTimer) continue;
       Clock::time_point due{Clock::duration(head)};
-      if (v.get() != &w) due = std::max(due + kTimerRescueGrace, start + kRescueRetry);
-      deadline = std::min(deadline, due);
+      if (v.get() == &w) {
+        deadline = std::min(deadline, due);
+      } else {
+        watch = std::min(watch, std::max(due + kTimerRescueGrace, watch_from));
+      }
+    }
+    if (watch < deadline) {
+      deadline = watch;
+      w.watch_backoff = std::clamp<Clock::duration>(2 * w.watch_backoff, kTimerRescueGrace,
+                                                    kWatchMax);
     }
     w.watch_until.store(deadline.time_since_epoch().count(), std::memory_order_relaxed);
     Bump(w.counters.sleeps);
+    const Clock::time_point slept_from = Clock::now();  // after the trim: idle_ns is the sleep
     if (w.reactor != nullptr) {
       PollReactor(w, deadline);
     } else {
-      auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - start);
+      auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - slept_from);
       base_internal::FutexWait(w.wake_word, word, std::max(left, std::chrono::microseconds(0)));
     }
     Bump(w.counters.idle_ns,
          static_cast<std::uint64_t>(
-             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count()));
+             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - slept_from)
+                 .count()));
   }
   w.watch_until.store(0, std::memory_order_relaxed);  // awake: FindWork looks at every pass
   std::lock_guard<std::mutex> lock(idle_mu);
@@ -1393,7 +1422,8 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
     if (Fiber* f = FindWork(w)) {
       if (idle_passes != 0) [[unlikely]] {
         idle_passes = 0;
-        w.idle_net = kIdleNetMin;  // busy again: the next idle spell's back-off starts over
+        w.idle_net = kIdleNetMin;  // busy again: the next idle spell's back-offs start over
+        w.watch_backoff = Clock::duration::zero();
       }
       if (Prepare(w, f)) Run(w, f);
       continue;
@@ -1402,6 +1432,7 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
     if (fork_join->try_steal()) {
       idle_passes = 0;
       w.idle_net = kIdleNetMin;
+      w.watch_backoff = Clock::duration::zero();
       continue;
     }
     ReturnCredits(w, w.credits.load(std::memory_order_relaxed));
