@@ -900,10 +900,10 @@ Transfer AfterPark(Transfer t) {
   Clock::rep head_before = 0, head = 0;
   if (e != nullptr) {
     e->owner = w;
-    head_before = w->timer_head.load(std::memory_order_relaxed);  // the owner's own write
     // Held until kParked is published: an idle worker that pops the entry (RescueTimers) must
     // find the fiber parked, or its claim would fail and the timer's wake-up be lost.
     w->timer_mu.lock();
+    head_before = w->timer_head.load(std::memory_order_relaxed);  // written under the lock
     if (!w->timers.insert(e->node, e->deadline).ok()) {
       w->timer_mu.unlock();
       // No memory for the timer: wake the fiber at once; its wait retries.

@@ -1,24 +1,54 @@
-// tools/stuck_worker.cc: how late a 1 ms sleep ends when a fiber on its worker spins without
-// switching while another worker is idle (docs/scheduler.md, "A worker stuck in one fiber").
+// tools/stuck_worker.cc: diagnostics for timers beside a busy worker (docs/scheduler.md, "A
+// worker stuck in one fiber").
 //
 //   ./bazelw run -c opt //tools:stuck_worker -- [trials (12)] [spin ms (50)]
-//
-// Each trial: a fiber records its worker and sleeps 1 ms; a fiber pinned to that worker spins
-// for the given time. Prints each trial's lateness (sleep end minus 1 ms) and the median.
+//     Each trial: a fiber records its worker and sleeps 1 ms; a fiber pinned to that worker
+//     spins for the given time. Prints each trial's lateness (sleep end minus 1 ms) and the
+//     median.
+//   ./bazelw run -c opt //tools:stuck_worker -- --tick <us>
+//     One fiber sleeps <us> microseconds in a loop for 2 s: prints the process's CPU time and
+//     each worker's sleeps and runs (what watching a busy worker's timers costs the idle one).
+
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "api/weft.h"
 
-int main(int argc, char** argv) {
-  using namespace std::chrono;
-  const int trials = argc > 1 ? std::max(1, std::atoi(argv[1])) : 12;
-  const milliseconds spin(argc > 2 ? std::max(2, std::atoi(argv[2])) : 50);
+namespace {
+
+using namespace std::chrono;
+
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+int Tick(microseconds period) {
+  weft::Runtime rt({.workers = 2});
+  double cpu = ProcessCpuSeconds();
+  auto start = steady_clock::now();
+  rt.block_on([&] {
+    auto ticker = rt.spawn([&] {
+      while (steady_clock::now() - start < seconds(2)) (void)weft::this_fiber::sleep_for(period);
+    });
+    (void)ticker.join();
+  });
+  cpu = ProcessCpuSeconds() - cpu;
+  std::printf("{\"tool\":\"stuck_worker\",\"tick_us\":%lld,\"cpu_s\":%.3f,\"stats\":%s}\n",
+              static_cast<long long>(period.count()), cpu, rt.stats_json().c_str());
+  return 0;
+}
+
+int Spin(int trials, milliseconds spin) {
   weft::Runtime rt({.workers = 2});
   std::vector<double> late_ms;
   for (int t = 0; t < trials; ++t) {
@@ -49,4 +79,14 @@ int main(int argc, char** argv) {
   std::printf("{\"tool\":\"stuck_worker\",\"trials\":%d,\"spin_ms\":%lld,\"median_late_ms\":%.3f}\n",
               trials, static_cast<long long>(spin.count()), late_ms[late_ms.size() / 2]);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], "--tick") == 0) {
+    return Tick(microseconds(std::max(1, std::atoi(argv[2]))));
+  }
+  const int trials = argc > 1 ? std::max(1, std::atoi(argv[1])) : 12;
+  return Spin(trials, milliseconds(argc > 2 ? std::max(2, std::atoi(argv[2])) : 50));
 }
