@@ -5,6 +5,10 @@
 //     Each trial: a fiber records its worker and sleeps 1 ms; a fiber pinned to that worker
 //     spins for the given time. Prints each trial's lateness (sleep end minus 1 ms) and the
 //     median.
+//   ./bazelw run -c opt //tools:stuck_worker -- --run-next [trials (6)]
+//     A fiber sends to a parked receiver on a channel (the receiver goes to the sender's run_next
+//     slot) and then spins for 50 ms: prints how long after the send the receiver ran. The slot
+//     is not stealable, so this is the spin's length (docs/scheduler.md).
 //   ./bazelw run -c opt //tools:stuck_worker -- --tick <us>
 //     One fiber sleeps <us> microseconds in a loop for 2 s: prints the process's CPU time and
 //     each worker's sleeps and runs (what watching a busy worker's timers costs the idle one).
@@ -48,6 +52,35 @@ int Tick(microseconds period) {
   return 0;
 }
 
+int RunNext(int trials) {
+  weft::Runtime rt({.workers = 2});
+  for (int t = 0; t < trials; ++t) {
+    double after_ms = rt.block_on([&] {
+      weft::Channel<int> ch(1);
+      std::atomic<bool> receiving{false};
+      steady_clock::time_point sent;
+      auto receiver = rt.spawn([&] {
+        receiving.store(true);
+        (void)ch.recv();
+        return duration<double, std::milli>(steady_clock::now() - sent).count();
+      });
+      while (!receiving.load()) weft::this_fiber::yield();
+      (void)weft::this_fiber::sleep_for(milliseconds(2));  // the receiver parks meanwhile
+      auto sender = rt.spawn([&] {
+        sent = steady_clock::now();
+        (void)ch.send(1);
+        while (steady_clock::now() - sent < milliseconds(50)) {
+        }
+      });
+      double ms = *receiver.join();
+      (void)sender.join();
+      return ms;
+    });
+    std::printf("trial %d: the receiver ran %.3f ms after the send\n", t, after_ms);
+  }
+  return 0;
+}
+
 int Spin(int trials, milliseconds spin) {
   weft::Runtime rt({.workers = 2});
   std::vector<double> late_ms;
@@ -84,6 +117,9 @@ int Spin(int trials, milliseconds spin) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--run-next") == 0) {
+    return RunNext(argc > 2 ? std::max(1, std::atoi(argv[2])) : 6);
+  }
   if (argc > 2 && std::strcmp(argv[1], "--tick") == 0) {
     return Tick(microseconds(std::max(1, std::atoi(argv[2]))));
   }
