@@ -519,9 +519,7 @@ struct Runtime::Impl {
     // sleeper publishes watch_until = kNoTimer, fences, then reads the heads: one sees the other.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sleepers.load(std::memory_order_relaxed) == 0) return;
-    Clock::rep by = (Clock::time_point(Clock::duration(head)) + kTimerRescueGrace)
-                        .time_since_epoch()
-                        .count();
+    const Clock::rep by = head + Clock::duration(kTimerRescueGrace).count();
     for (const auto& v : workers) {
       if (v.get() == &w) continue;
       // relaxed: ordered by the fences above and in Sleep (watch_floor: see Worker).
@@ -1275,20 +1273,22 @@ std::size_t Runtime::Impl::PopDueTimers(Worker& w, Worker& heap, bool try_lock) 
 // call_blocking) held its worker's sleepers and timed waits until it ended, with other workers
 // idle. A heap whose owner holds its lock is skipped: the owner is not stuck.
 Fiber* Runtime::Impl::RescueTimers(Worker& w) {
-  Clock::rep overdue = std::numeric_limits<Clock::rep>::max();
+  // relaxed: hints (Worker::timer_head); PopDueTimers reads the heap under its lock. The clock
+  // is read only when some other worker has a timer.
+  Clock::rep earliest = kNoTimer;
   for (const auto& v : workers) {
-    // relaxed: a hint (Worker::timer_head); PopDueTimers reads the heap under its lock.
-    if (v.get() != &w) overdue = std::min(overdue, v->timer_head.load(std::memory_order_relaxed));
+    if (v.get() != &w) earliest = std::min(earliest, v->timer_head.load(std::memory_order_relaxed));
   }
-  if (overdue == kNoTimer) return nullptr;
+  if (earliest == kNoTimer) return nullptr;
   Clock::time_point now = Clock::now();
   w.clock_floor = now;
-  if ((now - kTimerRescueGrace).time_since_epoch().count() < overdue) return nullptr;
+  // Heads at or before this are overdue by the grace (kNoTimer never is).
+  const Clock::rep overdue = (now - kTimerRescueGrace).time_since_epoch().count();
+  if (earliest > overdue) return nullptr;
   for (const auto& v : workers) {
-    if (v.get() == &w) continue;
-    Clock::rep head = v->timer_head.load(std::memory_order_relaxed);
-    if (head == kNoTimer || (now - kTimerRescueGrace).time_since_epoch().count() < head) continue;
-    Bump(w.counters.rescued, PopDueTimers(w, *v, /*try_lock=*/true));
+    if (v.get() != &w && v->timer_head.load(std::memory_order_relaxed) <= overdue) {
+      Bump(w.counters.rescued, PopDueTimers(w, *v, /*try_lock=*/true));
+    }
   }
   return NextLocal(w);
 }

@@ -181,16 +181,21 @@ TEST(RuntimeTest, SleepsEndNoEarlierThanTheirDeadline) {
 TEST(RuntimeTest, AnIdleWorkerWakesTheTimersOfAWorkerStuckInOneFiber) {
   Runtime rt({.workers = 2});
   Semaphore never(0);
-  std::function<Result<void>()> waits[] = {
-      [] { return this_fiber::sleep_for(1ms); },
-      [&] { return never.acquire({.deadline = SyncClock::now() + 1ms}); },
+  struct Case {
+    std::function<Result<void>()> wait;
+    int expected;  // 0: ok, else the std::errc
   };
-  for (auto& wait : waits) {
+  const Case cases[] = {
+      {[] { return this_fiber::sleep_for(1ms); }, 0},
+      {[&] { return never.acquire({.deadline = SyncClock::now() + 1ms}); },
+       static_cast<int>(std::errc::timed_out)},
+  };
+  for (const Case& c : cases) {
     std::atomic<int> where{-1};
     std::atomic<bool> ended{false};
     auto parked = rt.spawn([&] {
       where.store(this_fiber::worker_index());
-      Result<void> r = wait();
+      Result<void> r = c.wait();
       ended.store(true);
       return r.ok() ? 0 : static_cast<int>(r.error());  // Result<std::errc> would be ambiguous
     });
@@ -205,7 +210,7 @@ TEST(RuntimeTest, AnIdleWorkerWakesTheTimersOfAWorkerStuckInOneFiber) {
         {.pinned_worker = where.load()});
     int e = *parked.join();
     EXPECT_TRUE(*spinner.join());
-    EXPECT_EQ(e, &wait == &waits[0] ? 0 : static_cast<int>(std::errc::timed_out));
+    EXPECT_EQ(e, c.expected);
   }
   EXPECT_NE(rt.stats_json().find("\"rescued\":"), std::string::npos);
 }

@@ -13,8 +13,6 @@
 //     One fiber sleeps <us> microseconds in a loop for 2 s: prints the process's CPU time and
 //     each worker's sleeps and runs (what watching a busy worker's timers costs the idle one).
 
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,16 +23,13 @@
 #include <vector>
 
 #include "api/weft.h"
+#include "base/stress_scale.h"
 
 namespace {
 
 using namespace std::chrono;
 
-double ProcessCpuSeconds() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
-}
+using ::weft::testing::ProcessCpuSeconds;
 
 int Tick(microseconds period) {
   weft::Runtime rt({.workers = 2});
