@@ -19,11 +19,16 @@
 //   kRunning --BlockingRegion--> kBlocking (on a blocking thread) --leave--> kRunnable
 //
 // A fiber publishes "parked" only in the on-top function that runs on its worker after the
-// switch, so nothing can resume it while it is still on its own stack. The permit (set by
-// notify) and the state are both seq_cst: the on-top function stores kParked and then reads the
-// permit; notify stores the permit and then reads the state (Dekker), so one of them sees the
-// other, and the one that wins the kParked -> kRunnable CAS queues the fiber. A park costs one
-// locked instruction (the kParked store), a wake one (the CAS).
+// switch, so nothing can resume it while it is still on its own stack. The on-top function
+// stores kParked and then reads the permit; notify, when it finds the fiber not parked yet,
+// stores the permit and then reads the state (Dekker), so one of them sees the other, and the
+// one that wins the kParked -> kRunnable CAS queues the fiber. Every park makes that store and
+// load, and a notify almost always finds the fiber parked already (its fast path: the CAS
+// alone), so on x86-64 Linux the pair is asymmetric (base/asymmetric_fence.h): the park's side
+// has a compiler fence only, and the rare notify that must leave a permit runs membarrier(2) as
+// the fence for both. A park then costs no locked instruction, a wake one (the CAS). Elsewhere,
+// or where membarrier is refused (or WEFT_PARK_FENCE=symmetric), both sides are seq_cst, and a
+// park costs one locked instruction (the kParked store).
 //
 // Fiber objects (and so their Waiters) are recycled, never freed while the runtime lives: a
 // notifier may still call notify() on a fiber that already resumed and finished (see the lifetime
@@ -39,6 +44,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -49,6 +55,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "alloc/slab.h"
+#include "base/asymmetric_fence.h"
 #include "base/futex.h"
 #include "base/thread_exit.h"
 #include "context/context.h"
@@ -459,6 +466,9 @@ struct Runtime::Impl {
   std::atomic<int> sleepers{0};
   std::atomic<bool> stop{false};
   std::atomic<bool> shutting_down{false};
+  // light_park: the park/notify Dekker pair is asymmetric (the file comment); set once, before
+  // any worker starts.
+  bool light_park = false;
   // credits: one per live fiber, plus the spare ones workers hold (Worker::credits). Spawns on
   // a worker take a local credit (reserving kCreditBatch from here when out); exits give theirs
   // to the worker they end on, which returns surplus batches, and all it holds before it sleeps.
@@ -913,11 +923,23 @@ Transfer AfterPark(Transfer t) {
     }
     head = PublishTimerHead(*w);
   }
-  // seq_cst, store then load: the Dekker pairing with notify (see the file comment). A permit
-  // seen here came from a notify that read the state before this store, so it queued nothing:
-  // take the wake-up back unless a notifier (or a stale timer) has won the CAS meanwhile.
-  f->state.store(kParked, std::memory_order_seq_cst);
-  bool claimed = f->permit.load(std::memory_order_seq_cst) && ClaimWakeUp(f);
+  // Store then load: the Dekker pairing with notify (see the file comment). A permit seen here
+  // came from a notify that read the state before this store, so it queued nothing: take the
+  // wake-up back unless a notifier (or a stale timer) has won the CAS meanwhile.
+  bool permit;
+  if (rt->light_park) {
+    // release: a notifier whose CAS reads kParked sees what the fiber did before parking.
+    // LightFence, not a fence instruction: notify's slow path runs HeavyFence for both sides.
+    // acquire: as TakePermit's exchange, this sees what the notifier did before its permit.
+    f->state.store(kParked, std::memory_order_release);
+    base_internal::LightFence();
+    permit = f->permit.load(std::memory_order_acquire);
+  } else {
+    // seq_cst, both: a symmetric Dekker pair.
+    f->state.store(kParked, std::memory_order_seq_cst);
+    permit = f->permit.load(std::memory_order_seq_cst);
+  }
+  bool claimed = permit && ClaimWakeUp(f);
   if (e != nullptr) w->timer_mu.unlock();
   if (claimed) rt->PushLocal(*w, f);
   if (head < head_before) rt->WatchTimers(*w, head);
@@ -1053,8 +1075,10 @@ void FiberWaiter::notify() {
     f->rt->Schedule(f);
     return;
   }
-  // Not parked (yet): leave a permit, then look again (the Dekker pairing with AfterPark).
+  // Not parked (yet): leave a permit, then look again (the Dekker pairing with AfterPark, whose
+  // side has only a compiler fence when light_park: HeavyFence is the fence of both).
   f->permit.store(true, std::memory_order_seq_cst);
+  if (f->rt->light_park) base_internal::HeavyFence();
   if (f->state.load(std::memory_order_seq_cst) == kParked && ClaimWakeUp(f)) f->rt->Schedule(f);
   // Otherwise it runs, is queued, or is being queued by whoever won: it finds the permit.
 }
@@ -1471,11 +1495,36 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   t_worker = nullptr;
 }
 
+namespace {
+
+// LightParkWanted: whether this runtime's parks use the asymmetric Dekker pair (the file
+// comment). x86-64 only: there the symmetric pair's seq_cst store is a locked instruction, while
+// aarch64's store-release and load-acquire pair is sequentially consistent already, at no
+// extra cost. WEFT_PARK_FENCE=symmetric turns it off (the tests' epoll configuration does, so
+// both pairs are tested on x86-64).
+bool LightParkWanted() {
+#if defined(__x86_64__)
+  if (const char* env = std::getenv("WEFT_PARK_FENCE")) {
+    if (std::strcmp(env, "symmetric") == 0) return false;
+    if (std::strcmp(env, "asymmetric") != 0) {
+      std::fprintf(stderr, "weft: ignoring WEFT_PARK_FENCE=%s (want asymmetric or symmetric)\n",
+                   env);
+    }
+  }
+  return base_internal::HeavyFenceAvailable();
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   unsigned n = options.workers != 0 ? options.workers : std::thread::hardware_concurrency();
   if (n == 0) n = 1;
   impl_->options = options;
   impl_->self = this;
+  impl_->light_park = LightParkWanted();
   impl_->blocking = std::make_unique<BlockingPool>(options.max_blocking_threads);
   impl_->fork_join = std::make_unique<ForkJoinPool>(
       ForkJoinPoolOptions{.workers = n,

@@ -1,0 +1,26 @@
+// base/internal/asymmetric_fence_linux.cc: HeavyFence on membarrier(2).
+
+#include <linux/membarrier.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/asymmetric_fence.h"
+
+namespace weft::base_internal {
+
+bool HeavyFenceAvailable() noexcept {
+  // Registration is per process and idempotent; a static keeps it to one system call.
+  static const bool registered =
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  return registered;
+}
+
+void HeavyFence() noexcept {
+  // Once registered, the command fails only if the kernel cannot allocate a CPU mask (ENOMEM,
+  // with CONFIG_CPUMASK_OFFSTACK), which is transient: retry, as a fence that did not happen
+  // must not return.
+  while (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) sched_yield();
+}
+
+}  // namespace weft::base_internal

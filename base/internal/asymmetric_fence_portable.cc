@@ -1,0 +1,14 @@
+// base/internal/asymmetric_fence_portable.cc: no process-wide barrier off Linux (Windows has
+// FlushProcessWriteBuffers, not used yet): callers use seq_cst fences on both sides.
+
+#include <atomic>
+
+#include "base/asymmetric_fence.h"
+
+namespace weft::base_internal {
+
+bool HeavyFenceAvailable() noexcept { return false; }
+
+void HeavyFence() noexcept { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+}  // namespace weft::base_internal
