@@ -10,16 +10,20 @@
 namespace weft::base_internal {
 
 bool HeavyFenceAvailable() noexcept {
-  // Registration is per process and idempotent; a static keeps it to one system call.
-  static const bool registered =
-      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-  return registered;
+  // Registration is per process and idempotent; a static keeps it to one try. The command is
+  // tried once too, so that a seccomp filter that lets the registration through but refuses the
+  // command makes this false instead of making HeavyFence spin. A child of fork() inherits the
+  // registration with its copy of this static (checked on 6.18); exec drops both.
+  static const bool available =
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
+      syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+  return available;
 }
 
 void HeavyFence() noexcept {
-  // Once registered, the command fails only if the kernel cannot allocate a CPU mask (ENOMEM,
-  // with CONFIG_CPUMASK_OFFSTACK), which is transient: retry, as a fence that did not happen
-  // must not return.
+  // Once it has worked, the command fails only if the kernel cannot allocate a CPU mask
+  // (ENOMEM, with CONFIG_CPUMASK_OFFSTACK), which is transient: retry, as a fence that did not
+  // happen must not return.
   while (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) sched_yield();
 }
 
