@@ -1,8 +1,8 @@
 // base/asymmetric_fence_test.cc: the store-buffering litmus test (Dekker's core) with
 // LightFence on one side and HeavyFence on the other: in no round do both sides miss the
 // other's store. Without fences, x86 and aarch64 both allow that outcome, and this harness sees
-// it: with the HeavyFence call removed, 49-289 of its 10,000 rounds (five runs) missed both ways on the
-// 2-core VM of docs/scheduler.md.
+// it: with the HeavyFence call removed, 49-289 of its 10,000 rounds (five runs) missed both
+// ways on the 2-core VM of docs/scheduler.md.
 
 #include "base/asymmetric_fence.h"
 

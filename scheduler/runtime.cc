@@ -918,7 +918,7 @@ Transfer AfterPark(Transfer t) {
       FreeTimerEntry(e);
       f->pending_timer = nullptr;
       f->state.store(kRunnable, std::memory_order_relaxed);
-      f->rt->PushLocal(*w, f);
+      rt->PushLocal(*w, f);
       return t;
     }
     head = PublishTimerHead(*w);
@@ -1440,23 +1440,24 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   set_waiter_provider(&ProvideWaiter, &w);
   fork_join->attach_current_thread(w.index);
   int idle_passes = 0;
+  // Busy again: the next idle spell's back-offs start over.
+  auto end_idle_spell = [&] {
+    idle_passes = 0;
+    w.idle_net = kIdleNetMin;
+    w.watch_backoff = Clock::duration::zero();
+  };
   for (;;) {
     if (!w.unstartable.empty()) [[unlikely]]
       FailUnstartable(w);
     if (Fiber* f = FindWork(w)) {
-      if (idle_passes != 0) [[unlikely]] {
-        idle_passes = 0;
-        w.idle_net = kIdleNetMin;  // busy again: the next idle spell's back-offs start over
-        w.watch_backoff = Clock::duration::zero();
-      }
+      if (idle_passes != 0) [[unlikely]]
+        end_idle_spell();
       if (Prepare(w, f)) Run(w, f);
       continue;
     }
     // No fiber to run: help a fork-join computation (the task runs here, on the worker's stack).
     if (fork_join->try_steal()) {
-      idle_passes = 0;
-      w.idle_net = kIdleNetMin;
-      w.watch_backoff = Clock::duration::zero();
+      end_idle_spell();
       continue;
     }
     ReturnCredits(w, w.credits.load(std::memory_order_relaxed));

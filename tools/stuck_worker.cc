@@ -104,8 +104,9 @@ int Spin(int trials, milliseconds spin) {
                 static_cast<long long>(spin.count()));
   }
   std::sort(late_ms.begin(), late_ms.end());
-  std::printf("{\"tool\":\"stuck_worker\",\"trials\":%d,\"spin_ms\":%lld,\"median_late_ms\":%.3f}\n",
-              trials, static_cast<long long>(spin.count()), late_ms[late_ms.size() / 2]);
+  std::printf(
+      "{\"tool\":\"stuck_worker\",\"trials\":%d,\"spin_ms\":%lld,\"median_late_ms\":%.3f}\n",
+      trials, static_cast<long long>(spin.count()), late_ms[late_ms.size() / 2]);
   return 0;
 }
 
