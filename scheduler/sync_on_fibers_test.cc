@@ -20,6 +20,7 @@ class FiberRunner final : public Runner {
   void Spawn(std::function<void()> fn) override {
     handles_.push_back(runtime_->spawn(std::move(fn)));
   }
+  void Relax() override { this_fiber::yield(); }
   void JoinAll() override {
     for (JoinHandle<void>& h : handles_) ASSERT_TRUE(h.join().ok());
     handles_.clear();

@@ -1,7 +1,8 @@
 // sync/mutex.cc: Mutex and CondVar slow paths. See mutex.h for the policy.
 //
-// Mutex state: kLocked | kWaiters. Invariant (under queue_lock_): kWaiters set <=> queue_
-// non-empty. Each queued node carries when it was first queued, for the 1 ms hand-off rule.
+// Mutex state: kLocked | kWaiters | kWakePending. Invariant (whenever queue_lock_ is free):
+// kWaiters set <=> queue_ non-empty. A waiter sets kWaiters, under queue_lock_, only with a CAS
+// that sees kLocked set (AcquireOrAnnounceWaiter), then queues before releasing queue_lock_. Each queued node carries when it was first queued, for the 1 ms hand-off rule.
 
 #include "sync/mutex.h"
 
@@ -46,6 +47,35 @@ bool Mutex::TryAcquire(Waiter* me) {
   return false;
 }
 
+bool Mutex::AcquireOrAnnounceWaiter(Waiter* me) {
+  // One CAS decides between "the lock is free: take it" and "it is held: mark kWaiters", so an
+  // unlock cannot slip between a failed acquire and the mark. Setting kWaiters only while
+  // kLocked is seen set makes the holder's uncontended unlock (a CAS expecting exactly kLocked)
+  // fail and go to UnlockSlow. Marking after a separate failed TryAcquire (as a fetch_or) lost
+  // the wake-up when the holder's fast unlock came in between: the waiter then parked with the
+  // mutex free.
+  // relaxed: only seeds the CAS.
+  std::uint32_t s = state_.load(std::memory_order_relaxed);
+  for (;;) {
+    if ((s & kLocked) == 0) {
+      // acquire: as in TryAcquire.
+      if (state_.compare_exchange_weak(s, s | kLocked, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+        // relaxed: as in TryAcquire.
+        owner_.store(me, std::memory_order_relaxed);
+        return true;
+      }
+    } else if ((s & kWaiters) != 0 ||
+               // relaxed: the race with unlock is decided by state_'s modification order alone
+               // (whichever CAS comes first makes the other fail); the node is published to
+               // the releaser by queue_lock_.
+               state_.compare_exchange_weak(s, s | kWaiters, std::memory_order_relaxed,
+                                            std::memory_order_relaxed)) {
+      return false;
+    }
+  }
+}
+
 bool Mutex::try_lock() { return TryAcquire(&current_waiter()); }
 
 Result<void> Mutex::lock(const WaitOptions& options) {
@@ -70,17 +100,18 @@ Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options) {
   bool front = false;  // a woken waiter that lost the race goes back to the front
   for (;;) {
     queue_lock_.lock();
-    if (TryAcquire(me)) {
+    if (AcquireOrAnnounceWaiter(me)) {
       queue_lock_.unlock();
       return {};
     }
-    // relaxed: kWaiters is only changed under queue_lock_, which we hold.
+    // kWaiters is set and the lock is held by someone else: its unlock takes UnlockSlow, which
+    // waits for queue_lock_ and so finds this node.
+    // relaxed: the node is published to the releaser by queue_lock_.
     node.state.store(kWaiting, std::memory_order_relaxed);
     if (front)
       queue_.push_front(&node);
     else
       queue_.push_back(&node);
-    state_.fetch_or(kWaiters, std::memory_order_relaxed);
     queue_lock_.unlock();
 
     // No spinning once queued: the holder will wake us; spinning here only contends.

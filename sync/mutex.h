@@ -51,6 +51,9 @@ class Mutex {
   static constexpr std::uint32_t kWakePending = 4;
 
   bool TryAcquire(Waiter* me);
+  // AcquireOrAnnounceWaiter: takes the lock if it is free, else sets kWaiters while it is held.
+  // Under queue_lock_ only.
+  bool AcquireOrAnnounceWaiter(Waiter* me);
   Result<void> LockSlow(Waiter* me, const WaitOptions& options);
   void UnlockSlow();
   void WakeNext();  // wakes the first waiter to compete, leaving the lock as it is

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/cpu_relax.h"
 #include "base/stress_scale.h"
 #include "sync/cancellation.h"
 #include "sync/channel.h"
@@ -76,6 +77,47 @@ TEST_P(SyncTest, MutexGuardsANonAtomicCounter) {
   }
   runner().JoinAll();
   EXPECT_EQ(counter, std::int64_t{per} * kTasks);
+}
+
+// Strict hand-offs: in each round one side takes the mutex, lets the other start a timed lock,
+// holds it for a random short time and unlocks, then waits until the other side got it. The
+// unlock races with the waiter's queueing; a waiter that queues just as the holder unlocks
+// through the uncontended path must still get the lock. A lost wake-up parks it with the mutex
+// free until its deadline (nobody else unlocks to rescue it), and the test fails.
+TEST_P(SyncTest, MutexHandoffsLoseNoWakeups) {
+  Mutex m;
+  const int rounds = 20000 * StressScale();
+  std::atomic<int> go{-1};
+  std::atomic<int> done{-1};
+  std::atomic<int> timeouts{0};
+  std::uint32_t seed = 12345;
+  runner().Spawn([&] {  // the holder
+    for (int r = 0; r < rounds && timeouts.load(std::memory_order_relaxed) == 0; ++r) {
+      ASSERT_TRUE(m.lock().ok());
+      go.store(r, std::memory_order_release);
+      seed = seed * 1664525u + 1013904223u;  // LCG: cheap and deterministic
+      for (std::uint32_t i = (seed >> 16) % 401; i > 0; --i) CpuRelax();
+      ASSERT_TRUE(m.unlock().ok());
+      while (done.load(std::memory_order_acquire) != r) runner().Relax();
+    }
+    go.store(rounds, std::memory_order_release);  // lets the waiter finish after a failure
+  });
+  runner().Spawn([&] {  // the waiter
+    for (int r = 0; r < rounds; ++r) {
+      int g;
+      while ((g = go.load(std::memory_order_acquire)) < r) runner().Relax();
+      if (g >= rounds) break;
+      if (!m.lock(In(2s)).ok()) {
+        timeouts.fetch_add(1, std::memory_order_relaxed);
+        done.store(r, std::memory_order_release);
+        break;
+      }
+      ASSERT_TRUE(m.unlock().ok());
+      done.store(r, std::memory_order_release);
+    }
+  });
+  runner().JoinAll();
+  EXPECT_EQ(timeouts.load(), 0) << "a timed lock waited out its deadline with the mutex free";
 }
 
 // ---- CondVar -----------------------------------------------------------------------------------

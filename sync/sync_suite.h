@@ -20,6 +20,9 @@ class Runner {
   virtual ~Runner() = default;
   virtual void Spawn(std::function<void()> fn) = 0;
   virtual void JoinAll() = 0;
+  // Relax: a pause in a busy-wait loop of a spawned task (a fiber yields, so that a busy-wait
+  // does not hold a worker that the awaited task needs).
+  virtual void Relax() = 0;
 };
 
 struct RunnerFactory {

@@ -18,6 +18,7 @@ class ThreadRunner final : public Runner {
  public:
   ~ThreadRunner() override { JoinAll(); }
   void Spawn(std::function<void()> fn) override { threads_.emplace_back(std::move(fn)); }
+  void Relax() override { std::this_thread::yield(); }
   void JoinAll() override {
     for (std::thread& t : threads_) t.join();
     threads_.clear();
