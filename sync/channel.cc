@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
+#include <stdexcept>
 #include <vector>
 
 namespace weft {
@@ -43,6 +45,11 @@ void Deliver(const ElementOps* ops, void* dst, void* src, bool assign) {
 
 ChannelCore::ChannelCore(std::size_t capacity, const ElementOps* ops)
     : ops_(ops), capacity_(capacity) {
+  // The buffer is capacity_ elements: a capacity whose byte size does not fit in size_t would
+  // wrap to a small allocation that later sends overrun.
+  if (capacity_ > std::numeric_limits<std::size_t>::max() / ops_->size) {
+    throw std::length_error("weft::Channel: capacity * sizeof(T) overflows std::size_t");
+  }
   if (capacity_ > 0) {
     buffer_ = static_cast<unsigned char*>(
         ::operator new (capacity_ * ops_->size, std::align_val_t{ops_->align}));
@@ -241,6 +248,11 @@ Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions
   const std::size_t n = cases.size();
   Waiter* me = &current_waiter();
   if (n > kMaxSelectCases) return std::errc::invalid_argument;
+  // A zero-initialised or partly filled case (no channel, or no value to send from or receive
+  // into) is refused before any channel is touched.
+  for (const SelectCase& c : cases) {
+    if (c.channel == nullptr || c.value == nullptr) return std::errc::invalid_argument;
+  }
   if (n == 0) {
     if (has_default) return SelectResult{-1, false};
     if (!options.deadline && options.cancel == nullptr) return std::errc::invalid_argument;

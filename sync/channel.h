@@ -119,7 +119,8 @@ struct SelectResult {
 };
 
 // select: see the file comment. Errors: timed_out, operation_canceled; invalid_argument for no
-// cases with neither default, deadline nor token (it would block forever).
+// cases with neither default, deadline nor token (it would block forever), for more than 64
+// cases, and for a case with a null channel or value (a zero-initialised SelectCase).
 Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions& options = {},
                             bool has_default = false);
 
@@ -128,6 +129,8 @@ class Channel {
   static_assert(std::is_move_constructible_v<T>, "Channel<T> needs a movable T");
 
  public:
+  // Channel: throws std::length_error when capacity * sizeof(T) does not fit in std::size_t,
+  // and std::bad_alloc when the buffer cannot be allocated; nothing else throws here.
   explicit Channel(std::size_t capacity = 0) : core_(capacity, &sync_internal::kOpsOf<T>) {}
 
   // send: blocks until the value is buffered or taken by a receiver. On error, `value` is

@@ -1,6 +1,9 @@
 // sync/sync_test.cc: the //sync suite (sync_suite.cc) on OS threads: the primitives' thread mode.
 // scheduler/sync_on_fibers_test.cc runs the same suite on fibers.
 
+#include <limits>
+#include <new>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -102,6 +105,35 @@ TEST(SyncDeathTest, DestroyingAChannelWithWaitersAborts) {
         delete ch;
       },
       "weft: Channel destroyed while fibers or threads wait on it");
+}
+
+TEST(ChannelTest, AnAbsurdCapacityIsAnErrorNotASmallBuffer) {
+  // SIZE_MAX / 8 + 2 elements of 8 bytes wrap to 8 bytes: the buffer must not be made.
+  EXPECT_THROW(Channel<std::uint64_t>(std::numeric_limits<std::size_t>::max() / 8 + 2),
+               std::length_error);
+  EXPECT_THROW(Channel<std::uint64_t>(std::numeric_limits<std::size_t>::max()), std::length_error);
+  // Fits in size_t but not in memory: the allocator's own error (the sanitizers' allocators
+  // report such a request and abort instead).
+  if (!testing::kAsan && !testing::kTsan) {
+    EXPECT_THROW(Channel<std::uint64_t>(std::numeric_limits<std::size_t>::max() / 16),
+                 std::bad_alloc);
+  }
+  Channel<std::uint64_t> ok(4);  // and ordinary capacities still work
+  ASSERT_TRUE(ok.try_send(7).ok());
+  EXPECT_EQ(*ok.try_recv(), 7u);
+}
+
+TEST(ChannelTest, SelectRefusesZeroedOrPartlyFilledCases) {
+  Channel<int> c(1);
+  int v = 1;
+  SelectCase zeroed[2] = {};
+  EXPECT_EQ(select(zeroed, {}, true).error(), std::errc::invalid_argument);
+  SelectCase no_value[1] = {c.recv_case(v)};
+  no_value[0].value = nullptr;
+  EXPECT_EQ(select(no_value, {}, true).error(), std::errc::invalid_argument);
+  SelectCase partly[2] = {c.send_case(v)};  // the second left zeroed
+  EXPECT_EQ(select(partly, {}, true).error(), std::errc::invalid_argument);
+  EXPECT_EQ(c.size(), 0u);  // nothing was sent by the refused select
 }
 
 }  // namespace
