@@ -28,7 +28,8 @@ struct CancelRegistration {
   bool linked = false;
 };
 // Register: false (and fn not called) if already cancelled. Deregister: once it returns, fn is
-// not running and will not run.
+// not running and will not run; if fn is running at that moment (on the cancelling execution),
+// Deregister parks the caller until it returns (unless the caller is that execution).
 bool Register(CancelState* state, CancelRegistration* reg);
 void Deregister(CancelState* state, CancelRegistration* reg);
 }  // namespace sync_internal
@@ -53,7 +54,10 @@ class CancellationSource {
  public:
   CancellationSource();
   CancellationToken token() const { return CancellationToken(state_); }
-  // cancel: idempotent. Runs the registered callbacks on this thread before returning.
+  // cancel: idempotent. Runs the registered callbacks on the calling execution, one after
+  // another, before returning (a concurrent second cancel() returns at once). Callbacks run
+  // without any lock held: they may park (lock a Mutex, send on a Channel) and may register or
+  // deregister on this token.
   void cancel();
   bool is_cancelled() const;
 
@@ -61,9 +65,9 @@ class CancellationSource {
   std::shared_ptr<sync_internal::CancelState> state_;
 };
 
-// CancellationCallback: runs `fn` when the token is cancelled (at once if it already is). The
-// callback must not register or deregister on the same token. After destruction, fn is neither
-// running nor going to run.
+// CancellationCallback: runs `fn` when the token is cancelled (at once if it already is). After
+// destruction, fn is neither running nor going to run: a destructor that races a running fn
+// parks until fn returns. fn must not throw (std::terminate).
 class CancellationCallback {
  public:
   CancellationCallback(const CancellationToken& token, std::function<void()> fn);
