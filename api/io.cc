@@ -72,9 +72,10 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
   // first; that spares the fiber a park, a reactor round and a wake-up (W6 in docs/bench.md).
   // Not when a cancelled token must fail the call, nor past the fiber's budget of direct turns.
   // (A deadline matters only to a send that waits, here as in the reactor.)
+  if (BadIoRequest(buf, len)) return std::errc::invalid_argument;  // as the reactor says
   if ((options.cancel == nullptr || !options.cancel->is_cancelled()) &&
       scheduler_internal::TakeDirectIoTurn()) {
-    ssize_t n = ::send(fd, buf, len, flags | kNoSignal | MSG_DONTWAIT);
+    ssize_t n = ::send(fd, buf, ClampIoLength(len), flags | kNoSignal | MSG_DONTWAIT);
     if (n >= 0) return static_cast<std::size_t>(n);
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       return static_cast<std::errc>(errno);

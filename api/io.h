@@ -11,9 +11,9 @@
 //
 // Rules: buffers must stay valid until the call returns (the call always waits for the
 // operation's completion, even when cancelled). Close an fd with io::close (not ::close) while
-// other fibers may have operations on it: it fails them with operation_canceled first (those on
-// the calling worker's reactor; see docs/api.md for fds shared across workers). Use
-// non-blocking fds (the net.h types create them so) for sockets and pipes.
+// other fibers or threads may have operations on it: it fails them with operation_canceled, on
+// every worker and thread, before the fd is closed (docs/api.md). Use non-blocking fds (the
+// net.h types create them so) for sockets and pipes.
 
 #ifndef WEFT_API_IO_H_
 #define WEFT_API_IO_H_
@@ -65,8 +65,9 @@ Result<void> connect(int fd, const sockaddr* addr, socklen_t addrlen,
 // poll: waits until fd is ready for `events` (POLLIN, POLLOUT...); returns the ready events.
 Result<std::uint32_t> poll(int fd, std::uint32_t events, const WaitOptions& options = {});
 
-// close: fails the fd's pending operations (on this execution's reactor), then closes it.
-// EBADF for anything not open (on Windows: not a socket).
+// close: fails the fd's pending operations with operation_canceled, in every worker's and
+// thread's reactor, waits until they have ended, then closes it. Not cancellable. EBADF for
+// anything not open (on Windows: not a socket).
 Result<void> close(int fd);
 
 // make_nonblocking: sets O_NONBLOCK (Windows: FIONBIO) for fds not created by weft.

@@ -14,6 +14,7 @@
 #endif
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "api/net.h"
+#include "base/stress_scale.h"
 #include "gtest/gtest.h"
 #include "scheduler/runtime.h"
 #include "sync/coordination.h"
@@ -59,7 +61,9 @@ int NewTcpSocket() { return ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); }
 // do overlapped I/O). r is the read end, w the write end.
 struct Pipe {
   int r = -1, w = -1;
-  Pipe() {
+  // socket: a connected pair of stream sockets instead (closing one end is end of file at the
+  // other, where a pipe's writer would get SIGPIPE).
+  explicit Pipe(bool socket = false) {
 #ifdef _WIN32
     int l = NewTcpSocket();
     SocketAddress any = SocketAddress::ipv4_loopback(0);
@@ -76,7 +80,8 @@ struct Pipe {
     for (int fd : {r, w}) EXPECT_TRUE(fd >= 0 && io::make_nonblocking(fd).ok());
 #else
     int fds[2];
-    if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0) {
+    if (socket ? ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0
+               : ::pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0) {
       r = fds[0];
       w = fds[1];
     }
@@ -421,29 +426,18 @@ TEST_P(IoTest, CloseFailsAPendingRead) {
     int r = p.release_read();  // closed below, by io::close or by hand
     ASSERT_GE(r, 0);
     std::atomic<bool> parked{false};
-    const bool fibers = rt_ != nullptr;
     auto reader = Concurrently([&] {
       char c;
       parked = true;
       auto n = io::read(r, &c, 1);
-      if (fibers) {
-        EXPECT_EQ(n.error(), std::errc::operation_canceled);
-      } else {
-        EXPECT_TRUE(n.ok());
-      }
+      EXPECT_EQ(n.error(), std::errc::operation_canceled);
     });
     while (!parked.load()) ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
     ASSERT_TRUE(this_fiber::sleep_for(5ms).ok());
-    if (fibers) {
-      ASSERT_TRUE(io::close(r).ok());  // the same worker's reactor: fails the read
-      reader.join();
-    } else {
-      // Threads each have their own reactor: close from another thread cannot reach the
-      // reader's; cancel it by writing instead (documented in docs/api.md).
-      ASSERT_EQ(RawWrite(p.w, "z", 1), 1);
-      reader.join();
-      CloseFd(r);
-    }
+    // Fibers: the same worker's reactor. Threads: another thread's reactor, told by the close,
+    // which waits until that reactor has ended the read.
+    ASSERT_TRUE(io::close(r).ok());
+    reader.join();
   });
 }
 
@@ -481,6 +475,77 @@ INSTANTIATE_TEST_SUITE_P(FibersAndThreads, IoTest, ::testing::Values(Mode::kFibe
                          [](const auto& test_info) {
                            return test_info.param == Mode::kFibers ? "Fibers" : "Threads";
                          });
+
+// WaitUntilParkedOn: until dump_fibers shows a fiber parked in an I/O call (`what`) on fd.
+void WaitUntilParkedOn(Runtime& rt, const char* what, int fd) {
+  const std::string needle = " on " + std::string(what) + " fd " + std::to_string(fd);
+  for (;;) {
+    std::string dump = rt.dump_fibers();
+    for (std::size_t at = dump.find(needle); at != std::string::npos;
+         at = dump.find(needle, at + 1)) {
+      char after = at + needle.size() < dump.size() ? dump[at + needle.size()] : '\n';
+      if (after == '\n' || after == ' ') return;  // fd 7, not fd 71
+    }
+    ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
+  }
+}
+
+// Closing an fd while a fiber on another worker reads it, at 1, 2, 4 and 8 workers: the read
+// ends with operation_canceled before io::close returns (it never sees bytes meant for the next
+// file with the same number), the peer sees end of file (no operation keeps the file open), and
+// the next fd with that number works on every worker's reactor, including the reader's (no
+// stale registration there).
+class CrossWorkerCloseTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CrossWorkerCloseTest, CloseEndsAnotherWorkersReadAndTheNumberIsReusedCleanly) {
+  const int workers = GetParam();
+  Runtime rt({.workers = static_cast<unsigned>(workers)});
+  const int rounds = 24 * weft::testing::StressScale();
+  rt.block_on([&] {
+    for (int i = 0; i < rounds; ++i) {
+      const int reader_worker = i % workers;
+      const int closer_worker = (i + 1) % workers;
+      auto p = std::make_unique<Pipe>(/*socket=*/true);
+      int fd = p->release_read();
+      ASSERT_GE(fd, 0);
+      auto reader = rt.spawn(
+          [fd] {
+            char buf[16];
+            return io::read(fd, buf, sizeof buf);
+          },
+          {.pinned_worker = reader_worker});
+      WaitUntilParkedOn(rt, "io read", fd);
+      auto closer = rt.spawn([fd] { return io::close(fd); }, {.pinned_worker = closer_worker});
+      ASSERT_TRUE(closer.join()->ok());
+      // The number is free now: the next fd is likely to get it. Bytes written to the new file
+      // must reach only its own reader.
+      auto next = std::make_unique<Pipe>(/*socket=*/true);
+      ASSERT_EQ(RawWrite(next->w, "new", 3), 3);
+      Result<std::size_t> old_read = *reader.join();
+      ASSERT_FALSE(old_read.ok()) << "the closed fd's reader got " << *old_read << " bytes";
+      EXPECT_EQ(old_read.error(), std::errc::operation_canceled);
+      char eof;
+      auto at_peer = io::read(p->w, &eof, 1, In(5000ms));
+      ASSERT_TRUE(at_peer.ok()) << std::make_error_code(at_peer.error()).message();
+      EXPECT_EQ(*at_peer, 0u) << "the peer of a closed socket sees end of file";
+      // The new file, read on the reader's worker (which knew the old file by this number).
+      auto fresh = rt.spawn(
+          [&] {
+            char buf[8] = {};
+            auto n = io::read(next->r, buf, sizeof buf, In(5000ms));
+            EXPECT_TRUE(n.ok() && std::string(buf, *n) == "new");
+            auto n2 = io::read(next->r, buf, sizeof buf, In(5000ms));  // waits: registration
+            EXPECT_TRUE(n2.ok() && std::string(buf, *n2) == "more");
+          },
+          {.pinned_worker = reader_worker});
+      WaitUntilParkedOn(rt, "io read", next->r);
+      ASSERT_EQ(RawWrite(next->w, "more", 4), 4);
+      (void)fresh.join();
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, CrossWorkerCloseTest, ::testing::Values(1, 2, 4, 8));
 
 // Shutdown with fibers parked on I/O: each read, accept and write completes with
 // operation_canceled, and the runtime's destructor returns.

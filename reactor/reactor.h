@@ -96,12 +96,14 @@ struct IoOp {
     kAcceptMulti,
     kConnect,
     kPollIn,
-    kTimeout
+    kTimeout,
+    kClose
   };
   Kind kind = Kind::kNone;
   bool pending = false;
   bool cancel_requested = false;
   bool timed_out = false;
+  bool cancel_unsent = false;  // io_uring: a cancel waits for an SQE
   int fd = -1;
   int msg_flags = 0;
   std::uint32_t poll_events = 0;
@@ -138,6 +140,28 @@ struct ReactorOptions {
   unsigned entries = 256;  // io_uring submission queue size
 };
 
+// kMaxIoLength: the most one read, write, recv or send moves: Linux's MAX_RW_COUNT (INT_MAX
+// rounded down to a 4 KiB page), to which the kernel clamps every count. io_uring's SQE holds a
+// 32-bit length, so a longer count would otherwise wrap (4 GiB reads 0 bytes: end of file).
+inline constexpr std::size_t kMaxIoLength = 0x7ffff000;
+// kMaxIoRequest: the largest len accepted at all (SSIZE_MAX): the result must fit the signed
+// count every read returns.
+inline constexpr std::size_t kMaxIoRequest = static_cast<std::size_t>(INT64_MAX);
+// BadIoRequest: the argument check every backend makes for a buffer and its length.
+inline bool BadIoRequest(const void* buf, std::size_t len) {
+  return (buf == nullptr && len > 0) || len > kMaxIoRequest;
+}
+inline std::size_t ClampIoLength(std::size_t len) {
+  return len < kMaxIoLength ? len : kMaxIoLength;
+}
+// BadAcceptAddress: an address buffer without its length (or a length the kernel would refuse)
+// is -EINVAL before a connection is taken; the kernel would take it, then fail to write the
+// address and drop it. (A length without a buffer is fine: neither is used.)
+inline bool BadAcceptAddress(const sockaddr* addr, const socklen_t* addrlen) {
+  return addr != nullptr &&
+         (addrlen == nullptr || static_cast<std::uint64_t>(*addrlen) > 0x7fffffffu);
+}
+
 class Reactor {
  public:
   // create: EINVAL for a backend that is not compiled in; ENOSYS/EPERM/ENOMEM/... from the
@@ -157,7 +181,10 @@ class Reactor {
   virtual void wake() = 0;
 
   // ---- Operations (poll()'s thread) ----
-  // offset -1: the file's current position (pipes and sockets).
+  // offset -1: the file's current position. On a pipe or socket an offset is ignored (io_uring's
+  // rule, which every backend follows), never ESPIPE; below -1 it is -EINVAL.
+  // len: at most kMaxIoLength moves per operation (a longer one returns a short count, as the
+  // kernel's own read and write do); above kMaxIoRequest it is -EINVAL. Every backend alike.
   virtual void read(IoOp& op, int fd, void* buf, std::size_t len, std::int64_t offset = -1) = 0;
   virtual void write(IoOp& op, int fd, const void* buf, std::size_t len,
                      std::int64_t offset = -1) = 0;
@@ -165,7 +192,8 @@ class Reactor {
   virtual void writev(IoOp& op, int fd, const IoVec* iov, int iovcnt) = 0;
   virtual void recv(IoOp& op, int fd, void* buf, std::size_t len, int flags = 0) = 0;
   virtual void send(IoOp& op, int fd, const void* buf, std::size_t len, int flags = 0) = 0;
-  // accept: result is the new fd (close-on-exec, non-blocking).
+  // accept: result is the new fd (close-on-exec, non-blocking). addr with a null addrlen:
+  // -EINVAL, and no connection is taken.
   virtual void accept(IoOp& op, int fd, sockaddr* addr = nullptr, socklen_t* addrlen = nullptr) = 0;
   // accept_multishot: one completion per accepted connection, flags & kMore while it continues.
   virtual void accept_multishot(IoOp& op, int fd) = 0;
@@ -176,8 +204,20 @@ class Reactor {
   virtual void timeout(IoOp& op, ReactorClock::time_point when) = 0;
   // cancel: `op` completes with -ECANCELED unless it already completed (or completes first).
   virtual void cancel(IoOp& op) = 0;
-  // close: fails every pending operation on fd with -ECANCELED, then closes it. Use this, not
-  // ::close, for fds with operations in flight (a plain close leaves them pending).
+  // close (with an op): ends every operation on fd, in this reactor and in every other reactor
+  // of the process (other workers' and threads'), then closes fd and completes with 0 (or
+  // -errno from ::close). Operations in this reactor fail with -ECANCELED at once; another
+  // reactor ends its own at its next poll() (epoll: -ECANCELED; io_uring: cancelled in the
+  // kernel, completing with -ECANCELED) and acknowledges, and fd is closed only after every
+  // such reactor has, so no operation taken before the close can reach the next file that gets
+  // the same fd number. While it waits, this reactor goes on polling. A close is not
+  // cancellable and has no deadline. Bad fd: -EBADF.
+  virtual void close(IoOp& op, int fd) = 0;
+  // close (without an op): ends this reactor's operations on fd with -ECANCELED and closes fd at
+  // once. Other reactors are told and end theirs at their next poll(), but nothing waits for
+  // them: until they have, the fd number may be reused under them. Use the close above when
+  // other reactors may have operations on fd. Use either, not ::close, for fds with operations
+  // in flight (a plain ::close leaves them pending).
   virtual void close(int fd) = 0;
 
   // pending_ops: operations submitted and not yet completed (for tests and dumps).

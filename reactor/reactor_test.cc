@@ -15,8 +15,10 @@
 #include <unistd.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -350,6 +352,260 @@ TEST_P(ReactorTest, CloseFailsOperationsInFlight) {
   RunUntil([&] { return r1.done() && r2.done(); });
   EXPECT_EQ(r1.last, -ECANCELED);
   EXPECT_EQ(r2.last, -ECANCELED);
+}
+
+// The close that waits: an operation of another reactor (polled by its own thread, as a worker's
+// is) ends with -ECANCELED before the fd is closed, so the peer sees end of file (no operation
+// keeps the file open) and the op never sees the number's next file.
+TEST_P(ReactorTest, CloseEndsAnotherReactorsOperationsBeforeClosing) {
+  auto [a, b] = SocketPair();
+  fds_.erase(std::find(fds_.begin(), fds_.end(), b));  // closed below
+  std::atomic<bool> submitted{false};
+  Op r;
+  char buf[8];
+  std::thread other([&] {
+    Result<std::unique_ptr<Reactor>> o = Reactor::create({.backend = GetParam()});
+    ASSERT_TRUE(o.ok());
+    (*o)->read(r, b, buf, sizeof buf);
+    ASSERT_TRUE((*o)->poll(ReactorClock::now()).ok());  // in flight now
+    submitted = true;
+    auto give_up = ReactorClock::now() + 10s;
+    while (!r.done() && ReactorClock::now() < give_up) {
+      ASSERT_TRUE((*o)->poll(ReactorClock::now() + 100ms).ok());
+    }
+    EXPECT_EQ((*o)->pending_ops(), 0u);
+  });
+  while (!submitted.load()) std::this_thread::yield();
+  Op c;
+  reactor_->close(c, b);
+  RunUntil([&] { return c.done(); });
+  EXPECT_EQ(c.last, 0);
+  other.join();
+  EXPECT_EQ(r.last, -ECANCELED);
+  EXPECT_EQ(r.completions, 1);
+  Op eof;
+  reactor_->read(eof, a, buf, sizeof buf);
+  RunUntil([&] { return eof.done(); });
+  EXPECT_EQ(eof.last, 0);
+}
+
+// A reactor with nothing pending is not waited for (it may never poll again), and forgets what it
+// knew of the fd before its next operation: a new file with the same number works there.
+TEST_P(ReactorTest, AnIdleReactorIsNotWaitedForAndForgetsTheClosedFd) {
+  Result<std::unique_ptr<Reactor>> o = Reactor::create({.backend = GetParam()});
+  ASSERT_TRUE(o.ok());
+  Reactor& other = **o;
+  auto poll_other_until = [&](Op& op) {
+    auto give_up = ReactorClock::now() + 10s;
+    while (!op.done() && ReactorClock::now() < give_up) {
+      ASSERT_TRUE(other.poll(ReactorClock::now() + 100ms).ok());
+    }
+    ASSERT_TRUE(op.done()) << "the other reactor stopped making progress";
+  };
+  auto [a, b] = SocketPair();
+  fds_.erase(std::find(fds_.begin(), fds_.end(), b));
+  char buf[8];
+  {
+    Op r, w;
+    other.read(r, b, buf, sizeof buf);  // waits, so the other reactor registers b
+    ASSERT_TRUE(other.poll(ReactorClock::now()).ok());
+    reactor_->write(w, a, "x", 1);
+    RunUntil([&] { return w.done(); });
+    poll_other_until(r);
+    ASSERT_EQ(r.last, 1);
+  }
+  Op c;
+  reactor_->close(c, b);  // the other reactor is not polled from here on, until its next op
+  RunUntil([&] { return c.done(); });
+  EXPECT_EQ(c.last, 0);
+  auto [a2, b2] = SocketPair();  // likely b's number again
+  Op r2, w2;
+  other.read(r2, b2, buf, sizeof buf);
+  ASSERT_TRUE(other.poll(ReactorClock::now()).ok());  // waits for data
+  reactor_->write(w2, a2, "yz", 2);
+  RunUntil([&] { return w2.done(); });
+  poll_other_until(r2);
+  EXPECT_EQ(r2.last, 2);
+  EXPECT_EQ(std::string(buf, 2), "yz");
+  EXPECT_EQ(other.pending_ops(), 0u);
+}
+
+// Lengths past 32 bits: at most kMaxIoLength per operation, never wrapped (a 4 GiB read of 3
+// available bytes returns 3, not 0, which a caller would take for end of file); past SSIZE_MAX,
+// -EINVAL. The buffer is heap memory: the kernel copies only what the socket holds.
+TEST_P(ReactorTest, HugeLengthsAreClampedNeverWrappedAndAbsurdOnesRefused) {
+  auto [a, b] = SocketPair();
+  auto heap = std::make_unique<char[]>(64);
+  Op w;
+  reactor_->write(w, a, "abc", 3);
+  RunUntil([&] { return w.done(); });
+  ASSERT_EQ(w.last, 3);
+  const std::size_t four_gib = std::size_t{1} << 32;
+  Op r1, r2;
+  reactor_->read(r1, b, heap.get(), four_gib);
+  RunUntil([&] { return r1.done(); });
+  EXPECT_EQ(r1.last, 3);
+  EXPECT_EQ(std::string(heap.get(), 3), "abc");
+  reactor_->write(w, a, "de", 2);
+  w.Reset();
+  RunUntil([&] { return w.done(); });
+  reactor_->recv(r2, b, heap.get(), four_gib + 1);
+  RunUntil([&] { return r2.done(); });
+  EXPECT_EQ(r2.last, 2);
+  const std::size_t absurd = (std::size_t{1} << 63) + 5;
+  Op e1, e2, e3, e4;
+  reactor_->read(e1, b, heap.get(), absurd);
+  reactor_->write(e2, a, heap.get(), absurd);
+  reactor_->recv(e3, b, heap.get(), absurd);
+  reactor_->send(e4, a, heap.get(), absurd);
+  RunUntil([&] { return e1.done() && e2.done() && e3.done() && e4.done(); });
+  for (Op* e : {&e1, &e2, &e3, &e4}) EXPECT_EQ(e->last, -EINVAL);
+}
+
+// An offset on a pipe or socket is ignored on every backend (io_uring's rule), never ESPIPE on
+// one and data on another; an offset below -1 is -EINVAL.
+TEST_P(ReactorTest, AnOffsetOnAPipeOrSocketIsIgnoredAndANegativeOneIsRefused) {
+  auto [a, b] = SocketPair();
+  Op w, r, bad_r, bad_w;
+  char buf[8] = {};
+  reactor_->write(w, a, "hello", 5, /*offset=*/3);
+  RunUntil([&] { return w.done(); });
+  EXPECT_EQ(w.last, 5);
+  reactor_->read(r, b, buf, sizeof buf, /*offset=*/7);
+  RunUntil([&] { return r.done(); });
+  EXPECT_EQ(r.last, 5);
+  EXPECT_EQ(std::string(buf, 5), "hello");
+  reactor_->read(bad_r, b, buf, sizeof buf, /*offset=*/-2);
+  reactor_->write(bad_w, a, buf, 1, /*offset=*/-7);
+  RunUntil([&] { return bad_r.done() && bad_w.done(); });
+  EXPECT_EQ(bad_r.last, -EINVAL);
+  EXPECT_EQ(bad_w.last, -EINVAL);
+#ifndef _WIN32
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  fds_.push_back(p[0]);
+  fds_.push_back(p[1]);
+  Op pw, pr;
+  reactor_->write(pw, p[1], "pipe", 4, /*offset=*/100);
+  RunUntil([&] { return pw.done(); });
+  EXPECT_EQ(pw.last, 4);
+  reactor_->read(pr, p[0], buf, sizeof buf, /*offset=*/100);
+  RunUntil([&] { return pr.done(); });
+  EXPECT_EQ(pr.last, 4);
+  EXPECT_EQ(std::string(buf, 4), "pipe");
+#endif
+}
+
+// Many operations between two polls on the smallest ring: the submission queue fills again and
+// again, and the completion queue overflows (the kernel may then refuse submissions for a while,
+// which leaves operations waiting for room). Every op completes once, in order, with its byte.
+TEST_P(ReactorTest, ThousandsOfOpsBetweenTwoPollsOnASmallRingAllCompleteInOrder) {
+  Result<std::unique_ptr<Reactor>> small = Reactor::create({.backend = GetParam(), .entries = 8});
+  ASSERT_TRUE(small.ok());
+  reactor_ = std::move(small).value();
+  auto [a, b] = SocketPair();
+  constexpr int kOps = 2000;
+  std::vector<char> out(kOps);
+  for (int i = 0; i < kOps; ++i) out[i] = static_cast<char>(i % 251);
+  std::vector<Op> reads(kOps);
+  std::vector<char> in(kOps, 0);
+  Op w;
+  reactor_->write(w, a, out.data(), out.size());
+  RunUntil([&] { return w.done(); });
+  ASSERT_EQ(w.last, kOps);
+  for (int i = 0; i < kOps; ++i) {
+    if (i % 2 == 0) reads[i].deadline = ReactorClock::now() + 10s;  // linked pairs too
+    reactor_->read(reads[i], b, &in[i], 1);
+  }
+  RunUntil([&] {
+    for (const Op& r : reads) {
+      if (!r.done()) return false;
+    }
+    return true;
+  });
+  for (int i = 0; i < kOps; ++i) {
+    ASSERT_EQ(reads[i].completions, 1);
+    ASSERT_EQ(reads[i].last, 1) << "read " << i;
+  }
+  EXPECT_EQ(in, out);
+}
+
+#ifndef _WIN32
+// The same, and cancels and a close on top, with every third SQE refused (io_uring's fault
+// injection; the kernel refuses submissions with EBUSY or EAGAIN under pressure): operations and
+// cancels wait for room in submission order and none is lost or delivered twice.
+TEST_P(ReactorTest, RefusedSubmissionsWaitAndNothingIsLost) {
+  ASSERT_EQ(setenv("WEFT_URING_REFUSE_SQES", "3", 1), 0);
+  Result<std::unique_ptr<Reactor>> faulty = Reactor::create({.backend = GetParam(), .entries = 8});
+  ASSERT_EQ(unsetenv("WEFT_URING_REFUSE_SQES"), 0);
+  ASSERT_TRUE(faulty.ok());
+  reactor_ = std::move(faulty).value();
+  auto [a, b] = SocketPair();
+  constexpr int kOps = 300;
+  std::vector<char> out(kOps);
+  for (int i = 0; i < kOps; ++i) out[i] = static_cast<char>(i % 251);
+  std::vector<char> in(kOps, 0);
+  std::vector<Op> reads(kOps);
+  Op w;
+  reactor_->write(w, a, out.data(), out.size());
+  RunUntil([&] { return w.done(); });
+  // (With the data already there, each read takes the next byte as it is submitted, so the
+  // bytes show the order of submission. Reads that wait together may complete in any order.)
+  for (int i = 0; i < kOps; ++i) {
+    if (i % 2 == 0) reads[i].deadline = ReactorClock::now() + 10s;
+    reactor_->read(reads[i], b, &in[i], 1);
+  }
+  RunUntil([&] {
+    for (const Op& r : reads) {
+      if (!r.done()) return false;
+    }
+    return true;
+  });
+  for (int i = 0; i < kOps; ++i) ASSERT_EQ(reads[i].last, 1) << "read " << i;
+  EXPECT_EQ(in, out);
+  // Reads that wait, then cancels, then a close, all through refused SQEs.
+  std::vector<Op> waiting(40);
+  char sink[40];
+  for (int i = 0; i < 40; ++i) reactor_->read(waiting[i], b, &sink[i], 1);
+  for (int i = 0; i < 20; ++i) reactor_->cancel(waiting[i]);
+  Op c;
+  reactor_->close(c, b);
+  fds_.erase(std::find(fds_.begin(), fds_.end(), b));
+  RunUntil([&] {
+    for (const Op& r : waiting) {
+      if (!r.done()) return false;
+    }
+    return c.done();
+  });
+  for (const Op& r : waiting) {
+    EXPECT_EQ(r.completions, 1);
+    EXPECT_EQ(r.last, -ECANCELED);
+  }
+  EXPECT_EQ(c.last, 0);
+}
+#endif
+
+// accept with an address buffer but no length is refused before a connection is taken: the
+// client stays queued and the next, well-formed accept gets it.
+TEST_P(ReactorTest, AcceptWithAnAddressButNoLengthTakesNoConnection) {
+  sockaddr_in addr;
+  int l = Listener(&addr);
+  int c = Tcp();
+  ASSERT_EQ(ConnectBlocking(c, addr), 0);
+  sockaddr_storage peer{};
+  socklen_t huge = 0x80000000u;
+  Op bad, bad_len, good;
+  reactor_->accept(bad, l, reinterpret_cast<sockaddr*>(&peer), nullptr);
+  reactor_->accept(bad_len, l, reinterpret_cast<sockaddr*>(&peer), &huge);
+  RunUntil([&] { return bad.done() && bad_len.done(); });
+  EXPECT_EQ(bad.last, -EINVAL);
+  EXPECT_EQ(bad_len.last, -EINVAL);
+  socklen_t len = sizeof peer;
+  reactor_->accept(good, l, reinterpret_cast<sockaddr*>(&peer), &len);
+  RunUntil([&] { return good.done(); });
+  ASSERT_GE(good.last, 0) << "the connection was dropped";
+  fds_.push_back(static_cast<int>(good.last));
+  EXPECT_EQ(peer.ss_family, AF_INET);
 }
 
 TEST_P(ReactorTest, BadFdsAndArgumentsAreErrors) {

@@ -46,8 +46,10 @@ std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what
 inline constexpr unsigned kDirectIoBudget = 64;
 bool TakeDirectIoTurn();
 
-// CloseFd: closes fd through the calling execution's reactor, which first fails the fd's pending
-// operations on it with -ECANCELED; a plain ::close when the execution has no reactor yet.
+// CloseFd: closes fd through the calling execution's reactor (Reactor::close with an op): the
+// fd's operations in every reactor of the process, every worker's and every thread's, end with
+// -ECANCELED before fd is closed, and the caller waits for that. A plain ::close when no
+// reactor can be started for the execution.
 void CloseFd(int fd);
 
 }  // namespace weft::scheduler_internal

@@ -281,9 +281,9 @@ TEST(JoinTest, DroppingHandlesRacesWithTheFibersFinishing) {
       EXPECT_GT(joined, 0);
       hs.clear();  // the rest drop here, finished or not
     };
-    run();                                  // handles on this thread
+    run();                                    // handles on this thread
     rt.spawn([&] { run(); }).join().value();  // handles on a fiber
-  }  // every fiber has finished once the runtime is gone
+  }                                           // every fiber has finished once the runtime is gone
   EXPECT_EQ(LiveCount::live.load(), 0);
 }
 
@@ -590,6 +590,28 @@ TEST(IdleTest, AnIdleRuntimeUsesUnderOnePercentOfACore) {
   const double bound = weft::testing::Emulated() ? 0.05 : 0.01;
   EXPECT_LT(share, bound) << "an idle runtime used " << share * 100 << "% of a core";
 }
+
+#if defined(__linux__)
+// A worker thread that cannot start (injected at each position of a four-worker runtime): the
+// constructor throws the documented std::system_error and leaves no thread behind; the next
+// runtime starts normally.
+TEST(ConstructionTest, AWorkerThreadThatCannotStartIsAnExceptionAndNothingKeepsRunning) {
+  const std::vector<pid_t> before = ThreadIds();
+  for (const char* at : {"0", "1", "3"}) {
+    ASSERT_EQ(setenv("WEFT_TEST_FAIL_WORKER_THREAD", at, 1), 0);
+    try {
+      Runtime rt({.workers = 4});
+      ADD_FAILURE() << "no exception with worker " << at << " failing";
+    } catch (const std::system_error& e) {
+      EXPECT_EQ(e.code(), std::errc::resource_unavailable_try_again);
+    }
+    ASSERT_EQ(unsetenv("WEFT_TEST_FAIL_WORKER_THREAD"), 0);
+    EXPECT_EQ(ThreadIds(), before) << "threads left running after worker " << at << " failed";
+  }
+  Runtime rt({.workers = 4});
+  EXPECT_EQ(rt.block_on([] { return 7; }), 7);
+}
+#endif
 
 TEST(SeveralRuntimesTest, TwoRuntimesTalkThroughAChannel) {
   Runtime a({.workers = 1}), b({.workers = 2});

@@ -1542,20 +1542,45 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   // Each worker creates its reactor on its own thread (io_uring's single-issuer rings require
   // it) before it runs any fiber; the constructor waits, so Wake() always finds it settled.
   std::atomic<unsigned> ready{0};
-  for (auto& w : impl_->workers) {
-    Worker* raw = w.get();
-    Impl* impl = impl_.get();
-    raw->thread = std::thread([impl, raw, &ready] {
-      Result<std::unique_ptr<Reactor>> r = Reactor::create(impl->options.reactor);
-      if (r.ok()) {
-        raw->reactor = std::move(r).value();
-      } else {
-        raw->reactor_error = r.error();
+  unsigned started = 0;
+  // Fault injection for tests: WEFT_TEST_FAIL_WORKER_THREAD=k makes worker k's thread fail to
+  // start, as std::thread does when the system is out of threads or memory.
+  const char* fail_env = std::getenv("WEFT_TEST_FAIL_WORKER_THREAD");
+  const long fail_at = fail_env != nullptr ? std::strtol(fail_env, nullptr, 10) : -1;
+  try {
+    for (auto& w : impl_->workers) {
+      Worker* raw = w.get();
+      Impl* impl = impl_.get();
+      if (static_cast<long>(started) == fail_at) {
+        throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                                "weft: a worker thread could not start (injected)");
       }
-      ready.fetch_add(1, std::memory_order_release);
-      base_internal::FutexWake(ready, 1);
-      impl->WorkerLoop(*raw);
-    });
+      raw->thread = std::thread([impl, raw, &ready] {
+        Result<std::unique_ptr<Reactor>> r = Reactor::create(impl->options.reactor);
+        if (r.ok()) {
+          raw->reactor = std::move(r).value();
+        } else {
+          raw->reactor_error = r.error();
+        }
+        ready.fetch_add(1, std::memory_order_release);
+        base_internal::FutexWake(ready, 1);
+        impl->WorkerLoop(*raw);
+      });
+      ++started;
+    }
+  } catch (const std::system_error&) {
+    // Leave nothing running: the workers that did start settle (their reactors), see stop with
+    // no fiber alive, and exit; then the exception goes to the caller. (Without this, the
+    // joinable threads' destructors would call std::terminate.)
+    for (unsigned k; (k = ready.load(std::memory_order_acquire)) != started;) {
+      base_internal::FutexWait(ready, k, std::chrono::milliseconds(10));
+    }
+    impl_->stop.store(true, std::memory_order_release);
+    impl_->WakeAll();
+    for (auto& w : impl_->workers) {
+      if (w->thread.joinable()) w->thread.join();
+    }
+    throw;
   }
   for (unsigned k; (k = ready.load(std::memory_order_acquire)) != n;) {
     base_internal::FutexWait(ready, k, std::chrono::milliseconds(10));
@@ -1843,22 +1868,26 @@ bool TakeDirectIoTurn() {
 }
 
 void CloseFd(int fd) {
-  Worker* w = t_worker;
-  Reactor* r = nullptr;
-  if (w != nullptr && w->current != nullptr) {
-    r = w->reactor.get();
-  } else if (ThreadReactor* t = ThreadReactorSlot::existing(); t != nullptr && t->reactor) {
-    r = t->reactor.get();
-  }
-  if (r != nullptr) {
-    r->close(fd);
-  } else {
+  // Through the calling execution's reactor, as an operation: it ends the fd's operations in
+  // every reactor (each worker's and each thread's) before the fd is closed, and the caller
+  // waits for that (a fiber parks; a thread polls its reactor).
+  bool submitted = false;
+  (void)RunIo(
+      [fd, &submitted](Reactor& re, IoOp& op) {
+        submitted = true;
+        re.close(op, fd);
+      },
+      {}, "io close", fd);
+  // Once submitted, the fd is closed whatever the result (Linux releases it even on EINTR or
+  // EIO): never close it twice, the number may be someone else's by now.
+  if (submitted) return;
+  // RunIo failed first (no reactor for this execution, or a fiber interrupted by shutdown):
+  // close directly.
 #ifdef _WIN32
-    ::closesocket(NativeSocket(fd));  // api fds are sockets
+  ::closesocket(NativeSocket(fd));  // api fds are sockets
 #else
-    ::close(fd);
+  ::close(fd);
 #endif
-  }
 }
 
 // ---- Blocking work

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "reactor/internal/backends.h"
+#include "reactor/internal/close_coordinator.h"
 #include "reactor/internal/eventfd_waker.h"
 #include "reactor/internal/op_list.h"
 
@@ -55,8 +56,9 @@ struct FdState {
 
 class EpollReactor final : public Reactor {
  public:
-  EpollReactor(int epfd, int evfd) : epfd_(epfd), waker_(evfd) {}
+  EpollReactor(int epfd, int evfd) : epfd_(epfd), waker_(evfd), closer_(this) {}
   ~EpollReactor() override {
+    closer_.Leave();
     ::close(waker_.fd());
     ::close(epfd_);
   }
@@ -69,16 +71,16 @@ class EpollReactor final : public Reactor {
   void read(IoOp& op, int fd, void* buf, std::size_t len, std::int64_t offset) override {
     op.kind = Kind::kRead;
     op.buf = buf;
-    op.len = len;
+    op.len = ClampIoLength(len);
     op.offset = offset;
-    Submit(op, fd, buf == nullptr && len > 0);
+    Submit(op, fd, BadIoRequest(buf, len) || offset < -1);
   }
   void write(IoOp& op, int fd, const void* buf, std::size_t len, std::int64_t offset) override {
     op.kind = Kind::kWrite;
     op.buf = const_cast<void*>(buf);
-    op.len = len;
+    op.len = ClampIoLength(len);
     op.offset = offset;
-    Submit(op, fd, buf == nullptr && len > 0);
+    Submit(op, fd, BadIoRequest(buf, len) || offset < -1);
   }
   void readv(IoOp& op, int fd, const IoVec* iov, int iovcnt) override {
     op.kind = Kind::kReadv;
@@ -95,22 +97,22 @@ class EpollReactor final : public Reactor {
   void recv(IoOp& op, int fd, void* buf, std::size_t len, int flags) override {
     op.kind = Kind::kRecv;
     op.buf = buf;
-    op.len = len;
+    op.len = ClampIoLength(len);
     op.msg_flags = flags;
-    Submit(op, fd, buf == nullptr && len > 0);
+    Submit(op, fd, BadIoRequest(buf, len));
   }
   void send(IoOp& op, int fd, const void* buf, std::size_t len, int flags) override {
     op.kind = Kind::kSend;
     op.buf = const_cast<void*>(buf);
-    op.len = len;
+    op.len = ClampIoLength(len);
     op.msg_flags = flags | MSG_NOSIGNAL;
-    Submit(op, fd, buf == nullptr && len > 0);
+    Submit(op, fd, BadIoRequest(buf, len));
   }
   void accept(IoOp& op, int fd, sockaddr* addr, socklen_t* addrlen) override {
     op.kind = Kind::kAccept;
     op.addr = addr;
     op.addrlen = addrlen;
-    Submit(op, fd, false);
+    Submit(op, fd, BadAcceptAddress(addr, addrlen));
   }
   void accept_multishot(IoOp& op, int fd) override {
     op.kind = Kind::kAcceptMulti;
@@ -138,7 +140,7 @@ class EpollReactor final : public Reactor {
   }
 
   void cancel(IoOp& op) override {
-    if (!op.pending || op.cancel_requested) return;
+    if (!op.pending || op.cancel_requested || op.kind == Kind::kClose) return;
     op.cancel_requested = true;
     if (op.timer.queued()) timers_.cancel(op.timer);
     if (op.fd >= 0 && static_cast<std::size_t>(op.fd) < fds_.size() && op.kind != Kind::kTimeout) {
@@ -149,23 +151,24 @@ class EpollReactor final : public Reactor {
     Finish(op, -ECANCELED);
   }
 
+  void close(IoOp& op, int fd) override {
+    op.kind = Kind::kClose;
+    op.deadline.reset();  // a close has none
+    Begin(op, fd);
+    if (fd < 0) return Finish(op, -EBADF);
+    ForgetFd(fd);
+    if (closer_.StartClose(&op, fd)) FinishClose(op, fd);
+    // else: FinishClose runs from DrainMail once every other reactor has acknowledged
+  }
+
   void close(int fd) override {
-    if (fd >= 0 && static_cast<std::size_t>(fd) < fds_.size()) {
-      FdState& st = fds_[fd];
-      for (OpList* list : {&st.readers, &st.writers}) {
-        while (IoOp* op = list->head) {
-          list->remove(op);
-          if (op->timer.queued()) timers_.cancel(op->timer);
-          Finish(*op, -ECANCELED);
-        }
-      }
-      if (st.registered != 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
-      st = FdState{};
-    }
+    ForgetFd(fd);
+    (void)closer_.StartClose(nullptr, fd);
     ::close(fd);
   }
 
   Result<int> poll(std::optional<ReactorClock::time_point> deadline) override {
+    if (closer_.HasMail()) DrainMail();
     int delivered = DeliverReady();
     // New operations get one try before we sleep (most complete at once on a busy socket).
     std::vector<int> dirty;
@@ -211,8 +214,10 @@ class EpollReactor final : public Reactor {
       }
       delivered += Drive(fd, events[i].events);
     }
+    if (closer_.HasMail()) DrainMail();
     delivered += ExpireTimers();
     delivered += DeliverReady();
+    if (closer_.SetBusy(pending_ != 0)) DrainMail();  // idle from here: no close waits for us
     return delivered;
   }
 
@@ -243,6 +248,7 @@ class EpollReactor final : public Reactor {
 
  private:
   void Begin(IoOp& op, int fd) {
+    if (closer_.SetBusy(true)) DrainMail();  // forget closed fds before taking a new op
     StartOp(op, fd);
     op.next = op.prev = nullptr;
     ++pending_;
@@ -253,6 +259,7 @@ class EpollReactor final : public Reactor {
     if (bad_argument) return Finish(op, -EINVAL);
     if (fd < 0) return Finish(op, -EBADF);
     if (static_cast<std::size_t>(fd) >= fds_.size()) fds_.resize(static_cast<std::size_t>(fd) + 64);
+    closer_.NoteFd(fd);  // a close elsewhere then tells us to forget fd before it closes it
     FdState& st = fds_[fd];
     if (!st.prepared) {
       int flags = fcntl(fd, F_GETFL);
@@ -284,6 +291,31 @@ class EpollReactor final : public Reactor {
     }
   }
 
+  // ForgetFd: fails this reactor's operations on fd with -ECANCELED and drops everything it
+  // knows of fd (its epoll registration, O_NONBLOCK set), as fd is about to be closed: the next
+  // file with that number starts afresh.
+  void ForgetFd(int fd) {
+    if (fd < 0 || static_cast<std::size_t>(fd) >= fds_.size()) return;
+    FdState& st = fds_[fd];
+    for (OpList* list : {&st.readers, &st.writers}) {
+      while (IoOp* op = list->head) {
+        list->remove(op);
+        if (op->timer.queued()) timers_.cancel(op->timer);
+        Finish(*op, -ECANCELED);
+      }
+    }
+    if (st.registered != 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+    st = FdState{};  // (a stale entry in dirty_ finds empty lists)
+  }
+
+  void FinishClose(IoOp& op, int fd) { Finish(op, ::close(fd) == 0 ? 0 : -errno); }
+
+  // DrainMail: fds other reactors are closing (forget them), and our closes that may proceed.
+  void DrainMail() {
+    closer_.DrainMail([this](int fd) { ForgetFd(fd); }, [] {},
+                      [this](IoOp& op, int fd) { FinishClose(op, fd); });
+  }
+
   // Finish: the op's final result; delivered by the next DeliverReady.
   void Finish(IoOp& op, std::int64_t result) { ready_.finish(op, result, timers_); }
   int DeliverReady() { return ready_.deliver(pending_); }
@@ -302,12 +334,13 @@ class EpollReactor final : public Reactor {
     ssize_t r = -1;
     switch (op.kind) {
       case Kind::kRead:
-        r = op.offset >= 0 ? ::pread(op.fd, op.buf, op.len, op.offset)
-                           : ::read(op.fd, op.buf, op.len);
+        r = op.offset >= 0 ? ::pread(op.fd, op.buf, op.len, op.offset) : -1;
+        // A pipe or socket has no offset: ignored there (ESPIPE), as io_uring does.
+        if (op.offset < 0 || (r < 0 && errno == ESPIPE)) r = ::read(op.fd, op.buf, op.len);
         break;
       case Kind::kWrite:
-        r = op.offset >= 0 ? ::pwrite(op.fd, op.buf, op.len, op.offset)
-                           : ::write(op.fd, op.buf, op.len);
+        r = op.offset >= 0 ? ::pwrite(op.fd, op.buf, op.len, op.offset) : -1;
+        if (op.offset < 0 || (r < 0 && errno == ESPIPE)) r = ::write(op.fd, op.buf, op.len);
         break;
       case Kind::kReadv:
         r = ::readv(op.fd, op.iov, op.iovcnt);
@@ -430,6 +463,7 @@ class EpollReactor final : public Reactor {
   TimerHeap timers_;
   std::size_t pending_ = 0;
   bool have_pwait2_ = true;  // cleared on the first ENOSYS (see Wait)
+  CloseCoordinator closer_;  // last: registered once the rest can take a wake()
 };
 
 }  // namespace

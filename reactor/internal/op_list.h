@@ -20,6 +20,7 @@ inline void StartOp(IoOp& op, int fd) {
   op.fd = fd;
   op.pending = true;
   op.cancel_requested = false;
+  op.cancel_unsent = false;
   op.timed_out = false;
 }
 

@@ -18,8 +18,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 
 #include "reactor/internal/backends.h"
+#include "reactor/internal/close_coordinator.h"
 #include "reactor/internal/eventfd_waker.h"
 #include "reactor/internal/op_list.h"
 
@@ -44,7 +46,9 @@ __kernel_timespec* StoreTimespec(IoOp& op, ReactorClock::time_point when) {
 
 class UringReactor final : public Reactor {
  public:
+  UringReactor() : closer_(this) {}
   ~UringReactor() override {
+    closer_.Leave();
     // Only what Init set up: a refused ring (the epoll fallback path) was never initialised,
     // and exiting a zeroed ring would close fd 0.
     if (ring_ready_) io_uring_queue_exit(&ring_);
@@ -62,6 +66,11 @@ class UringReactor final : public Reactor {
     if (rc == -EINVAL) rc = io_uring_queue_init(entries, &ring_, 0);
     if (rc < 0) return static_cast<std::errc>(-rc);
     ring_ready_ = true;
+    // Fault injection for tests: every Nth SQE request is refused, as when the kernel refuses a
+    // submission (EBUSY, EAGAIN), so the backlog paths run on kernels that never refuse.
+    if (const char* env = std::getenv("WEFT_URING_REFUSE_SQES")) {
+      refuse_every_ = static_cast<unsigned>(std::strtoul(env, nullptr, 10));
+    }
     int evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (evfd < 0) return static_cast<std::errc>(errno);  // the destructor exits the ring
     waker_.set_fd(evfd);
@@ -75,104 +84,99 @@ class UringReactor final : public Reactor {
   void wake() override { waker_.wake(); }
 
   void read(IoOp& op, int fd, void* buf, std::size_t len, std::int64_t offset) override {
-    if (!Begin(op, Kind::kRead, fd, buf == nullptr && len > 0)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_read(sqe, fd, buf, static_cast<unsigned>(len),
-                       static_cast<std::uint64_t>(offset));
-    Publish(op, sqe);
+    op.buf = buf;
+    op.len = ClampIoLength(len);  // the SQE's length is 32 bits: never let it wrap
+    op.offset = offset;
+    if (Begin(op, Kind::kRead, fd, BadIoRequest(buf, len) || offset < -1)) Enqueue(op);
   }
   void write(IoOp& op, int fd, const void* buf, std::size_t len, std::int64_t offset) override {
-    if (!Begin(op, Kind::kWrite, fd, buf == nullptr && len > 0)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_write(sqe, fd, buf, static_cast<unsigned>(len),
-                        static_cast<std::uint64_t>(offset));
-    Publish(op, sqe);
+    op.buf = const_cast<void*>(buf);
+    op.len = ClampIoLength(len);
+    op.offset = offset;
+    if (Begin(op, Kind::kWrite, fd, BadIoRequest(buf, len) || offset < -1)) Enqueue(op);
   }
   void readv(IoOp& op, int fd, const IoVec* iov, int iovcnt) override {
-    if (!Begin(op, Kind::kReadv, fd, iov == nullptr || iovcnt < 0)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_readv(sqe, fd, iov, static_cast<unsigned>(iovcnt), ~std::uint64_t{0});
-    Publish(op, sqe);
+    op.iov = iov;
+    op.iovcnt = iovcnt;
+    if (Begin(op, Kind::kReadv, fd, iov == nullptr || iovcnt < 0)) Enqueue(op);
   }
   void writev(IoOp& op, int fd, const IoVec* iov, int iovcnt) override {
-    if (!Begin(op, Kind::kWritev, fd, iov == nullptr || iovcnt < 0)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_writev(sqe, fd, iov, static_cast<unsigned>(iovcnt), ~std::uint64_t{0});
-    Publish(op, sqe);
+    op.iov = iov;
+    op.iovcnt = iovcnt;
+    if (Begin(op, Kind::kWritev, fd, iov == nullptr || iovcnt < 0)) Enqueue(op);
   }
   void recv(IoOp& op, int fd, void* buf, std::size_t len, int flags) override {
-    if (!Begin(op, Kind::kRecv, fd, buf == nullptr && len > 0)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_recv(sqe, fd, buf, len, flags);
-    Publish(op, sqe);
+    op.buf = buf;
+    op.len = ClampIoLength(len);
+    op.msg_flags = flags;
+    if (Begin(op, Kind::kRecv, fd, BadIoRequest(buf, len))) Enqueue(op);
   }
   void send(IoOp& op, int fd, const void* buf, std::size_t len, int flags) override {
-    if (!Begin(op, Kind::kSend, fd, buf == nullptr && len > 0)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_send(sqe, fd, buf, len, flags | MSG_NOSIGNAL);
-    Publish(op, sqe);
+    op.buf = const_cast<void*>(buf);
+    op.len = ClampIoLength(len);
+    op.msg_flags = flags | MSG_NOSIGNAL;
+    if (Begin(op, Kind::kSend, fd, BadIoRequest(buf, len))) Enqueue(op);
   }
   void accept(IoOp& op, int fd, sockaddr* addr, socklen_t* addrlen) override {
-    if (!Begin(op, Kind::kAccept, fd, false)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_accept(sqe, fd, addr, addrlen, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    Publish(op, sqe);
+    op.addr = addr;
+    op.addrlen = addrlen;
+    if (Begin(op, Kind::kAccept, fd, BadAcceptAddress(addr, addrlen))) Enqueue(op);
   }
   void accept_multishot(IoOp& op, int fd) override {
-    if (!Begin(op, Kind::kAcceptMulti, fd, false)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_multishot_accept(sqe, fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    Publish(op, sqe);
+    if (Begin(op, Kind::kAcceptMulti, fd, false)) Enqueue(op);
   }
   void connect(IoOp& op, int fd, const sockaddr* addr, socklen_t addrlen) override {
-    if (!Begin(op, Kind::kConnect, fd, addr == nullptr)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_connect(sqe, fd, addr, addrlen);
-    Publish(op, sqe);
+    op.addr = const_cast<sockaddr*>(addr);
+    op.connect_len = addrlen;
+    if (Begin(op, Kind::kConnect, fd, addr == nullptr)) Enqueue(op);
   }
   void poll_readiness(IoOp& op, int fd, std::uint32_t events) override {
-    if (!Begin(op, Kind::kPollIn, fd, (events & (POLLIN | POLLOUT | POLLPRI)) == 0)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_poll_add(sqe, fd, events);
-    Publish(op, sqe);
+    op.poll_events = events;
+    if (Begin(op, Kind::kPollIn, fd, (events & (POLLIN | POLLOUT | POLLPRI)) == 0)) Enqueue(op);
   }
   void timeout(IoOp& op, ReactorClock::time_point when) override {
     op.deadline.reset();
-    if (!Begin(op, Kind::kTimeout, 0, false)) return;
-    io_uring_sqe* sqe = Sqe(op);
-    io_uring_prep_timeout(sqe, StoreTimespec(op, when), 0, IORING_TIMEOUT_ABS);
-    Publish(op, sqe);
+    (void)StoreTimespec(op, when);
+    if (Begin(op, Kind::kTimeout, 0, false)) Enqueue(op);
   }
 
   void cancel(IoOp& op) override {
-    if (!op.pending || op.cancel_requested) return;
+    if (!op.pending || op.cancel_requested || op.kind == Kind::kClose) return;
     op.cancel_requested = true;
     if (op.result == kImmediate) return;  // completes from the ready list anyway
-    io_uring_sqe* sqe = RawSqe(1);
-    io_uring_prep_cancel(sqe, &op, 0);
-    io_uring_sqe_set_data(sqe, &kCancelTag);
+    CancelInKernel(op);
+  }
+
+  void close(IoOp& op, int fd) override {
+    op.kind = Kind::kClose;
+    op.deadline.reset();  // a close has none
+    if (closer_.SetBusy(true)) DrainMail();
+    StartOp(op, fd);
+    ++pending_;
+    if (fd < 0) return FinishClose(op, -EBADF);
+    ForgetFd(fd);
+    io_uring_submit(&ring_);  // the cancels, while fd still names the file
+    if (closer_.StartClose(&op, fd)) FinishClose(op, ::close(fd) == 0 ? 0 : -errno);
+    // else: DrainMail finishes it once every other reactor has acknowledged
   }
 
   void close(int fd) override {
-    bool any = false;
-    for (IoOp* op = inflight_.head; op != nullptr; op = op->next) {
-      if (op->fd == fd && op->kind != Kind::kTimeout && op->result != kImmediate) {
-        op->cancel_requested = true;  // reported as -ECANCELED, not as a timeout
-        any = true;
-      }
-    }
-    if (any) {
-      io_uring_sqe* sqe = RawSqe(1);
-      io_uring_prep_cancel_fd(sqe, fd, IORING_ASYNC_CANCEL_ALL);
-      io_uring_sqe_set_data(sqe, &kCancelTag);
-      io_uring_submit(&ring_);  // cancel while the fd still names the file
-    }
+    ForgetFd(fd);
+    io_uring_submit(&ring_);  // the cancels, while fd still names the file
+    (void)closer_.StartClose(nullptr, fd);
     ::close(fd);
   }
 
   Result<int> poll(std::optional<ReactorClock::time_point> deadline) override {
+    if (closer_.HasMail()) DrainMail();
     int delivered = DeliverImmediate();
     delivered += Reap();
+    FlushBacklog();
+    if (!backlog_.empty() || unsent_cancels_ != 0 || !wake_armed_) {
+      // The kernel refused SQEs: wait briefly, then try them again.
+      auto soon = ReactorClock::now() + std::chrono::milliseconds(1);
+      if (!deadline || *deadline > soon) deadline = soon;
+    }
     unsigned wait_nr = delivered > 0 ? 0 : 1;
     __kernel_timespec ts{};
     __kernel_timespec* tsp = nullptr;
@@ -194,16 +198,161 @@ class UringReactor final : public Reactor {
       return static_cast<std::errc>(-rc);
     }
     delivered += Reap();
+    if (closer_.HasMail()) DrainMail();
     delivered += DeliverImmediate();
+    if (closer_.SetBusy(pending_ != 0)) DrainMail();  // idle from here: no close waits for us
     return delivered;
   }
 
  private:
   // kImmediate: the op failed before reaching the ring; it waits in ready_.
   static constexpr std::int64_t kImmediate = INT64_MIN;
+  // kUnsent: the op waits in backlog_ for an SQE.
+  static constexpr std::int64_t kUnsent = INT64_MIN + 1;
+
+  // ForgetFd: cancels this reactor's operations on fd, each by its user_data (never by fd: the
+  // number may name another file by the time the kernel looks), as fd is about to be closed.
+  // Each completes with -ECANCELED (or its own result, if it finished first). The caller
+  // submits, so that the cancels and any operation still only prepared reach the kernel while
+  // fd still names the file.
+  void ForgetFd(int fd) {
+    for (IoOp* op = inflight_.head; op != nullptr; op = op->next) {
+      if (op->fd != fd || op->kind == Kind::kTimeout || op->cancel_requested) continue;
+      op->cancel_requested = true;  // reported as -ECANCELED, not as a timeout
+      CancelInKernel(*op);
+    }
+    for (IoOp* op = backlog_.head; op != nullptr;) {
+      IoOp* next = op->next;
+      if (op->fd == fd && op->kind != Kind::kTimeout) FailUnsent(*op, -ECANCELED);
+      op = next;
+    }
+  }
+
+  // CancelInKernel: an ASYNC_CANCEL by user_data for op (in flight or waiting for an SQE). With
+  // no SQE to be had (the kernel refused a submission: EBUSY or EAGAIN), the cancel waits, marked
+  // on the op, until FlushBacklog finds room.
+  void CancelInKernel(IoOp& op) {
+    if (op.result == kUnsent) return FailUnsent(op, -ECANCELED);  // never reached the kernel
+    io_uring_sqe* sqe = RawSqe(1);
+    if (sqe == nullptr) {
+      op.cancel_unsent = true;
+      ++unsent_cancels_;
+      return;
+    }
+    io_uring_prep_cancel(sqe, &op, 0);
+    io_uring_sqe_set_data(sqe, &kCancelTag);
+  }
+
+  // FailUnsent: op waited in the backlog; it completes with `error` from the ready list.
+  void FailUnsent(IoOp& op, std::int64_t error) {
+    backlog_.remove(&op);
+    op.result = kImmediate;
+    op.offset = error;
+    ready_.push(&op);
+  }
+
+  // Enqueue: op's SQE (and its linked timeout), or, with no SQE to be had, the backlog (FIFO:
+  // once one op waits there, later ones queue behind it, so two writes keep their order).
+  void Enqueue(IoOp& op) {
+    io_uring_sqe* sqe = backlog_.empty() ? Sqe(op) : nullptr;
+    if (sqe == nullptr) {
+      op.result = kUnsent;
+      backlog_.push(&op);
+      return;
+    }
+    Prepare(op, sqe);
+  }
+
+  // Prepare: the SQE for op, from what the submitting call stored in it.
+  void Prepare(IoOp& op, io_uring_sqe* sqe) {
+    switch (op.kind) {
+      case Kind::kRead:
+        io_uring_prep_read(sqe, op.fd, op.buf, static_cast<unsigned>(op.len),
+                           static_cast<std::uint64_t>(op.offset));
+        break;
+      case Kind::kWrite:
+        io_uring_prep_write(sqe, op.fd, op.buf, static_cast<unsigned>(op.len),
+                            static_cast<std::uint64_t>(op.offset));
+        break;
+      case Kind::kReadv:
+        io_uring_prep_readv(sqe, op.fd, op.iov, static_cast<unsigned>(op.iovcnt),
+                            ~std::uint64_t{0});
+        break;
+      case Kind::kWritev:
+        io_uring_prep_writev(sqe, op.fd, op.iov, static_cast<unsigned>(op.iovcnt),
+                             ~std::uint64_t{0});
+        break;
+      case Kind::kRecv:
+        io_uring_prep_recv(sqe, op.fd, op.buf, op.len, op.msg_flags);
+        break;
+      case Kind::kSend:
+        io_uring_prep_send(sqe, op.fd, op.buf, op.len, op.msg_flags);
+        break;
+      case Kind::kAccept:
+        io_uring_prep_accept(sqe, op.fd, op.addr, op.addrlen, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        break;
+      case Kind::kAcceptMulti:
+        io_uring_prep_multishot_accept(sqe, op.fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        break;
+      case Kind::kConnect:
+        io_uring_prep_connect(sqe, op.fd, op.addr, op.connect_len);
+        break;
+      case Kind::kPollIn:
+        io_uring_prep_poll_add(sqe, op.fd, op.poll_events);
+        break;
+      case Kind::kTimeout:
+        io_uring_prep_timeout(sqe, reinterpret_cast<__kernel_timespec*>(op.timespec_storage), 0,
+                              IORING_TIMEOUT_ABS);
+        break;
+      case Kind::kNone:
+      case Kind::kClose:
+        break;  // never prepared
+    }
+    op.result = 0;
+    inflight_.push(&op);
+    Publish(op, sqe);
+  }
+
+  // FlushBacklog: what waited for SQEs (ops, then cancels, then the wake-up read), while there is
+  // room. poll() calls it before it submits.
+  void FlushBacklog() {
+    while (IoOp* op = backlog_.head) {
+      io_uring_sqe* sqe = Sqe(*op);
+      if (sqe == nullptr) return;
+      backlog_.remove(op);
+      Prepare(*op, sqe);
+    }
+    if (unsent_cancels_ != 0) {
+      for (IoOp* op = inflight_.head; op != nullptr && unsent_cancels_ != 0; op = op->next) {
+        if (!op->cancel_unsent) continue;
+        io_uring_sqe* sqe = RawSqe(1);
+        if (sqe == nullptr) return;
+        op->cancel_unsent = false;
+        --unsent_cancels_;
+        io_uring_prep_cancel(sqe, op, 0);
+        io_uring_sqe_set_data(sqe, &kCancelTag);
+      }
+    }
+    if (!wake_armed_) ArmWake();
+  }
+
+  // FinishClose: a close's result, delivered from the ready list by the next poll.
+  void FinishClose(IoOp& op, std::int64_t result) {
+    op.result = kImmediate;
+    op.offset = result;
+    ready_.push(&op);
+  }
+
+  // DrainMail: fds other reactors are closing (cancel ours on them, then submit, before
+  // acknowledging), and our closes that may proceed.
+  void DrainMail() {
+    closer_.DrainMail([this](int fd) { ForgetFd(fd); }, [this] { io_uring_submit(&ring_); },
+                      [this](IoOp& op, int fd) { FinishClose(op, ::close(fd) == 0 ? 0 : -errno); });
+  }
 
   // Begin: bookkeeping; false if the op failed at once (delivered by the next poll).
   bool Begin(IoOp& op, Kind kind, int fd, bool bad_argument) {
+    if (closer_.SetBusy(true)) DrainMail();  // forget closed fds before taking a new op
     op.kind = kind;
     StartOp(op, fd);
     op.result = 0;
@@ -214,14 +363,17 @@ class UringReactor final : public Reactor {
       ready_.push(&op);
       return false;
     }
-    inflight_.push(&op);
+    if (kind != Kind::kTimeout) closer_.NoteFd(fd);
     return true;
   }
 
-  // RawSqe: an SQE, submitting first if fewer than `need` are free (a linked pair must not be
-  // split across two submissions).
+  // RawSqe: `need` free SQEs (a linked pair is never split across two submissions), submitting
+  // first if there are fewer; null if there are still fewer (the kernel refused the submission:
+  // EBUSY while its completion queue overflows, EAGAIN without memory). Returns the first.
   io_uring_sqe* RawSqe(unsigned need) {
     if (io_uring_sq_space_left(&ring_) < need) io_uring_submit(&ring_);
+    if (io_uring_sq_space_left(&ring_) < need) return nullptr;
+    if (refuse_every_ != 0 && ++refuse_count_ % refuse_every_ == 0) return nullptr;  // testing
     return io_uring_get_sqe(&ring_);
   }
 
@@ -241,6 +393,8 @@ class UringReactor final : public Reactor {
 
   void ArmWake() {
     io_uring_sqe* sqe = RawSqe(1);
+    wake_armed_ = sqe != nullptr;  // else FlushBacklog arms it
+    if (sqe == nullptr) return;
     io_uring_prep_read(sqe, waker_.fd(), &wake_value_, sizeof wake_value_, 0);
     io_uring_sqe_set_data(sqe, &kWakeTag);
   }
@@ -280,11 +434,10 @@ class UringReactor final : public Reactor {
           ArmWake();
           continue;
         }
-        if ((data & 1) != 0) {  // a link timeout: -ETIME means it fired
-          auto* op = reinterpret_cast<IoOp*>(data & ~std::uint64_t{1});
-          if (res == -ETIME) op->timed_out = true;
-          continue;
-        }
+        // A link timeout. Its CQE may come after its op's, once the op is delivered and its
+        // memory reused (a fiber's stack), so it is never dereferenced: a timed-out op is known
+        // by its own -ECANCELED with a deadline and no cancel asked for.
+        if ((data & 1) != 0) continue;
         unsigned flags = (cqes[i]->flags & IORING_CQE_F_MORE) != 0 ? IoOp::kMore : 0;
         done[k++] = Done{reinterpret_cast<IoOp*>(data), res, flags};
       }
@@ -293,12 +446,23 @@ class UringReactor final : public Reactor {
         IoOp* op = done[i].op;
         std::int64_t res = done[i].res;
         if (op->kind == Kind::kTimeout && res == -ETIME) res = 0;
-        if (res == -ECANCELED && !op->cancel_requested &&
-            (op->timed_out || op->deadline.has_value())) {
+        if (res == -ECANCELED && !op->cancel_requested && op->deadline.has_value()) {
           res = -ETIMEDOUT;
         }
         if ((done[i].flags & IoOp::kMore) == 0) {
           inflight_.remove(op);
+          if (op->cancel_unsent) {  // its cancel never went out: nothing left to cancel
+            op->cancel_unsent = false;
+            --unsent_cancels_;
+          }
+          // A pipe ignores an offset in io_uring but a socket says ESPIPE: ignored on every
+          // fd and every backend, so the read or write goes again at the current position.
+          if (res == -ESPIPE && (op->kind == Kind::kRead || op->kind == Kind::kWrite) &&
+              op->offset >= 0 && !op->cancel_requested) {
+            op->offset = -1;
+            Enqueue(*op);
+            continue;
+          }
           op->pending = false;
           --pending_;
         }
@@ -314,7 +478,13 @@ class UringReactor final : public Reactor {
   EventfdWaker waker_;
   OpList ready_;
   OpList inflight_;
+  OpList backlog_;                  // ops that found no SQE, in submission order
+  std::size_t unsent_cancels_ = 0;  // ops in inflight_ marked cancel_unsent
+  bool wake_armed_ = false;
+  unsigned refuse_every_ = 0;  // WEFT_URING_REFUSE_SQES (tests)
+  unsigned refuse_count_ = 0;
   std::size_t pending_ = 0;
+  CloseCoordinator closer_;
 };
 
 }  // namespace

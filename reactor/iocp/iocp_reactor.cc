@@ -170,8 +170,8 @@ class IocpReactor final : public Reactor {
     op.buf = buf;
     op.len = len;
     op.offset = offset;
-    if (!Begin(op, fd, buf == nullptr && len > 0)) return;
-    DWORD n = static_cast<DWORD>(std::min<std::size_t>(len, 1u << 30));
+    if (!Begin(op, fd, BadIoRequest(buf, len) || offset < -1)) return;
+    DWORD n = static_cast<DWORD>(ClampIoLength(len));
     if (IsSocket(NativeSocket(fd))) {
       WSABUF b{n, static_cast<char*>(buf)};
       DWORD flags = 0;
@@ -187,8 +187,8 @@ class IocpReactor final : public Reactor {
     op.buf = const_cast<void*>(buf);
     op.len = len;
     op.offset = offset;
-    if (!Begin(op, fd, buf == nullptr && len > 0)) return;
-    DWORD n = static_cast<DWORD>(std::min<std::size_t>(len, 1u << 30));
+    if (!Begin(op, fd, BadIoRequest(buf, len) || offset < -1)) return;
+    DWORD n = static_cast<DWORD>(ClampIoLength(len));
     if (IsSocket(NativeSocket(fd))) {
       WSABUF b{n, static_cast<char*>(const_cast<void*>(buf))};
       int r = WSASend(NativeSocket(fd), &b, 1, nullptr, 0, &op.overlapped, nullptr);
@@ -216,8 +216,8 @@ class IocpReactor final : public Reactor {
     op.buf = buf;
     op.len = len;
     op.msg_flags = flags;
-    if (!Begin(op, fd, buf == nullptr && len > 0)) return;
-    WSABUF b{static_cast<ULONG>(std::min<std::size_t>(len, 1u << 30)), static_cast<char*>(buf)};
+    if (!Begin(op, fd, BadIoRequest(buf, len))) return;
+    WSABUF b{static_cast<ULONG>(ClampIoLength(len)), static_cast<char*>(buf)};
     DWORD wsa_flags = static_cast<DWORD>(flags);
     int r = WSARecv(NativeSocket(fd), &b, 1, nullptr, &wsa_flags, &op.overlapped, nullptr);
     Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
@@ -227,8 +227,8 @@ class IocpReactor final : public Reactor {
     op.buf = const_cast<void*>(buf);
     op.len = len;
     op.msg_flags = flags;
-    if (!Begin(op, fd, buf == nullptr && len > 0)) return;
-    WSABUF b{static_cast<ULONG>(std::min<std::size_t>(len, 1u << 30)),
+    if (!Begin(op, fd, BadIoRequest(buf, len))) return;
+    WSABUF b{static_cast<ULONG>(ClampIoLength(len)),
              static_cast<char*>(const_cast<void*>(buf))};
     int r = WSASend(NativeSocket(fd), &b, 1, nullptr, static_cast<DWORD>(flags), &op.overlapped,
                     nullptr);
@@ -238,7 +238,7 @@ class IocpReactor final : public Reactor {
     op.kind = Kind::kAccept;
     op.addr = addr;
     op.addrlen = addrlen;
-    if (!Begin(op, fd, addr != nullptr && addrlen == nullptr)) return;
+    if (!Begin(op, fd, BadAcceptAddress(addr, addrlen))) return;
     StartAccept(op);
   }
   void accept_multishot(IoOp& op, int fd) override {
@@ -296,9 +296,20 @@ class IocpReactor final : public Reactor {
   }
 
   void cancel(IoOp& op) override {
-    if (!op.pending || op.cancel_requested) return;
+    if (!op.pending || op.cancel_requested || op.kind == Kind::kClose) return;
     op.cancel_requested = true;
     Abort(op);
+  }
+
+  // close (with an op): closesocket aborts every operation on the socket, whichever thread's
+  // port it was submitted to, so there is nobody to wait for.
+  void close(IoOp& op, int fd) override {
+    op.kind = Kind::kClose;
+    op.deadline.reset();
+    Track(op, fd);
+    if (fd < 0) return Finish(op, -EBADF);
+    close(fd);
+    Finish(op, 0);
   }
 
   void close(int fd) override {
