@@ -528,16 +528,21 @@ TEST_P(CrossWorkerCloseTest, CloseEndsAnotherWorkersReadAndTheNumberIsReusedClea
       auto at_peer = io::read(p->w, &eof, 1, In(5000ms));
       ASSERT_TRUE(at_peer.ok()) << std::make_error_code(at_peer.error()).message();
       EXPECT_EQ(*at_peer, 0u) << "the peer of a closed socket sees end of file";
-      // The new file, read on the reader's worker (which knew the old file by this number).
+      // The new file, read on the reader's worker (which knew the old file by this number):
+      // "new" is there already; "more" comes once the reader waits for it (on epoll, through
+      // a registration that must be the new file's).
+      std::atomic<bool> first_read{false};
       auto fresh = rt.spawn(
           [&] {
             char buf[8] = {};
-            auto n = io::read(next->r, buf, sizeof buf, In(5000ms));
-            EXPECT_TRUE(n.ok() && std::string(buf, *n) == "new");
-            auto n2 = io::read(next->r, buf, sizeof buf, In(5000ms));  // waits: registration
-            EXPECT_TRUE(n2.ok() && std::string(buf, *n2) == "more");
+            EXPECT_TRUE(io::read_exact(next->r, buf, 3, In(5000ms)).ok());
+            EXPECT_EQ(std::string(buf, 3), "new");
+            first_read = true;
+            EXPECT_TRUE(io::read_exact(next->r, buf, 4, In(5000ms)).ok());
+            EXPECT_EQ(std::string(buf, 4), "more");
           },
           {.pinned_worker = reader_worker});
+      while (!first_read.load()) ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
       WaitUntilParkedOn(rt, "io read", next->r);
       ASSERT_EQ(RawWrite(next->w, "more", 4), 4);
       (void)fresh.join();

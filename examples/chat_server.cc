@@ -3,12 +3,23 @@
 // A client first gets "welcome <id>\n" once it is registered: from then on it receives every line.
 //
 // Each client has a reader fiber (parse lines, fan out) and a writer fiber fed by a bounded
-// channel; a full channel makes the fan-out wait (backpressure, never a dropped line).
+// outbox (a channel of --outbox lines). The fan-out never waits on one client for long: it
+// offers each line to every outbox without waiting. A full outbox marks a slow consumer, and the
+// --slow policy decides: `disconnect` (the default) gives it --slow-grace-ms to make room, then
+// evicts it (its outbox closes, its pending write is cancelled, its socket is shut down); `drop`
+// drops the line for it alone, at once, and counts it. Either way the other clients never wait
+// more than the grace, once per slow client. The counts are printed at exit.
 //
-//   ./bazelw run -c opt //examples:chat_server -- --port 7001
+//   ./bazelw run -c opt //examples:chat_server -- --port 7001 [--outbox 1024]
+//       [--slow disconnect|drop] [--slow-grace-ms 200]
 //   ./bazelw run -c opt //examples:load_driver -- --mode chat --port 7001 --conns 50
+//   ./bazelw run -c opt //examples:load_driver -- --mode chat --port 7001 --conns 20 --stall 1
 
+#include <sys/socket.h>
+
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,9 +31,30 @@ namespace {
 
 using namespace weft;
 
+enum class SlowPolicy { kDisconnect, kDrop };
+
+struct ChatOptions {
+  std::size_t outbox = 1024;  // lines
+  SlowPolicy slow = SlowPolicy::kDisconnect;
+  std::chrono::milliseconds grace{200};
+};
+ChatOptions g_options;
+std::atomic<std::uint64_t> g_evicted{0};       // slow consumers disconnected
+std::atomic<std::uint64_t> g_lines_dropped{0};  // lines a slow consumer did not get (kDrop)
+
 struct Client {
   std::uint64_t id = 0;
-  Channel<std::shared_ptr<const std::string>> outbox{1024};
+  Channel<std::shared_ptr<const std::string>> outbox{g_options.outbox};
+  CancellationSource evict;  // cancels the writer's pending write
+  std::atomic<bool> evicted{false};
+
+  // Evict: once. The writer sees the closed outbox or its cancelled write, and shuts the socket.
+  void Evict() {
+    if (evicted.exchange(true)) return;
+    g_evicted.fetch_add(1, std::memory_order_relaxed);
+    outbox.close();
+    evict.cancel();
+  }
 };
 
 class Room {
@@ -37,14 +69,31 @@ class Room {
     clients_.erase(id);
     (void)mu_.unlock();
   }
-  // broadcast: to every member; waits while a member's outbox is full.
+  // broadcast: to every member. First without waiting; then each full outbox gets the grace to
+  // make room, and past it the slow-consumer policy applies.
   void broadcast(const std::shared_ptr<const std::string>& line) {
     std::vector<std::shared_ptr<Client>> to;
     (void)mu_.lock();
     to.reserve(clients_.size());
     for (auto& [id, c] : clients_) to.push_back(c);
     (void)mu_.unlock();
-    for (auto& c : to) (void)c->outbox.send(line);  // fails only once that client left
+    std::vector<Client*> full;
+    for (auto& c : to) {
+      std::shared_ptr<const std::string> copy = line;
+      Result<void> r = c->outbox.try_send(std::move(copy));
+      if (!r.ok() && r.error() == std::errc::resource_unavailable_try_again) full.push_back(c.get());
+      // (any other error: that client left or was evicted)
+    }
+    for (Client* c : full) {
+      if (g_options.slow == SlowPolicy::kDrop) {  // no wait at all: the line is not theirs
+        g_lines_dropped.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      // Disconnect: the grace, once (after it the outbox is closed and sends fail at once).
+      Result<void> r =
+          c->outbox.send(line, {.deadline = std::chrono::steady_clock::now() + g_options.grace});
+      if (!r.ok() && r.error() == std::errc::timed_out) c->Evict();
+    }
   }
 
  private:
@@ -63,14 +112,17 @@ void Serve(net::TcpStream stream) {
   // `stream` outlives it: the reader joins it before returning.
   JoinHandle<void> writer = Runtime::current()->spawn(
       [me, &stream] {
+        CancellationToken evicted = me->evict.token();
         for (;;) {
           Result<std::shared_ptr<const std::string>> line = me->outbox.recv();
-          if (!line.ok()) return;
-          if (!stream.write_all((*line)->data(), (*line)->size()).ok()) {
+          if (!line.ok()) break;
+          if (!stream.write_all((*line)->data(), (*line)->size(), {.cancel = &evicted}).ok()) {
             me->outbox.close();  // senders stop waiting for us
-            return;
+            break;
           }
         }
+        // Evicted: end the reader too (its read returns), so the connection goes away.
+        if (me->evicted.load()) (void)::shutdown(stream.fd(), SHUT_RDWR);
       },
       {.stack_size = 32 << 10, .name = "chat writer"});
   (void)me->outbox.send(
@@ -92,15 +144,51 @@ void Serve(net::TcpStream stream) {
   (void)writer.join();
 }
 
+// TakeChatFlags: removes the chat server's own flags from argv (the rest are ServerFlags').
+bool TakeChatFlags(int& argc, char** argv) {
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if ((a == "--outbox" || a == "--slow" || a == "--slow-grace-ms") && i + 1 < argc) {
+      std::string v = argv[++i];
+      if (a == "--outbox") {
+        long n = std::atol(v.c_str());
+        if (n <= 0 || n > (1L << 20)) return false;
+        g_options.outbox = static_cast<std::size_t>(n);
+      } else if (a == "--slow") {
+        if (v != "disconnect" && v != "drop") return false;
+        g_options.slow = v == "drop" ? SlowPolicy::kDrop : SlowPolicy::kDisconnect;
+      } else {
+        long ms = std::atol(v.c_str());
+        if (ms < 0 || ms > 60000) return false;
+        g_options.grace = std::chrono::milliseconds(ms);
+      }
+      continue;
+    }
+    argv[out++] = argv[i];
+  }
+  argc = out;
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* usage = "usage: chat_server [--port N] [--workers N] [--port-file PATH]\n";
+  const char* usage =
+      "usage: chat_server [--port N] [--workers N] [--port-file PATH] [--outbox LINES]\n"
+      "                   [--slow disconnect|drop] [--slow-grace-ms MS]\n";
+  if (!TakeChatFlags(argc, argv)) {
+    std::fprintf(stderr, "%s", usage);
+    return 2;
+  }
   examples::ServerFlags flags = examples::ParseServerFlags(argc, argv, usage);
   CancellationSource stop;
   std::thread watcher = examples::StopOnSignal(stop);
   CancellationToken token = stop.token();
   int rc = examples::Serve("chat_server", flags, token, &Serve);
+  std::fprintf(stderr, "chat_server: slow consumers evicted %llu, lines dropped %llu\n",
+               static_cast<unsigned long long>(g_evicted.load()),
+               static_cast<unsigned long long>(g_lines_dropped.load()));
   if (!stop.is_cancelled()) ::kill(::getpid(), SIGTERM);
   watcher.join();
   return rc;

@@ -11,16 +11,17 @@ driver="$dir/load_driver"
 "$dir/tour" >/dev/null  # the docs/api.md tour checks its own results
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 
-run() {  # name server driver-args...
+run() {  # name server driver-args... (server_args: extra server flags)
   local name="$1" server="$2"
   shift 2
   rm -f "$tmp/$name.port"
-  "$server" --port 0 --workers 2 --port-file "$tmp/$name.port" &
+  # shellcheck disable=SC2086
+  "$server" --port 0 --workers 2 --port-file "$tmp/$name.port" ${server_args:-} &
   local pid=$!
   for _ in $(seq 1 500); do [ -s "$tmp/$name.port" ] && break; sleep 0.01; done
   local port
   port="$(cat "$tmp/$name.port")"
-  "$driver" --port "$port" --server-pid "$pid" --workers 2 "$@"
+  "$driver" --port "$port" --server-pid "$pid" --workers 2 "$@" | tee "$tmp/$name.json"
   kill -TERM "$pid"
   wait "$pid"
   echo "$name: ok"
@@ -28,3 +29,9 @@ run() {  # name server driver-args...
 
 run echo "$echo_server" --mode echo --conns 50 --messages 200 --rounds 2
 run chat "$chat_server" --mode chat --conns 20 --messages 50 --rounds 2
+# A client that joins and never reads: the server evicts it after its outbox (64 lines) stays
+# full for the grace, and the other clients get every line meanwhile.
+server_args="--outbox 64 --slow-grace-ms 100" \
+  run chat-slow "$chat_server" --mode chat --conns 10 --messages 400 --line-bytes 2000 --stall 1
+grep -q '"stalled_disconnected":1' "$tmp/chat-slow.json" ||
+  { echo "chat-slow: the stalled client was not disconnected" >&2; exit 1; }

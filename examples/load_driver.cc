@@ -5,6 +5,11 @@
 //
 //   load_driver --mode echo --port 7000 --conns 100 --messages 1000 [--rounds 3]
 //   load_driver --mode chat --port 7001 --conns 50 --messages 100 [--server-pid PID]
+//   load_driver --mode chat --port 7001 --conns 20 --stall 1 --line-bytes 1000
+//
+// --stall N (chat): N more clients join the room and then never read (nor send): slow consumers.
+// The gate is still every line for every other client, in order; the JSON line says how many
+// stalled clients the server disconnected (stalled_disconnected).
 
 #include <dirent.h>
 #include <signal.h>
@@ -35,6 +40,8 @@ struct Flags {
   int messages = 1000;
   int size = 64;  // echo message bytes
   int rounds = 1;
+  int stall = 0;       // chat: clients that join, then never read
+  int line_bytes = 0;  // chat: lines padded to about this many bytes
   unsigned workers = 0;
   long server_pid = 0;
 };
@@ -99,11 +106,32 @@ long RoundEcho(Runtime& rt, const Flags& f, const net::SocketAddress& addr) {
 }
 
 // Chat: every client joins (reads its welcome), then each sends `messages` lines; every client
-// must receive every line of every client, each sender's lines in order.
-long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr) {
+// must receive every line of every client, each sender's lines in order. With --stall, the
+// stalled clients join too, then read nothing until the others are done; then each reads until
+// the server's end of file (it was disconnected) or 5 s of silence (it was not).
+long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long* disconnected) {
   std::atomic<long> delivered{0};
+  std::atomic<long> stalled_disconnected{0};
   WaitGroup joined;
-  (void)joined.add(f.conns);
+  (void)joined.add(f.conns + f.stall);
+  Event talkers_done;
+  std::vector<JoinHandle<void>> stalled;
+  for (int c = 0; c < f.stall; ++c) {
+    stalled.push_back(rt.spawn([&] {
+      auto s = net::TcpStream::connect(addr, {.deadline = Clock::now() + std::chrono::seconds(10)});
+      char buf[16 << 10];
+      bool welcomed = s.ok() && s->read(buf, sizeof buf).ok();
+      joined.done();
+      if (!welcomed) return;
+      (void)talkers_done.wait();  // a slow consumer: reads nothing meanwhile
+      for (;;) {
+        auto n = s->read(buf, sizeof buf, {.deadline = Clock::now() + std::chrono::seconds(5)});
+        if (n.ok() && *n > 0) continue;
+        if (n.ok() || n.error() != std::errc::timed_out) stalled_disconnected.fetch_add(1);
+        return;
+      }
+    }));
+  }
   std::vector<JoinHandle<void>> hs;
   for (int c = 0; c < f.conns; ++c) {
     hs.push_back(rt.spawn([&, c] {
@@ -139,7 +167,12 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr) {
       auto sender = rt.spawn([&] {
         std::string all;
         for (int m = 0; m < f.messages; ++m) {
-          all += std::to_string(c) + " " + std::to_string(m) + "\n";
+          std::string line = std::to_string(c) + " " + std::to_string(m);
+          if (static_cast<int>(line.size()) + 2 < f.line_bytes) {
+            line += ' ';
+            line.append(static_cast<std::size_t>(f.line_bytes) - line.size() - 1, 'x');
+          }
+          all += line + "\n";
         }
         (void)s->write_all(all.data(), all.size());
       });
@@ -158,6 +191,9 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr) {
     }));
   }
   for (auto& h : hs) (void)h.join();
+  talkers_done.set();
+  for (auto& h : stalled) (void)h.join();
+  *disconnected = stalled_disconnected.load();
   return delivered.load();
 }
 
@@ -181,6 +217,10 @@ int main(int argc, char** argv) {
       f.size = std::atoi(v.c_str());
     else if (a == "--rounds")
       f.rounds = std::atoi(v.c_str());
+    else if (a == "--stall")
+      f.stall = std::atoi(v.c_str());
+    else if (a == "--line-bytes")
+      f.line_bytes = std::atoi(v.c_str());
     else if (a == "--workers")
       f.workers = static_cast<unsigned>(std::atoi(v.c_str()));
     else if (a == "--server-pid")
@@ -191,10 +231,11 @@ int main(int argc, char** argv) {
     }
   }
   if ((f.mode != "echo" && f.mode != "chat") || f.conns <= 0 || f.messages <= 0 || f.size < 16 ||
-      f.rounds <= 0) {
+      f.rounds <= 0 || f.stall < 0 || f.line_bytes < 0 || f.line_bytes > (1 << 20)) {
     std::fprintf(stderr,
                  "usage: load_driver --mode echo|chat [--host H] [--port N] [--conns N] "
-                 "[--messages N] [--size BYTES>=16] [--rounds N] [--server-pid PID]\n");
+                 "[--messages N] [--size BYTES>=16] [--rounds N] [--server-pid PID]\n"
+                 "       chat only: [--stall N] [--line-bytes BYTES]\n");
     return 2;
   }
   Runtime rt({.workers = f.workers, .stack_size = 32 << 10});
@@ -213,8 +254,10 @@ int main(int argc, char** argv) {
   bool pass = true;
   for (int round = 1; round <= f.rounds; ++round) {
     auto start = Clock::now();
-    long delivered = rt.block_on(
-        [&] { return f.mode == "echo" ? RoundEcho(rt, f, addr) : RoundChat(rt, f, addr); });
+    long disconnected = 0;
+    long delivered = rt.block_on([&] {
+      return f.mode == "echo" ? RoundEcho(rt, f, addr) : RoundChat(rt, f, addr, &disconnected);
+    });
     double secs = std::chrono::duration<double>(Clock::now() - start).count();
     double ratio = static_cast<double>(delivered) / static_cast<double>(expected);
     long rss = -1, fds = -1;
@@ -231,9 +274,10 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"mode\":\"%s\",\"round\":%d,\"conns\":%d,\"expected\":%ld,\"delivered\":%ld,"
         "\"delivery\":%.6f,\"seconds\":%.3f,\"msgs_per_s\":%.0f,\"server_rss_kib\":[%ld,%ld],"
-        "\"server_fds\":[%ld,%ld],\"pass\":%s}\n",
+        "\"server_fds\":[%ld,%ld],\"stalled\":%d,\"stalled_disconnected\":%ld,\"pass\":%s}\n",
         f.mode.c_str(), round, f.conns, expected, delivered, ratio, secs,
-        static_cast<double>(delivered) / secs, rss0, rss, fds0, fds, round_pass ? "true" : "false");
+        static_cast<double>(delivered) / secs, rss0, rss, fds0, fds, f.stall, disconnected,
+        round_pass ? "true" : "false");
     std::fflush(stdout);
   }
   return pass ? 0 : 1;

@@ -437,6 +437,7 @@ TEST_P(ReactorTest, HugeLengthsAreClampedNeverWrappedAndAbsurdOnesRefused) {
   auto [a, b] = SocketPair();
   auto heap = std::make_unique<char[]>(64);
   Op w;
+#ifndef _WIN32  // Winsock checks the whole buffer against len (WSAEFAULT): the clamp alone there
   reactor_->write(w, a, "abc", 3);
   RunUntil([&] { return w.done(); });
   ASSERT_EQ(w.last, 3);
@@ -452,6 +453,7 @@ TEST_P(ReactorTest, HugeLengthsAreClampedNeverWrappedAndAbsurdOnesRefused) {
   reactor_->recv(r2, b, heap.get(), four_gib + 1);
   RunUntil([&] { return r2.done(); });
   EXPECT_EQ(r2.last, 2);
+#endif
   const std::size_t absurd = (std::size_t{1} << 63) + 5;
   Op e1, e2, e3, e4;
   reactor_->read(e1, b, heap.get(), absurd);

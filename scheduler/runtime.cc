@@ -113,6 +113,8 @@ class FiberWaiter final : public Waiter {
       : Waiter(/*spins_before_park=*/0, shutting_down) {}
   bool wait(std::optional<SyncClock::time_point> deadline) override;
   void notify() override;
+  // Renew: a new fiber in this Fiber object: its id is the Waiter's identity (Mutex ownership).
+  void Renew(std::uint64_t fiber_id) { set_identity(fiber_id); }
   // Its fiber: it is always Fiber::waiter. Computed, not stored: a stored pointer sat on a line
   // of the Fiber that a wait touched for nothing else.
   Fiber* fiber();
@@ -200,6 +202,9 @@ struct alignas(64) Fiber {
   // Set by a notify that won the kParked -> kRunnable CAS, before it schedules the fiber; read
   // and reset by the fiber (the scheduling hand-off orders the two).
   bool woken_by_notify = false;
+  // errno, kept per fiber: saved as the fiber stops running, put back into the thread's errno
+  // as it runs again (on whichever thread), so a value set before a switch is read after it.
+  int saved_errno = 0;
   // Set by a sleep whose deadline it has just checked against a fresh clock reading: the next
   // wait skips its own check (and clock read) once. Owner only.
   bool deadline_checked = false;
@@ -217,6 +222,11 @@ struct alignas(64) Fiber {
     BlockingTask task;  // first member: the pool hands back &task
     Fiber* fiber;
   } region_task{{}, this};
+  // A wait inside a region blocks the blocking thread (the fiber keeps its own Waiter, so a
+  // Mutex it holds stays its own across the region): it sleeps on region_word (a futex) with
+  // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
+  std::atomic<std::uint32_t> region_word{0};
+  std::atomic<bool> region_waiting{false};
 };
 
 // FiberBlock: Fiber objects are made kFibers at a time, kStride bytes apart, in one page-aligned
@@ -302,6 +312,7 @@ using RunQueue = SpmcRing<Fiber*, kRunQueueCapacity>;
 struct Worker {
   Runtime::Impl* rt = nullptr;
   unsigned index = 0;
+  int* errno_slot = nullptr;  // this worker thread's errno (its address, taken on the thread)
   std::thread thread;
   RunQueue queue;
   Fiber* run_next = nullptr;
@@ -394,6 +405,10 @@ struct Worker {
 };
 
 thread_local Worker* t_worker = nullptr;
+
+// Fiber ids: process-wide (several runtimes never share one), never reused; also each fiber's
+// Waiter identity, so below 2^63 (sync/waiter.h).
+std::atomic<std::uint64_t> g_next_fiber_id{1};
 thread_local Fiber* t_region_fiber = nullptr;  // the fiber a blocking thread runs for a region
 
 constexpr std::size_t kSpareTimers = std::size_t{1} << 16;  // per worker (at most 5 MiB)
@@ -476,7 +491,6 @@ struct Runtime::Impl {
   // counter touched twice per fiber (which cost ~100 ns per spawn+join across two cores).
   static constexpr std::int64_t kCreditBatch = 64;
   std::atomic<std::int64_t> credits{0};
-  std::atomic<std::uint64_t> next_id{1};
   static constexpr std::uint64_t kIdBlock = 1024;  // ids handed to a worker at once
   std::atomic<std::uint64_t> spawned_outside{0};
   // Finished fibers for reuse, moved to and from the workers' free lists in batches. A spin
@@ -674,15 +688,17 @@ struct Runtime::Impl {
       if (f == nullptr) f = NewFiberBlock(w);
     }
     f->meta_lock.lock();
+    // relaxed (both): only uniqueness matters.
     if (w == nullptr) {
-      f->id = next_id.fetch_add(1, std::memory_order_relaxed);
+      f->id = g_next_fiber_id.fetch_add(1, std::memory_order_relaxed);
     } else {
       if (w->next_id == w->id_end) {
-        w->next_id = next_id.fetch_add(kIdBlock, std::memory_order_relaxed);
+        w->next_id = g_next_fiber_id.fetch_add(kIdBlock, std::memory_order_relaxed);
         w->id_end = w->next_id + kIdBlock;
       }
       f->id = w->next_id++;
     }
+    f->waiter.Renew(f->id);
     std::size_t n = std::min(fiber_options.name.size(), sizeof f->name - 1);
     if (n != 0) {  // (a nameless fiber leaves name's line alone)
       std::memcpy(f->name, fiber_options.name.data(), n);
@@ -801,6 +817,7 @@ struct Runtime::Impl {
     }
     f->stack = std::move(stack).value();
     f->set_context(*make_context(f->stack.span(), &FiberMain));
+    f->saved_errno = 0;  // a new fiber starts with errno 0 (Started puts it in place)
     // The name was written at spawn, before f was queued; a fresh record's name is empty.
     if (f->name_len != 0) set_context_name(f->context(), {f->name, f->name_len});
     return true;
@@ -815,6 +832,7 @@ struct Runtime::Impl {
   }
   void FailUnstartable(Worker& w);
   void Started(Worker& w, Fiber* f) {
+    *w.errno_slot = f->saved_errno;  // the fiber's own errno (see Fiber::saved_errno)
     f->worker = &w;
     f->state.store(kRunning, std::memory_order_relaxed);
     w.current = f;
@@ -972,6 +990,7 @@ Transfer AfterExit(Transfer t) {
 // next local fiber runs at once if there is one (a direct switch: one context switch instead of
 // two through the worker loop), else the worker loop.
 void Leave(Worker& w, Fiber* f, OnTopFn fn) {
+  f->saved_errno = *w.errno_slot;  // before DirectNext puts the next fiber's in place
   Fiber* next = f->rt->DirectNext(w);
   jump_context_ontop(next != nullptr ? next->context() : w.home, f, fn);
 }
@@ -1008,8 +1027,39 @@ static_assert(offsetof(Fiber, state) / 64 == offsetof(Fiber, wait_gen) / 64,
               "a timer's wake-up reads state and wait_gen from one line");
 #pragma GCC diagnostic pop
 
+namespace {
+// RegionWait: FiberWaiter::wait for a fiber inside a BlockingRegion: it runs on a blocking
+// thread, so the wait blocks that thread. The permit is the same as a parked fiber's.
+bool RegionWait(Fiber* f, std::optional<SyncClock::time_point> deadline) {
+  for (;;) {
+    // The word is read before region_waiting is published and the permit checked: a notify
+    // that sees region_waiting (seq_cst, the Dekker pair with its permit store) bumps the word
+    // after this read, so the futex wait below returns at once.
+    std::uint32_t word = f->region_word.load(std::memory_order_acquire);
+    f->region_waiting.store(true, std::memory_order_seq_cst);
+    if (TakePermit(f)) break;
+    std::chrono::microseconds left = std::chrono::microseconds::max();
+    if (deadline) {
+      auto now = SyncClock::now();
+      if (*deadline <= now) {
+        f->region_waiting.store(false, std::memory_order_relaxed);
+        return false;
+      }
+      left = std::chrono::ceil<std::chrono::microseconds>(*deadline - now);
+    }
+    base_internal::FutexWait(f->region_word, word, left);
+  }
+  f->region_waiting.store(false, std::memory_order_relaxed);
+  return true;
+}
+}  // namespace
+
 bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
   Fiber* f = fiber();
+  // In a BlockingRegion (set before the fiber moved to its blocking thread, by the hand-off
+  // that moved it): block that thread instead of parking.
+  if (f->state.load(std::memory_order_relaxed) == kBlocking) [[unlikely]]
+    return RegionWait(f, deadline);
   // A permit this misses is found by the on-top function (AfterPark), after kParked is
   // published: the Dekker read is there.
   bool deadline_checked = std::exchange(f->deadline_checked, false);
@@ -1042,11 +1092,13 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
     if (entry != nullptr && f->pending_timer == entry) {
       f->pending_timer = nullptr;
       timed_out = entry->fired;  // before our reference goes
-      // On the owner's thread we may take it out of the heap ourselves (the heap side's
-      // reference with it), unless an idle worker popped it (RescueTimers); elsewhere the owner
-      // pops it at its deadline, finds it stale, and drops that side.
+      // Take it out of its owner's heap now (the heap side's reference with it), unless it was
+      // popped already (it fired, or an idle worker rescued it): on any worker, under the
+      // owner's timer lock. Left for the owner to pop at its deadline, a woken wait's entry
+      // would hold memory for as long as its timeout (waits resumed on another worker with a
+      // 1 h timeout: 80 B per wait for an hour).
       // A timer that fired was popped: no lock needed to know it is out of the heap.
-      if (Worker* owner = entry->owner; owner == f->worker && !timed_out) {
+      if (Worker* owner = entry->owner; owner != nullptr && !timed_out) {
         owner->timer_mu.lock();
         bool queued = entry->node.queued();
         if (queued) {
@@ -1081,6 +1133,12 @@ void FiberWaiter::notify() {
   if (f->rt->light_park) base_internal::HeavyFence();
   if (f->state.load(std::memory_order_seq_cst) == kParked && ClaimWakeUp(f)) f->rt->Schedule(f);
   // Otherwise it runs, is queued, or is being queued by whoever won: it finds the permit.
+  // Or it waits inside a BlockingRegion (RegionWait): seq_cst, the Dekker pair with its
+  // region_waiting store.
+  if (f->region_waiting.load(std::memory_order_seq_cst)) [[unlikely]] {
+    f->region_word.fetch_add(1, std::memory_order_release);
+    base_internal::FutexWake(f->region_word, 1);
+  }
 }
 
 void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options) {
@@ -1431,6 +1489,7 @@ void ReleaseSpawnStates(Worker& w) {
 
 void Runtime::Impl::WorkerLoop(Worker& w) {
   t_worker = &w;
+  w.errno_slot = &errno;  // this thread's: the worker loop never leaves its thread
   w.home = current_context();
   w.stacks = std::make_unique<StackCache>(StackPool::default_pool());
   // Emptied slabs kept for the next burst (up to 32 MiB): giving them back and mapping them
@@ -1598,7 +1657,11 @@ Runtime::~Runtime() {
     {
       std::lock_guard<std::mutex> lock(impl_->fibers_mu);
       impl_->ForEachFiberLocked([&](Fiber* f) {
-        if (f->state.load(std::memory_order_relaxed) == kParked) parked.push_back(f);
+        // relaxed (both): a hint; a wait that starts later checks interrupted() itself.
+        if (f->state.load(std::memory_order_relaxed) == kParked ||
+            f->region_waiting.load(std::memory_order_relaxed)) {
+          parked.push_back(f);
+        }
       });
     }
     for (Fiber* f : parked) f->waiter.notify();
@@ -1681,6 +1744,16 @@ Runtime* Runtime::current() {
   return f != nullptr ? f->rt->self : nullptr;
 }
 
+namespace {
+// TimersOf: how many deadlines w's heap holds now.
+std::size_t TimersOf(Worker& w) {
+  w.timer_mu.lock();
+  std::size_t n = w.timers.size();
+  w.timer_mu.unlock();
+  return n;
+}
+}  // namespace
+
 std::string Runtime::stats_json() const {
   std::string out = "{\"workers\":[";
   char buf[512];
@@ -1693,11 +1766,11 @@ std::string Runtime::stats_json() const {
                   "%s{\"index\":%u,\"reactor\":\"%s\",\"spawned\":%" PRIu64 ",\"run\":%" PRIu64
                   ",\"stolen\":%" PRIu64 ",\"parked\":%" PRIu64 ",\"polled\":%" PRIu64
                   ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"no_stack\":%" PRIu64
-                  ",\"rescued\":%" PRIu64 "}",
+                  ",\"rescued\":%" PRIu64 ",\"timers\":%zu}",
                   w->index == 0 ? "" : ",", w->index,
                   w->reactor != nullptr ? std::string(w->reactor->backend_name()).c_str() : "none",
                   get(c.spawned), get(c.run), get(c.stolen), get(c.parked), get(c.polled),
-                  get(c.sleeps), get(c.idle_ns), get(c.no_stack), get(c.rescued));
+                  get(c.sleeps), get(c.idle_ns), get(c.no_stack), get(c.rescued), TimersOf(*w));
     out += buf;
   }
   std::int64_t live = impl_->credits.load(std::memory_order_relaxed);
@@ -1915,11 +1988,23 @@ Transfer AfterEnterRegion(Transfer t) {
 }
 
 // On a blocking thread: runs the fiber there until it leaves the region.
+// ProvideRegionWaiter: on a blocking thread running a region, the region's fiber's Waiter (its
+// identity for Mutex ownership, and its interruption at shutdown); null otherwise.
+Waiter* ProvideRegionWaiter(void*) {
+  return t_region_fiber != nullptr ? &t_region_fiber->waiter : nullptr;
+}
+
 void RunRegion(BlockingTask* task) {
   Fiber* f = reinterpret_cast<Fiber::RegionTask*>(task)->fiber;
   f->region_home = current_context();
   t_region_fiber = f;
+  // The fiber's stack may overflow here as on a worker: the SIGSEGV handler needs this thread's
+  // alternate signal stack to print its diagnostic (once per thread; then one flag test).
+  install_stack_overflow_handler();
+  set_waiter_provider(&ProvideRegionWaiter, nullptr);
+  errno = f->saved_errno;
   jump_context(f->context(), f);
+  set_waiter_provider(nullptr, nullptr);  // call_blocking work on this thread: its own waiter
   t_region_fiber = nullptr;
 }
 
@@ -2011,6 +2096,7 @@ BlockingRegion::BlockingRegion() : entered_(false) {
   if (f == nullptr) return;
   entered_ = true;
   f->region_task.task.run = &RunRegion;
+  f->saved_errno = *w->errno_slot;  // RunRegion puts it back, on the blocking thread
   jump_context_ontop(w->home, f, &AfterEnterRegion);
   // Now on a blocking thread (or still on a worker, if none could start).
 }
@@ -2019,6 +2105,7 @@ BlockingRegion::~BlockingRegion() {
   if (!entered_) return;
   Fiber* f = t_region_fiber;
   if (f == nullptr) return;  // stayed on the worker
+  f->saved_errno = errno;  // a worker's Started puts it back
   jump_context_ontop(f->region_home, f, &AfterLeaveRegion);
   f->state.store(kRunning, std::memory_order_relaxed);
 }
@@ -2029,6 +2116,7 @@ namespace {
 // Out of line: its on-top call record is a local whose address escapes, which would keep the
 // compiler from making yield's direct switch a tail call.
 [[gnu::noinline]] void YieldToLoop(Worker& w, Fiber* f) {
+  f->saved_errno = *w.errno_slot;
   jump_context_ontop(w.home, f, &AfterYield);
 }
 }  // namespace
@@ -2042,6 +2130,7 @@ void yield() {
     std::this_thread::yield();
     return;
   }
+  f->saved_errno = *w->errno_slot;  // before DirectNext puts the next fiber's in place
   if (Fiber* next = f->rt->DirectNext(*w)) {
     // Straight to the next fiber, with no on-top function: the ring is this worker's alone, so
     // nothing can take f from it before the switch below has saved f.

@@ -59,7 +59,10 @@ class Mutex {
   void WakeNext();  // wakes the first waiter to compete, leaving the lock as it is
 
   std::atomic<std::uint32_t> state_{0};
-  std::atomic<Waiter*> owner_{nullptr};  // written by the holder; read by anyone (owner checks)
+  // The holder's Waiter::identity() (0: none): written by the holder, read by anyone (owner
+  // checks). An identity, not a Waiter*: a thread or fiber that ends holding the mutex leaves it
+  // locked for good, instead of handing it to the next user of its recycled Waiter.
+  std::atomic<std::uint64_t> owner_{0};
   sync_internal::SpinLock queue_lock_;
   sync_internal::WaitQueue queue_ ABSL_GUARDED_BY(queue_lock_);
 };

@@ -12,6 +12,7 @@
 #include "sync/channel.h"
 #include "sync/internal/spin_lock.h"
 #include "sync/internal/wait_queue.h"
+#include "sync/mutex.h"
 #include "sync/sync_suite.h"
 
 namespace weft {
@@ -105,6 +106,19 @@ TEST(SyncDeathTest, DestroyingAChannelWithWaitersAborts) {
         delete ch;
       },
       "weft: Channel destroyed while fibers or threads wait on it");
+}
+
+// A thread that exits holding a Mutex keeps it: the next thread, which gets the exited
+// thread's recycled Waiter, is not its owner (unlock is EPERM, and the mutex stays locked).
+TEST(MutexTest, AThreadThatExitsHoldingAMutexDoesNotHandItToTheNextThread) {
+  for (int round = 0; round < 20; ++round) {
+    Mutex m;
+    std::thread([&] { ASSERT_TRUE(m.lock().ok()); }).join();  // exits holding m
+    std::thread([&] {
+      EXPECT_EQ(m.unlock().error(), std::errc::operation_not_permitted);
+      EXPECT_FALSE(m.try_lock());
+    }).join();
+  }
 }
 
 TEST(ChannelTest, AnAbsurdCapacityIsAnErrorNotASmallBuffer) {

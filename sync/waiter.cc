@@ -22,6 +22,7 @@ class ThreadWaiter final : public Waiter {
  public:
   // Spins ~20 us of pause on this machine before a futex sleep; never interrupted.
   ThreadWaiter() : Waiter(/*spins_before_park=*/2000) {}
+  void Renew(std::uint64_t identity) { set_identity(identity); }
   bool wait(std::optional<SyncClock::time_point> deadline) override {
     // acquire (here and below): pairs with notify's release; what the notifier did before is
     // visible once we consume its permit.
@@ -128,8 +129,15 @@ base_internal::ThreadExitKey& ExitKey() {
   return *key;
 }
 
+// Thread identities: the top bit set, then a counter (fibers' are below 2^63).
+std::atomic<std::uint64_t> g_next_thread_identity{1};
+
 [[gnu::noinline]] Waiter& InitThreadWaiter() {
   ThreadWaiter* w = Pool().Take();
+  // relaxed: only uniqueness matters. A new identity for each thread, also for a recycled
+  // waiter: a Mutex its previous thread died holding stays that thread's.
+  w->Renew((std::uint64_t{1} << 63) |
+           g_next_thread_identity.fetch_add(1, std::memory_order_relaxed));
   ExitKey().Set(w);
   t_waiter = w;
   return *w;

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 
 #include "sync/internal/wait_node.h"
@@ -62,6 +63,12 @@ class Waiter {
   const char* waiting_on() const { return what_.load(std::memory_order_relaxed); }
   const void* waiting_on_object() const { return object_.load(std::memory_order_relaxed); }
 
+  // identity: which execution this Waiter stands for now, unique in the process and never
+  // reused: a thread's waiter gets a new one when the pool hands it to the next thread, a
+  // fiber's when its Fiber object is reused for a new fiber. Ownership (a Mutex's owner) is
+  // recorded by identity, so it never passes to the next user of a recycled Waiter. Never 0.
+  std::uint64_t identity() const { return identity_; }
+
   // own_node: for //sync's primitives only. Room for the queue node of the one wait this
   // execution is in, used by those whose release may wake many waiters at once (Event,
   // Semaphore, WaitGroup, Barrier): waking them all walks their nodes, which sit in Waiter
@@ -75,12 +82,17 @@ class Waiter {
   // must outlive the Waiter.
   explicit Waiter(int spins_before_park = 0, const std::atomic<bool>* interrupt = nullptr) noexcept
       : interrupt_(interrupt), spins_before_park_(spins_before_park) {}
+  // set_identity: by the owner of the Waiter as it starts standing for a new execution. Ids
+  // with the top bit set are thread waiters' (sync's own counter); fiber schedulers use ids
+  // below 2^63 that they never reuse (weft's runtime: its process-wide fiber ids).
+  void set_identity(std::uint64_t id) { identity_ = id; }
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
 
  private:
   const std::atomic<bool>* interrupt_;
   int spins_before_park_;
+  std::uint64_t identity_ = 0;
   std::atomic<const char*> what_{nullptr};
   std::atomic<const void*> object_{nullptr};
   sync_internal::WaitNode own_node_;

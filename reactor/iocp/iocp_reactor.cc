@@ -328,6 +328,11 @@ class IocpReactor final : public Reactor {
       op = next;
     }
     SOCKET s = NativeSocket(fd);
+    // Every overlapped operation on the socket, this reactor's and other reactors' (other
+    // workers', other threads'), is cancelled first, so each completes on its own port with
+    // ERROR_OPERATION_ABORTED (-ECANCELED) rather than with whatever error the close makes
+    // (Wine reports another one).
+    CancelIoEx(reinterpret_cast<HANDLE>(s), nullptr);
     if (closesocket(s) != 0 && WSAGetLastError() == WSAENOTSOCK) {
       CloseHandle(reinterpret_cast<HANDLE>(s));
     }
