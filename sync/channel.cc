@@ -41,6 +41,18 @@ void Deliver(const ElementOps* ops, void* dst, void* src, bool assign) {
   }
 }
 
+// LockedCall: fn() with `lock` held by the caller; if fn throws (an element's move), the lock is
+// released before the exception leaves, so the channel stays usable.
+template <typename Fn>
+std::errc LockedCall(SpinLock& lock, Fn fn) {
+  try {
+    return fn();
+  } catch (...) {
+    lock.unlock();
+    throw;
+  }
+}
+
 }  // namespace
 
 ChannelCore::ChannelCore(std::size_t capacity, const ElementOps* ops)
@@ -77,16 +89,33 @@ ChannelNode* ChannelCore::TakeWaiter(WaitQueue& q) {
   return nullptr;
 }
 
+// Requeue: a waiter taken for a delivery whose element move threw goes back to the front of its
+// queue, unclaimed, to be served by a later send or receive. (Its select, if any, is open again:
+// no other case can have claimed it while we held the claim.)
+void ChannelCore::Requeue(WaitQueue& q, ChannelNode* n) {
+  // release: the reopened select is seen with the queue's state (others claim under the lock).
+  if (n->group != nullptr) n->group->fired.store(-1, std::memory_order_release);
+  q.push_front(n);
+}
+
+// The element moves below run under lock_ and may throw (a T whose move constructor throws):
+// the channel's state is put back as it was, and the exception goes to the caller, who
+// releases the lock (LockedCall).
 std::errc ChannelCore::TrySendLocked(void* value, Waiter** to_notify) {
   *to_notify = nullptr;
   if (closed_) return std::errc::broken_pipe;
   if (ChannelNode* r = TakeWaiter(recvq_)) {
-    Deliver(ops_, r->value, value, r->assign);
+    try {
+      Deliver(ops_, r->value, value, r->assign);
+    } catch (...) {
+      Requeue(recvq_, r);
+      throw;
+    }
     *to_notify = Grant(r, kGranted);
     return {};
   }
   if (count_ < capacity_) {
-    ops_->move_construct(Slot(count_), value);
+    ops_->move_construct(Slot(count_), value);  // a throw leaves count_ as it was
     ++count_;
     return {};
   }
@@ -97,19 +126,30 @@ std::errc ChannelCore::TryRecvLocked(void* out, bool assign, Waiter** to_notify)
   *to_notify = nullptr;
   if (count_ > 0) {
     void* front = Slot(0);
-    Deliver(ops_, out, front, assign);
+    Deliver(ops_, out, front, assign);  // a throw leaves the element where it is
     ops_->destroy(front);
     head_ = (head_ + 1) % capacity_;
     --count_;
     if (ChannelNode* s = TakeWaiter(sendq_)) {  // the buffer has room again
-      ops_->move_construct(Slot(count_), s->value);
+      try {
+        ops_->move_construct(Slot(count_), s->value);
+      } catch (...) {
+        // Our receive stands (the value is out); the sender waits on, for a later receive.
+        Requeue(sendq_, s);
+        return {};
+      }
       ++count_;
       *to_notify = Grant(s, kGranted);
     }
     return {};
   }
   if (ChannelNode* s = TakeWaiter(sendq_)) {  // unbuffered: take it from the sender
-    Deliver(ops_, out, s->value, assign);
+    try {
+      Deliver(ops_, out, s->value, assign);
+    } catch (...) {
+      Requeue(sendq_, s);
+      throw;
+    }
     *to_notify = Grant(s, kGranted);
     return {};
   }
@@ -160,7 +200,7 @@ static Waiter* WaiterOrUnlock(SpinLock& lock) {
 std::errc ChannelCore::send(void* value, bool wait, const WaitOptions& options) {
   Waiter* notify = nullptr;
   lock_.lock();
-  std::errc e = TrySendLocked(value, &notify);
+  std::errc e = LockedCall(lock_, [&] { return TrySendLocked(value, &notify); });
   if (e != std::errc::resource_unavailable_try_again || !wait) {
     lock_.unlock();
     if (notify != nullptr) notify->notify();
@@ -179,7 +219,7 @@ std::errc ChannelCore::send(void* value, bool wait, const WaitOptions& options) 
 std::errc ChannelCore::recv(void* out, bool assign, bool wait, const WaitOptions& options) {
   Waiter* notify = nullptr;
   lock_.lock();
-  std::errc e = TryRecvLocked(out, assign, &notify);
+  std::errc e = LockedCall(lock_, [&] { return TryRecvLocked(out, assign, &notify); });
   if (e != std::errc::resource_unavailable_try_again || !wait) {
     lock_.unlock();
     if (notify != nullptr) notify->notify();
@@ -280,8 +320,14 @@ Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions
   for (std::size_t i = 0; i < n; ++i) {
     const SelectCase& c = cases[order[i]];
     Waiter* notify = nullptr;
-    std::errc e = c.is_send ? c.channel->TrySendLocked(c.value, &notify)
-                            : c.channel->TryRecvLocked(c.value, /*assign=*/true, &notify);
+    std::errc e;
+    try {
+      e = c.is_send ? c.channel->TrySendLocked(c.value, &notify)
+                    : c.channel->TryRecvLocked(c.value, /*assign=*/true, &notify);
+    } catch (...) {
+      unlock_all();  // an element's move threw: the channels are as they were
+      throw;
+    }
     if (e != std::errc::resource_unavailable_try_again) {
       unlock_all();
       if (notify != nullptr) notify->notify();

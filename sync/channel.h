@@ -7,6 +7,10 @@
 // already buffered stay receivable after it; then receivers get EPIPE ("closed"). Senders get
 // EPIPE once it is closed, and their value is not consumed (still theirs).
 //
+// A T whose move constructor or assignment throws: the send, receive or select that moved it
+// throws that exception, and the channel is as it was (the value stays with its sender, or in
+// the buffer); nothing is lost and no lock stays held.
+//
 // Errors (std::errc): broken_pipe (closed), resource_unavailable_try_again (try_* and not
 // ready), timed_out, operation_canceled.
 //
@@ -92,6 +96,7 @@ class ChannelCore {
  private:
   void* Slot(std::size_t i) { return buffer_ + ((head_ + i) % capacity_) * ops_->size; }
   ChannelNode* TakeWaiter(WaitQueue& q);
+  void Requeue(WaitQueue& q, ChannelNode* n);
 
   const ElementOps* ops_;
   std::size_t capacity_;

@@ -1,6 +1,7 @@
 // sync/sync_test.cc: the //sync suite (sync_suite.cc) on OS threads: the primitives' thread mode.
 // scheduler/sync_on_fibers_test.cc runs the same suite on fibers.
 
+#include <atomic>
 #include <limits>
 #include <new>
 #include <stdexcept>
@@ -119,6 +120,86 @@ TEST(MutexTest, AThreadThatExitsHoldingAMutexDoesNotHandItToTheNextThread) {
       EXPECT_FALSE(m.try_lock());
     }).join();
   }
+}
+
+// An element whose move throws on demand (before changing anything).
+struct Fragile {
+  static inline std::atomic<int> skip{0};    // moves that pass first
+  static inline std::atomic<int> throws{0};  // then how many of the next moves throw
+  int v = 0;
+  explicit Fragile(int x) : v(x) {}
+  Fragile(Fragile&& o) : v(o.v) { MaybeThrow(); }
+  Fragile& operator=(Fragile&& o) {
+    MaybeThrow();
+    v = o.v;
+    return *this;
+  }
+  static void MaybeThrow() {
+    if (skip.load() > 0) {
+      skip.fetch_sub(1);
+      return;
+    }
+    if (throws.load() > 0) {
+      throws.fetch_sub(1);
+      throw std::runtime_error("move");
+    }
+  }
+};
+
+// A move that throws inside the channel: the call throws, the channel's lock is released and
+// nothing is lost (the channel used to keep its spin lock held: every later call hung).
+TEST(ChannelTest, AnElementMoveThatThrowsLeavesTheChannelUsable) {
+  {  // into the buffer
+    Channel<Fragile> ch(2);
+    Fragile::throws = 1;
+    EXPECT_THROW((void)ch.send(Fragile(1)), std::runtime_error);
+    ASSERT_TRUE(ch.send(Fragile(2)).ok());
+    auto r = ch.try_recv();
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->v, 2);
+  }
+  {  // out of the buffer: the element stays for the next receive
+    Channel<Fragile> ch(2);
+    ASSERT_TRUE(ch.send(Fragile(3)).ok());
+    Fragile::throws = 1;
+    EXPECT_THROW((void)ch.try_recv(), std::runtime_error);
+    auto r = ch.try_recv();
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->v, 3);
+  }
+  {  // to a waiting receiver: it keeps waiting and gets the next value
+    Channel<Fragile> ch(0);
+    std::atomic<int> got{-1};
+    std::thread receiver([&] {
+      auto r = ch.recv();
+      if (r.ok()) got = r->v;
+    });
+    while (ch.waiters() == 0) std::this_thread::yield();
+    Fragile::throws = 1;
+    EXPECT_THROW((void)ch.try_send(Fragile(4)), std::runtime_error);
+    ASSERT_TRUE(ch.send(Fragile(5)).ok());
+    receiver.join();
+    EXPECT_EQ(got.load(), 5);
+  }
+  {  // from a waiting sender into the buffer a receive freed: the receive stands, the sender
+     // stays queued, and the next receive gets its value
+    Channel<Fragile> ch(1);
+    ASSERT_TRUE(ch.send(Fragile(6)).ok());
+    std::thread sender([&] { ASSERT_TRUE(ch.send(Fragile(7)).ok()); });
+    while (ch.waiters() == 0) std::this_thread::yield();
+    // The receive's move out of the buffer passes; the refill from the sender throws.
+    Fragile::skip = 1;
+    Fragile::throws = 1;
+    auto first = ch.recv();
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(first->v, 6);
+    auto second = ch.recv();
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(second->v, 7);
+    sender.join();
+  }
+  Fragile::skip = 0;
+  Fragile::throws = 0;
 }
 
 TEST(ChannelTest, AnAbsurdCapacityIsAnErrorNotASmallBuffer) {
