@@ -465,6 +465,45 @@ TEST(ErrnoTest, EachFiberKeepsItsOwnErrnoAcrossSwitches) {
   }
 }
 
+// The scheduler's queues out of memory (WEFT_TEST_QUEUE_OOM: none grows past 64 fibers): a
+// yield ring of 300 fibers, 300 pinned fibers woken at once from a plain thread (the mailbox
+// and the pinned queue), and a burst of 2,000 spawns (the overflow list) lose no fiber, and the
+// runtime shuts down.
+TEST(OutOfMemoryTest, QueuesThatCannotGrowLoseNoFiber) {
+  ASSERT_EQ(setenv("WEFT_TEST_QUEUE_OOM", "1", 1), 0);
+  std::atomic<int> done{0};
+  {
+    Runtime rt({.workers = 2});
+    ASSERT_EQ(unsetenv("WEFT_TEST_QUEUE_OOM"), 0);  // read by the constructor
+    Event go;
+    std::vector<JoinHandle<void>> hs;
+    for (int i = 0; i < 300; ++i) {
+      hs.push_back(rt.spawn(
+          [&] {
+            for (int k = 0; k < 20; ++k) this_fiber::yield();
+            done.fetch_add(1);
+          },
+          {.pinned_worker = 0}));
+      hs.push_back(rt.spawn(
+          [&] {
+            if (go.wait().ok()) done.fetch_add(1);
+          },
+          {.pinned_worker = 1}));
+    }
+    std::this_thread::sleep_for(20ms);  // the pinned waiters park
+    go.set();                           // from this thread: through worker 1's mailbox
+    rt.block_on([&] {
+      std::vector<JoinHandle<void>> burst;
+      for (int i = 0; i < 2000; ++i) burst.push_back(rt.spawn([&] { done.fetch_add(1); }));
+      for (auto& h : burst) ASSERT_TRUE(h.join().ok());
+    });
+    for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  }
+  EXPECT_EQ(done.load(), 2600);
+  Runtime fresh({.workers = 2});  // (and the knob is off again for later tests)
+  EXPECT_EQ(fresh.block_on([] { return 1; }), 1);
+}
+
 // Shutdown reaches a fiber that waits inside a region: its wait fails with operation_canceled
 // and the destructor returns (it used to wait forever, the wait being the thread's own).
 TEST(BlockingTest, ShutdownCancelsAWaitInsideARegion) {

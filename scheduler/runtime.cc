@@ -222,6 +222,8 @@ struct alignas(64) Fiber {
     BlockingTask task;  // first member: the pool hands back &task
     Fiber* fiber;
   } region_task{{}, this};
+  // The next fiber in a FiberFifo's out-of-memory chain (see FiberFifo).
+  Fiber* queue_next = nullptr;
   // A wait inside a region blocks the blocking thread (the fiber keeps its own Waiter, so a
   // Mutex it holds stays its own across the region): it sleeps on region_word (a futex) with
   // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
@@ -278,28 +280,73 @@ struct IoRequest {
   IoRequest* next_cancel = nullptr;      // the owner's mailbox
 };
 
-// FiberFifo: a growable FIFO of fibers for one owner (or under a lock): a ring of a power-of-two
-// size, indexes masked.
+// FiberFifo: a FIFO of runnable fibers that never fails to take one: a power-of-two ring that
+// doubles when full (made on first use, so an empty one owns no memory), and, when it cannot
+// grow (out of memory), a chain through the fibers themselves (Fiber::queue_next: a runnable
+// fiber is in one queue at a time). Fibers chained go after those in the ring, and new ones go
+// to the chain while it is not empty, so the order stays first in, first out. A push that threw
+// std::bad_alloc would lose the fiber from inside a notify or a yield, and ~Runtime would wait
+// for it forever.
+std::atomic<bool> g_fail_queue_growth{false};  // fault injection for tests (WEFT_TEST_QUEUE_OOM)
+
 struct FiberFifo {
-  std::vector<Fiber*> buf = std::vector<Fiber*>(64);
-  std::size_t head = 0, count = 0;
+  std::vector<Fiber*> buf;
+  std::size_t head = 0, ring = 0;  // the ring: buf[head..], `ring` of them
+  std::size_t count = 0;           // every fiber held: the ring's and the chain's
+  Fiber* chain_head = nullptr;
+  Fiber* chain_tail = nullptr;
   void push(Fiber* f) {
-    if (count == buf.size()) [[unlikely]]
-      Grow();
-    buf[(head + count++) & (buf.size() - 1)] = f;
+    if (ring == buf.size() || chain_head != nullptr) [[unlikely]]
+      return PushSlow(f);
+    buf[(head + ring++) & (buf.size() - 1)] = f;
+    ++count;
   }
   Fiber* pop() {
-    if (count == 0) return nullptr;
+    if (ring == 0) [[unlikely]]
+      return PopChain();
     Fiber* f = buf[head];
     head = (head + 1) & (buf.size() - 1);
+    --ring;
     --count;
     return f;
   }
-  [[gnu::noinline]] void Grow() {
-    std::vector<Fiber*> grown(buf.size() * 2);
-    for (std::size_t i = 0; i < count; ++i) grown[i] = buf[(head + i) & (buf.size() - 1)];
+  [[gnu::noinline]] void PushSlow(Fiber* f) {
+    if (chain_head == nullptr && Grow()) {
+      buf[(head + ring++) & (buf.size() - 1)] = f;
+      ++count;
+      return;
+    }
+    f->queue_next = nullptr;
+    if (chain_tail != nullptr) {
+      chain_tail->queue_next = f;
+    } else {
+      chain_head = f;
+    }
+    chain_tail = f;
+    ++count;
+  }
+  [[gnu::noinline]] Fiber* PopChain() {
+    Fiber* f = chain_head;
+    if (f == nullptr) return nullptr;
+    chain_head = f->queue_next;
+    if (chain_head == nullptr) chain_tail = nullptr;
+    --count;
+    return f;
+  }
+  // Grow: doubles the ring (64 at first); false without memory.
+  bool Grow() {
+    // relaxed: a test knob, set before the runtime's threads start.
+    if (g_fail_queue_growth.load(std::memory_order_relaxed) && !buf.empty()) return false;
+    std::vector<Fiber*> grown;
+    try {
+      grown.resize(buf.empty() ? 64 : buf.size() * 2);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    for (std::size_t i = 0; i < ring; ++i) grown[i] = buf[(head + i) & (buf.size() - 1)];
     buf.swap(grown);
     head = 0;
+    return true;
   }
 };
 
@@ -316,8 +363,7 @@ struct Worker {
   std::thread thread;
   RunQueue queue;
   Fiber* run_next = nullptr;
-  std::vector<Fiber*> pinned_local;  // owner only: runnable fibers pinned here, FIFO via head
-  std::size_t pinned_head = 0;
+  FiberFifo pinned_local;  // owner only: runnable fibers pinned here
   // Yielded fibers, FIFO, owner only (no atomics: a yield costs a plain store). Thieves cannot
   // see it; they ask with steal_request and the owner spills half to its queue (Lace's split
   // request, applied to yields). It also spills when workers sleep (see Spill).
@@ -378,7 +424,7 @@ struct Worker {
 
   // Mailbox from other threads: pinned fibers made runnable, and I/O cancel requests.
   std::mutex mail_mu;
-  std::vector<Fiber*> mail_fibers;
+  FiberFifo mail_fibers;
   IoRequest* mail_cancels = nullptr;
   std::atomic<bool> has_mail{false};
 
@@ -566,7 +612,7 @@ struct Runtime::Impl {
   void Mail(Worker& w, Fiber* f, IoRequest* cancel) {
     {
       std::lock_guard<std::mutex> lock(w.mail_mu);
-      if (f != nullptr) w.mail_fibers.push_back(f);
+      if (f != nullptr) w.mail_fibers.push(f);
       if (cancel != nullptr) {
         cancel->next_cancel = w.mail_cancels;
         w.mail_cancels = cancel;
@@ -584,7 +630,7 @@ struct Runtime::Impl {
   // once (PopDueTimers). True if f went where thieves find it (a pinned fiber does not).
   bool PushLocalQuiet(Worker& w, Fiber* f) {
     if (f->pinned != nullptr) {
-      w.pinned_local.push_back(f);
+      w.pinned_local.push(f);
       return false;
     }
     QueueLocal(w, f);
@@ -748,14 +794,7 @@ struct Runtime::Impl {
       w.run_next = nullptr;
       return g;
     }
-    if (w.pinned_head < w.pinned_local.size()) {
-      Fiber* g = w.pinned_local[w.pinned_head++];
-      if (w.pinned_head == w.pinned_local.size()) {
-        w.pinned_local.clear();
-        w.pinned_head = 0;
-      }
-      return g;
-    }
+    if (w.pinned_local.count != 0) return w.pinned_local.pop();
     if (w.queue.size_approx() != 0) {
       if (Fiber* g = TakeOwnQueue(w)) return g;
     }
@@ -1187,11 +1226,11 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options) {
 // ---- Runtime::Impl: the worker loop ------------------------------------------------------------
 
 void Runtime::Impl::TakeMail(Worker& w) {
-  std::vector<Fiber*> fibers;
+  FiberFifo fibers;  // empty: owns no memory until it grows
   IoRequest* cancels;
   {
     std::lock_guard<std::mutex> lock(w.mail_mu);
-    fibers.swap(w.mail_fibers);
+    std::swap(fibers, w.mail_fibers);
     cancels = w.mail_cancels;
     w.mail_cancels = nullptr;
     w.has_mail.store(false, std::memory_order_relaxed);
@@ -1205,7 +1244,7 @@ void Runtime::Impl::TakeMail(Worker& w) {
     r->cancel_done.store(true, std::memory_order_release);
     waiter->notify();
   }
-  for (Fiber* f : fibers) w.pinned_local.push_back(f);
+  while (Fiber* f = fibers.pop()) w.pinned_local.push(f);
 }
 
 int Runtime::Impl::PollReactor(Worker& w, std::optional<Clock::time_point> deadline) {
@@ -1250,7 +1289,7 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
     return g;
   }
   if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
-  if (w.pinned_head < w.pinned_local.size() || w.queue.size_approx() != 0) {
+  if (w.pinned_local.count != 0 || w.queue.size_approx() != 0) {
     if (Fiber* g = NextLocal(w)) return g;
   }
   PopDueTimers(w);
@@ -1400,7 +1439,7 @@ void Runtime::Impl::Sleep(Worker& w) {
   std::uint32_t word = w.wake_word.load(std::memory_order_acquire);
   bool work = inject.size_approx() != 0 || overflow_size.load(std::memory_order_relaxed) != 0 ||
               w.run_next != nullptr || w.yields.count != 0 ||
-              w.has_mail.load(std::memory_order_relaxed) || w.pinned_head < w.pinned_local.size();
+              w.has_mail.load(std::memory_order_relaxed) || w.pinned_local.count != 0;
   for (const auto& v : workers) work = work || v->queue.size_approx() != 0;
   if (!work && !stop.load(std::memory_order_acquire)) {
     // Idle: a good moment for the stack pool's deferred give-back of memory.
@@ -1604,6 +1643,10 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   unsigned started = 0;
   // Fault injection for tests: WEFT_TEST_FAIL_WORKER_THREAD=k makes worker k's thread fail to
   // start, as std::thread does when the system is out of threads or memory.
+  // WEFT_TEST_QUEUE_OOM: the scheduler's queues act as if out of memory once past their first
+  // 64 fibers (tests of the chain that takes over then; see FiberFifo).
+  g_fail_queue_growth.store(std::getenv("WEFT_TEST_QUEUE_OOM") != nullptr,
+                            std::memory_order_relaxed);
   const char* fail_env = std::getenv("WEFT_TEST_FAIL_WORKER_THREAD");
   const long fail_at = fail_env != nullptr ? std::strtol(fail_env, nullptr, 10) : -1;
   try {
