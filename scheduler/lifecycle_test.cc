@@ -91,6 +91,32 @@ TEST(ShutdownTest, ParkedFibersAreCancelledAndUnwind) {
   ASSERT_TRUE(held.unlock().ok());
 }
 
+// A plain thread's Event::set that grants a parked fiber, then (held here between its unlock
+// and its notify) notifies it only after the fiber finished and its Runtime was destroyed: the
+// late notify finds a finished Fiber, not freed memory (asan reported a use after free before).
+TEST(ShutdownTest, ALateNotifyAfterTheRuntimeIsGoneTouchesNoFreedMemory) {
+  auto ev = std::make_unique<Event>();
+  std::thread setter;
+  ASSERT_EQ(setenv("WEFT_TEST_NOTIFY_DELAY_MS", "200", 1), 0);
+  {
+    Runtime rt({.workers = 1});
+    std::atomic<bool> parked{false};
+    auto h = rt.spawn([&] {
+      parked = true;
+      (void)ev->wait();
+    });
+    while (!parked.load()) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(20ms);            // it parks on the event
+    setter = std::thread([&] { ev->set(); });      // grants it, then waits 200 ms to notify
+    std::this_thread::sleep_for(50ms);            // the setter is in that wait
+    h.detach();
+  }  // ~Runtime: the fiber is interrupted, finds its wait granted, and finishes
+  setter.join();
+  ASSERT_EQ(unsetenv("WEFT_TEST_NOTIFY_DELAY_MS"), 0);
+  Runtime next({.workers = 1});  // reuses the finished fibers' memory
+  EXPECT_EQ(next.block_on([] { return 5; }), 5);
+}
+
 TEST(ShutdownTest, WaitsAfterShutdownStartedFailToo) {
   std::atomic<int> second_wait_failed{0};
   Event never;  // outlives the runtime, whose fibers wait on it

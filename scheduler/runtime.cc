@@ -115,6 +115,8 @@ class FiberWaiter final : public Waiter {
   void notify() override;
   // Renew: a new fiber in this Fiber object: its id is the Waiter's identity (Mutex ownership).
   void Renew(std::uint64_t fiber_id) { set_identity(fiber_id); }
+  // Rebind: the Fiber object now belongs to another runtime (a retired FiberBlock reused).
+  void Rebind(const std::atomic<bool>* shutting_down) { set_interrupt(shutting_down); }
   // Its fiber: it is always Fiber::waiter. Computed, not stored: a stored pointer sat on a line
   // of the Fiber that a wait touched for nothing else.
   Fiber* fiber();
@@ -224,6 +226,10 @@ struct alignas(64) Fiber {
   } region_task{{}, this};
   // The next fiber in a FiberFifo's out-of-memory chain (see FiberFifo).
   Fiber* queue_next = nullptr;
+  // The runtime's light_park, copied here so that a notify reads no Runtime memory unless it
+  // wakes the fiber (a late notify of a finished fiber may come after its runtime is gone; the
+  // Fiber itself outlives it, see RetiredBlocks). relaxed: set before the fiber is handed out.
+  std::atomic<bool> light_park{false};
   // A wait inside a region blocks the blocking thread (the fiber keeps its own Waiter, so a
   // Mutex it holds stays its own across the region): it sleeps on region_word (a futex) with
   // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
@@ -260,12 +266,38 @@ class FiberBlock {
   FiberBlock(const FiberBlock&) = delete;
   FiberBlock& operator=(const FiberBlock&) = delete;
 
+  // Bind: the Fibers now belong to `rt` (a new block, or a retired one reused). Every Fiber in it
+  // is finished (kDone, no stack, no context).
+  void Bind(Runtime::Impl* rt, const std::atomic<bool>* shutting_down, bool light_park) {
+    for (std::size_t i = 0; i < kFibers; ++i) {
+      Fiber* f = at(i);
+      f->rt = rt;
+      f->waiter.Rebind(shutting_down);
+      f->light_park.store(light_park, std::memory_order_relaxed);
+    }
+  }
+
   Fiber* at(std::size_t i) const {
     return std::launder(reinterpret_cast<Fiber*>(mem_ + i * kStride));
   }
 
  private:
   std::byte* mem_;
+};
+
+// RetiredBlocks: the FiberBlocks of runtimes that are gone, for later runtimes to reuse; never
+// freed. A release (Event::set from a plain thread, say) takes a fiber's Waiter under its lock and
+// notifies it after unlocking; the fiber may finish and its runtime be destroyed in between. The
+// late notify then finds a finished Fiber (kDone: it only leaves a stale permit, which every wait
+// tolerates) in memory that is still a Fiber, instead of freed memory. The pool holds as many
+// Fibers as the most that any runtimes had at once.
+struct RetiredBlocks {
+  std::mutex mu;
+  std::vector<std::unique_ptr<FiberBlock>> blocks;
+  static RetiredBlocks& Get() {
+    static RetiredBlocks* r = new RetiredBlocks;  // never destroyed: late notifies may come
+    return *r;
+  }
 };
 
 // An I/O operation of a fiber, on its stack. Worker-thread fields are touched only on the owner's
@@ -758,7 +790,17 @@ struct Runtime::Impl {
   // NewFiberBlock: makes a FiberBlock; returns its first Fiber and queues the rest on w's free
   // list (from a plain thread, w null, in the pool), so that they are taken in address order.
   Fiber* NewFiberBlock(Worker* w) {
-    auto block = std::make_unique<FiberBlock>(this, &shutting_down);
+    std::unique_ptr<FiberBlock> block;
+    {
+      RetiredBlocks& retired = RetiredBlocks::Get();
+      std::lock_guard<std::mutex> lock(retired.mu);
+      if (!retired.blocks.empty()) {
+        block = std::move(retired.blocks.back());
+        retired.blocks.pop_back();
+      }
+    }
+    if (block == nullptr) block = std::make_unique<FiberBlock>(this, &shutting_down);
+    block->Bind(this, &shutting_down, light_park);
     const FiberBlock& b = *block;
     {
       std::lock_guard<std::mutex> lock(fibers_mu);
@@ -1169,7 +1211,8 @@ void FiberWaiter::notify() {
   // Not parked (yet): leave a permit, then look again (the Dekker pairing with AfterPark, whose
   // side has only a compiler fence when light_park: HeavyFence is the fence of both).
   f->permit.store(true, std::memory_order_seq_cst);
-  if (f->rt->light_park) base_internal::HeavyFence();
+  // (f->light_park, not f->rt's: a finished fiber's runtime may be gone.)
+  if (f->light_park.load(std::memory_order_relaxed)) base_internal::HeavyFence();
   if (f->state.load(std::memory_order_seq_cst) == kParked && ClaimWakeUp(f)) f->rt->Schedule(f);
   // Otherwise it runs, is queued, or is being queued by whoever won: it finds the permit.
   // Or it waits inside a BlockingRegion (RegionWait): seq_cst, the Dekker pair with its
@@ -1714,6 +1757,21 @@ Runtime::~Runtime() {
   impl_->stop.store(true, std::memory_order_release);
   impl_->WakeAll();
   for (auto& w : impl_->workers) w->thread.join();
+  // Every fiber has finished: their blocks go to the process's pool (see RetiredBlocks).
+  std::vector<std::unique_ptr<FiberBlock>> blocks;
+  {
+    std::lock_guard<std::mutex> lock(impl_->fibers_mu);
+    blocks.swap(impl_->all_fibers);
+  }
+  RetiredBlocks& retired = RetiredBlocks::Get();
+  std::lock_guard<std::mutex> lock(retired.mu);
+  for (auto& b : blocks) {
+    try {
+      retired.blocks.push_back(std::move(b));
+    } catch (const std::bad_alloc&) {
+      (void)b.release();  // no memory to list it: it stays allocated all the same
+    }
+  }
 }
 
 unsigned Runtime::workers() const { return static_cast<unsigned>(impl_->workers.size()); }

@@ -3,6 +3,9 @@
 #include "sync/coordination.h"
 
 #include <cassert>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <vector>
 
 namespace weft {
@@ -45,6 +48,16 @@ Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) 
   return {};  // granted as we gave up: it stands
 }
 
+namespace {
+// Fault injection for tests: WEFT_TEST_NOTIFY_DELAY_MS holds a release between unlocking and
+// notifying the waiters it granted, the window in which a woken fiber's runtime may go away.
+void TestDelayBeforeNotify() {
+  if (const char* ms = std::getenv("WEFT_TEST_NOTIFY_DELAY_MS")) [[unlikely]] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+  }
+}
+}  // namespace
+
 void WaitList::WakeAllInBatchesAndUnlock() {
   constexpr std::size_t kBatch = 64;
   std::vector<Waiter*> wake;
@@ -55,6 +68,7 @@ void WaitList::WakeAllInBatchesAndUnlock() {
     }
     bool more = !queue_.empty();
     lock_.unlock();
+    TestDelayBeforeNotify();
     for (Waiter* w : wake) w->notify();
     if (!more) return;
     wake.clear();

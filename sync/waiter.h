@@ -86,6 +86,9 @@ class Waiter {
   // with the top bit set are thread waiters' (sync's own counter); fiber schedulers use ids
   // below 2^63 that they never reuse (weft's runtime: its process-wide fiber ids).
   void set_identity(std::uint64_t id) { identity_ = id; }
+  // set_interrupt: by the owner, while no execution uses the Waiter (a scheduler that hands a
+  // Waiter to another runtime).
+  void set_interrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
 
