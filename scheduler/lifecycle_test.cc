@@ -39,6 +39,22 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::weft::testing::kTsan;
+
+// SetEnv / UnsetEnv: the fault-injection knobs, on POSIX and on Windows (no setenv there).
+int SetEnv(const char* name, const char* value) {
+#ifdef _WIN32
+  return _putenv_s(name, value);
+#else
+  return ::setenv(name, value, 1);
+#endif
+}
+int UnsetEnv(const char* name) {
+#ifdef _WIN32
+  return _putenv_s(name, "");
+#else
+  return ::unsetenv(name);
+#endif
+}
 using ::weft::testing::StressScale;
 
 // ---- Shutdown ---------------------------------------------------------------------------------
@@ -97,7 +113,7 @@ TEST(ShutdownTest, ParkedFibersAreCancelledAndUnwind) {
 TEST(ShutdownTest, ALateNotifyAfterTheRuntimeIsGoneTouchesNoFreedMemory) {
   auto ev = std::make_unique<Event>();
   std::thread setter;
-  ASSERT_EQ(setenv("WEFT_TEST_NOTIFY_DELAY_MS", "200", 1), 0);
+  ASSERT_EQ(SetEnv("WEFT_TEST_NOTIFY_DELAY_MS", "200"), 0);
   {
     Runtime rt({.workers = 1});
     std::atomic<bool> parked{false};
@@ -112,7 +128,7 @@ TEST(ShutdownTest, ALateNotifyAfterTheRuntimeIsGoneTouchesNoFreedMemory) {
     h.detach();
   }  // ~Runtime: the fiber is interrupted, finds its wait granted, and finishes
   setter.join();
-  ASSERT_EQ(unsetenv("WEFT_TEST_NOTIFY_DELAY_MS"), 0);
+  ASSERT_EQ(UnsetEnv("WEFT_TEST_NOTIFY_DELAY_MS"), 0);
   Runtime next({.workers = 1});  // reuses the finished fibers' memory
   EXPECT_EQ(next.block_on([] { return 5; }), 5);
 }
@@ -496,11 +512,11 @@ TEST(ErrnoTest, EachFiberKeepsItsOwnErrnoAcrossSwitches) {
 // and the pinned queue), and a burst of 2,000 spawns (the overflow list) lose no fiber, and the
 // runtime shuts down.
 TEST(OutOfMemoryTest, QueuesThatCannotGrowLoseNoFiber) {
-  ASSERT_EQ(setenv("WEFT_TEST_QUEUE_OOM", "1", 1), 0);
+  ASSERT_EQ(SetEnv("WEFT_TEST_QUEUE_OOM", "1"), 0);
   std::atomic<int> done{0};
   {
     Runtime rt({.workers = 2});
-    ASSERT_EQ(unsetenv("WEFT_TEST_QUEUE_OOM"), 0);  // read by the constructor
+    ASSERT_EQ(UnsetEnv("WEFT_TEST_QUEUE_OOM"), 0);  // read by the constructor
     Event go;
     std::vector<JoinHandle<void>> hs;
     for (int i = 0; i < 300; ++i) {
