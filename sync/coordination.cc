@@ -59,19 +59,17 @@ void TestDelayBeforeNotify() {
 }  // namespace
 
 void WaitList::WakeAllInBatchesAndUnlock() {
+  // A fixed batch on the stack: nothing here allocates, so nothing throws with lock_ held.
   constexpr std::size_t kBatch = 64;
-  std::vector<Waiter*> wake;
-  wake.reserve(kBatch);
+  Waiter* wake[kBatch];
   for (;;) {
-    while (wake.size() < kBatch && !queue_.empty()) {
-      wake.push_back(Grant(queue_.pop_front(), kGranted));
-    }
+    std::size_t n = 0;
+    while (n < kBatch && !queue_.empty()) wake[n++] = Grant(queue_.pop_front(), kGranted);
     bool more = !queue_.empty();
     lock_.unlock();
     TestDelayBeforeNotify();
-    for (Waiter* w : wake) w->notify();
+    for (std::size_t i = 0; i < n; ++i) wake[i]->notify();
     if (!more) return;
-    wake.clear();
     lock_.lock();
   }
 }
