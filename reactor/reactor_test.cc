@@ -93,6 +93,34 @@ class ReactorTest : public ::testing::TestWithParam<ReactorBackend> {
       ASSERT_TRUE(reactor_->poll(ReactorClock::now() + 100ms).ok());
     }
   }
+  // AllDone: whether every op in `ops` has completed (a RunUntil predicate).
+  static bool AllDone(const std::vector<Op>& ops) {
+    return std::all_of(ops.begin(), ops.end(), [](const Op& op) { return op.done(); });
+  }
+  // ReadByteByByte: writes n bytes into `a`, then submits n one-byte reads on `b` between two
+  // polls (every other one with a 10 s deadline, a linked pair on io_uring), and checks that each
+  // read completes once, with its byte, in submission order. (With the data already there, each
+  // read takes the next byte as it is submitted, so the bytes show the order of submission.)
+  void ReadByteByByte(int a, int b, int n) {
+    std::vector<char> out(n);
+    for (int i = 0; i < n; ++i) out[i] = static_cast<char>(i % 251);
+    std::vector<Op> reads(n);
+    std::vector<char> in(n, 0);
+    Op w;
+    reactor_->write(w, a, out.data(), out.size());
+    RunUntil([&] { return w.done(); });
+    ASSERT_EQ(w.last, n);
+    for (int i = 0; i < n; ++i) {
+      if (i % 2 == 0) reads[i].deadline = ReactorClock::now() + 10s;
+      reactor_->read(reads[i], b, &in[i], 1);
+    }
+    RunUntil([&] { return AllDone(reads); });
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(reads[i].completions, 1) << "read " << i;
+      ASSERT_EQ(reads[i].last, 1) << "read " << i;
+    }
+    EXPECT_EQ(in, out);
+  }
   // SocketPair: two connected stream sockets (Windows has no socketpair: loopback TCP there).
   std::pair<int, int> SocketPair() {
 #ifdef _WIN32
@@ -512,30 +540,7 @@ TEST_P(ReactorTest, ThousandsOfOpsBetweenTwoPollsOnASmallRingAllCompleteInOrder)
   ASSERT_TRUE(small.ok());
   reactor_ = std::move(small).value();
   auto [a, b] = SocketPair();
-  constexpr int kOps = 2000;
-  std::vector<char> out(kOps);
-  for (int i = 0; i < kOps; ++i) out[i] = static_cast<char>(i % 251);
-  std::vector<Op> reads(kOps);
-  std::vector<char> in(kOps, 0);
-  Op w;
-  reactor_->write(w, a, out.data(), out.size());
-  RunUntil([&] { return w.done(); });
-  ASSERT_EQ(w.last, kOps);
-  for (int i = 0; i < kOps; ++i) {
-    if (i % 2 == 0) reads[i].deadline = ReactorClock::now() + 10s;  // linked pairs too
-    reactor_->read(reads[i], b, &in[i], 1);
-  }
-  RunUntil([&] {
-    for (const Op& r : reads) {
-      if (!r.done()) return false;
-    }
-    return true;
-  });
-  for (int i = 0; i < kOps; ++i) {
-    ASSERT_EQ(reads[i].completions, 1);
-    ASSERT_EQ(reads[i].last, 1) << "read " << i;
-  }
-  EXPECT_EQ(in, out);
+  ReadByteByByte(a, b, 2000);
 }
 
 #ifndef _WIN32
@@ -549,28 +554,8 @@ TEST_P(ReactorTest, RefusedSubmissionsWaitAndNothingIsLost) {
   ASSERT_TRUE(faulty.ok());
   reactor_ = std::move(faulty).value();
   auto [a, b] = SocketPair();
-  constexpr int kOps = 300;
-  std::vector<char> out(kOps);
-  for (int i = 0; i < kOps; ++i) out[i] = static_cast<char>(i % 251);
-  std::vector<char> in(kOps, 0);
-  std::vector<Op> reads(kOps);
-  Op w;
-  reactor_->write(w, a, out.data(), out.size());
-  RunUntil([&] { return w.done(); });
-  // (With the data already there, each read takes the next byte as it is submitted, so the
-  // bytes show the order of submission. Reads that wait together may complete in any order.)
-  for (int i = 0; i < kOps; ++i) {
-    if (i % 2 == 0) reads[i].deadline = ReactorClock::now() + 10s;
-    reactor_->read(reads[i], b, &in[i], 1);
-  }
-  RunUntil([&] {
-    for (const Op& r : reads) {
-      if (!r.done()) return false;
-    }
-    return true;
-  });
-  for (int i = 0; i < kOps; ++i) ASSERT_EQ(reads[i].last, 1) << "read " << i;
-  EXPECT_EQ(in, out);
+  ReadByteByByte(a, b, 300);
+  if (HasFatalFailure()) return;
   // Reads that wait, then cancels, then a close, all through refused SQEs.
   std::vector<Op> waiting(40);
   char sink[40];
@@ -579,12 +564,7 @@ TEST_P(ReactorTest, RefusedSubmissionsWaitAndNothingIsLost) {
   Op c;
   reactor_->close(c, b);
   fds_.erase(std::find(fds_.begin(), fds_.end(), b));
-  RunUntil([&] {
-    for (const Op& r : waiting) {
-      if (!r.done()) return false;
-    }
-    return c.done();
-  });
+  RunUntil([&] { return AllDone(waiting) && c.done(); });
   for (const Op& r : waiting) {
     EXPECT_EQ(r.completions, 1);
     EXPECT_EQ(r.last, -ECANCELED);
@@ -673,12 +653,7 @@ TEST_P(ReactorTest, TenThousandFdsAtOnce) {
   ASSERT_TRUE(reactor_->poll(ReactorClock::now()).ok());
   EXPECT_EQ(reactor_->pending_ops(), static_cast<std::size_t>(kPairs));
   for (int fd : writers) ASSERT_EQ(::write(fd, "x", 1), 1);
-  RunUntil([&] {
-    for (const Op& r : reads) {
-      if (!r.done()) return false;
-    }
-    return true;
-  });
+  RunUntil([&] { return AllDone(reads); });
   for (const Op& r : reads) EXPECT_EQ(r.last, 1);
   for (int fd : fds_) ::close(fd);
   fds_.clear();

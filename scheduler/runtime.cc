@@ -343,11 +343,7 @@ struct FiberFifo {
     return f;
   }
   [[gnu::noinline]] void PushSlow(Fiber* f) {
-    if (chain_head == nullptr && Grow()) {
-      buf[(head + ring++) & (buf.size() - 1)] = f;
-      ++count;
-      return;
-    }
+    if (chain_head == nullptr && Grow()) return push(f);  // room in the ring now
     f->queue_next = nullptr;
     if (chain_tail != nullptr) {
       chain_tail->queue_next = f;
@@ -2088,13 +2084,13 @@ Transfer AfterEnterRegion(Transfer t) {
   return t;
 }
 
-// On a blocking thread: runs the fiber there until it leaves the region.
 // ProvideRegionWaiter: on a blocking thread running a region, the region's fiber's Waiter (its
 // identity for Mutex ownership, and its interruption at shutdown); null otherwise.
 Waiter* ProvideRegionWaiter(void*) {
   return t_region_fiber != nullptr ? &t_region_fiber->waiter : nullptr;
 }
 
+// RunRegion: on a blocking thread, runs the fiber there until it leaves the region.
 void RunRegion(BlockingTask* task) {
   Fiber* f = reinterpret_cast<Fiber::RegionTask*>(task)->fiber;
   f->region_home = current_context();
@@ -2216,8 +2212,8 @@ BlockingRegion::~BlockingRegion() {
 namespace {
 // Out of line: its on-top call record is a local whose address escapes, which would keep the
 // compiler from making yield's direct switch a tail call.
+// yield has already saved f's errno.
 [[gnu::noinline]] void YieldToLoop(Worker& w, Fiber* f) {
-  f->saved_errno = *w.errno_slot;
   jump_context_ontop(w.home, f, &AfterYield);
 }
 }  // namespace

@@ -97,8 +97,6 @@ CloseCoordinator::CloseCoordinator(Reactor* self) : self_(self) {
 void CloseCoordinator::Leave() {
   if (left_) return;
   left_ = true;
-  std::vector<Notice> notices;
-  CloseWait* done;
   {
     CloseRegistry& reg = CloseRegistry::Get();
     std::lock_guard<std::mutex> lock(reg.mu);
@@ -107,19 +105,11 @@ void CloseCoordinator::Leave() {
     } else {
       std::erase(reg.shared, this);
     }
-    notices.swap(notices_);
-    done = done_;
-    done_ = nullptr;
   }
-  for (const Notice& n : notices) {
-    if (n.wait != nullptr) Acknowledge(n.wait);
-  }
-  while (done != nullptr) {  // closes whose operations this reactor will not deliver now
-    CloseWait* next = done->next;
-    ::close(done->fd);
-    delete done;
-    done = next;
-  }
+  // Out of the registry, nothing more is posted to us. What was posted is acknowledged (our
+  // state for those fds goes away with the reactor), and the closes we started whose operations
+  // we will not deliver now just close their fds.
+  DrainMail([](int) {}, [] {}, [](IoOp&, int fd) { ::close(fd); });
 }
 
 CloseWait* CloseCoordinator::TakeMail(std::vector<Notice>& notices) {

@@ -148,15 +148,12 @@ class UringReactor final : public Reactor {
   }
 
   void close(IoOp& op, int fd) override {
-    op.kind = Kind::kClose;
     op.deadline.reset();  // a close has none
-    if (closer_.SetBusy(true)) DrainMail();
-    StartOp(op, fd);
-    ++pending_;
-    if (fd < 0) return FinishClose(op, -EBADF);
+    // fd < 0 fails at once with -EBADF.
+    if (!Begin(op, Kind::kClose, fd, false)) return;
     ForgetFd(fd);
     io_uring_submit(&ring_);  // the cancels, while fd still names the file
-    if (closer_.StartClose(&op, fd)) FinishClose(op, ::close(fd) == 0 ? 0 : -errno);
+    if (closer_.StartClose(&op, fd)) FinishClose(op, fd);
     // else: DrainMail finishes it once every other reactor has acknowledged
   }
 
@@ -205,7 +202,8 @@ class UringReactor final : public Reactor {
   }
 
  private:
-  // kImmediate: the op failed before reaching the ring; it waits in ready_.
+  // kImmediate: the op's result is known without the ring (bad input, cancelled while it waited
+  // for an SQE, a close); it waits in ready_ (FinishLater).
   static constexpr std::int64_t kImmediate = INT64_MIN;
   // kUnsent: the op waits in backlog_ for an SQE.
   static constexpr std::int64_t kUnsent = INT64_MIN + 1;
@@ -246,8 +244,13 @@ class UringReactor final : public Reactor {
   // FailUnsent: op waited in the backlog; it completes with `error` from the ready list.
   void FailUnsent(IoOp& op, std::int64_t error) {
     backlog_.remove(&op);
+    FinishLater(op, error);
+  }
+
+  // FinishLater: op's final result, delivered from the ready list by the next poll.
+  void FinishLater(IoOp& op, std::int64_t result) {
     op.result = kImmediate;
-    op.offset = error;
+    op.offset = result;  // the result, until delivery
     ready_.push(&op);
   }
 
@@ -336,18 +339,14 @@ class UringReactor final : public Reactor {
     if (!wake_armed_) ArmWake();
   }
 
-  // FinishClose: a close's result, delivered from the ready list by the next poll.
-  void FinishClose(IoOp& op, std::int64_t result) {
-    op.result = kImmediate;
-    op.offset = result;
-    ready_.push(&op);
-  }
+  // FinishClose: closes fd; the close op's result comes from the ready list by the next poll.
+  void FinishClose(IoOp& op, int fd) { FinishLater(op, ::close(fd) == 0 ? 0 : -errno); }
 
   // DrainMail: fds other reactors are closing (cancel ours on them, then submit, before
   // acknowledging), and our closes that may proceed.
   void DrainMail() {
     closer_.DrainMail([this](int fd) { ForgetFd(fd); }, [this] { io_uring_submit(&ring_); },
-                      [this](IoOp& op, int fd) { FinishClose(op, ::close(fd) == 0 ? 0 : -errno); });
+                      [this](IoOp& op, int fd) { FinishClose(op, fd); });
   }
 
   // Begin: bookkeeping; false if the op failed at once (delivered by the next poll).
@@ -358,12 +357,11 @@ class UringReactor final : public Reactor {
     op.result = 0;
     ++pending_;
     if (bad_argument || fd < 0) {
-      op.result = kImmediate;
-      op.offset = bad_argument ? -EINVAL : -EBADF;  // the error, until delivery
-      ready_.push(&op);
+      FinishLater(op, bad_argument ? -EINVAL : -EBADF);
       return false;
     }
-    if (kind != Kind::kTimeout) closer_.NoteFd(fd);
+    // A timeout has no fd; a close takes fd away from every reactor, ours included.
+    if (kind != Kind::kTimeout && kind != Kind::kClose) closer_.NoteFd(fd);
     return true;
   }
 
