@@ -4,9 +4,18 @@
 #ifndef WEFT_BASE_CPU_RELAX_H_
 #define WEFT_BASE_CPU_RELAX_H_
 
+#ifdef WEFT_MODEL
+#include "base/internal/atomic_model.h"
+#endif
+
 namespace weft {
 
+// CpuRelax: one iteration of a spin-wait. Under the model checker (base/atomic.h) it lets the
+// other model threads run until one changes something.
 inline void CpuRelax() {
+#ifdef WEFT_MODEL
+  if (base_internal::ModelHooks* m = base_internal::ActiveModel()) return m->SpinWait();
+#endif
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #elif defined(__aarch64__)

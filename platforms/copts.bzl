@@ -54,3 +54,17 @@ def weft_cc_benchmark(name, copts = [], deps = [], tags = [], **kwargs):
         target_compatible_with = ["//platforms:debian_libraries_host"],
         **kwargs
     )
+
+def weft_model_test(name, size = "small", tags = [], **kwargs):
+    """A test of //model's checker: built and run only in the model configuration
+    (--config=model), where weft::atomic reports to the checker; skipped elsewhere."""
+    weft_cc_test(
+        name = name,
+        size = size,
+        tags = tags + ["model"],
+        target_compatible_with = select({
+            "//platforms:model": [],
+            "//conditions:default": ["@platforms//:incompatible"],
+        }),
+        **kwargs
+    )
