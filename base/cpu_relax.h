@@ -4,9 +4,7 @@
 #ifndef WEFT_BASE_CPU_RELAX_H_
 #define WEFT_BASE_CPU_RELAX_H_
 
-#ifdef WEFT_MODEL
-#include "base/internal/atomic_model.h"
-#endif
+#include "base/internal/model_hooks.h"
 
 namespace weft {
 

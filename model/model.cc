@@ -33,15 +33,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "base/atomic.h"
+#include "base/internal/model_hooks.h"
 #include "context/context.h"
 #include "sync/waiter.h"
-
-#ifndef WEFT_MODEL
-// Without WEFT_MODEL weft::atomic is std::atomic and reports nothing; the checker still runs
-// (threads, Cells, waits), and needs the hook interface, which only the model header declares.
-#include "base/internal/atomic_model.h"
-#endif
 
 namespace weft::model {
 namespace {

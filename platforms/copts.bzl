@@ -64,7 +64,7 @@ def weft_model_test(name, size = "small", tags = [], **kwargs):
         tags = tags + ["model"],
         target_compatible_with = select({
             "//platforms:model": [],
-            "//conditions:default": ["@platforms//:incompatible"],
+            "//conditions:default": ["//platforms:incompatible"],
         }),
         **kwargs
     )
