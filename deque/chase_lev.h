@@ -1,5 +1,6 @@
 // deque/chase_lev.h: a growable work-stealing deque. The owner thread pushes and pops at the
-// bottom (LIFO); any thread steals at the top (FIFO). Header-only, depends on nothing of weft.
+// bottom (LIFO); any thread steals at the top (FIFO). Header-only; its atomics are weft::atomic
+// (base/atomic.h), which is std::atomic outside model builds.
 //
 // Defines: weft::ChaseLevDeque<T>, weft::StealResult.
 //
@@ -34,6 +35,8 @@
 #include <optional>
 #include <type_traits>
 #include <vector>
+
+#include "base/atomic.h"
 
 namespace weft {
 
@@ -84,7 +87,7 @@ class ChaseLevDeque {
   struct Buffer {
     std::int64_t capacity;  // a power of two
     std::int64_t mask;
-    std::atomic<T>* slots;  // capacity entries, allocated right after the header
+    atomic<T>* slots;  // capacity entries, allocated right after the header
 
     static Buffer* Create(std::int64_t capacity);
     static void Destroy(Buffer* b);
@@ -98,23 +101,23 @@ class ChaseLevDeque {
   // Layout: `bottom_` and `buffer_` are written by the owner only; `top_` and `thieves_` are
   // written by thieves (and the owner's last-item CAS). Separate cache lines keep the owner's
   // push/pop from bouncing the thieves' line.
-  alignas(64) std::atomic<std::int64_t> bottom_{0};
-  std::atomic<Buffer*> buffer_;
+  alignas(64) atomic<std::int64_t> bottom_{0};
+  atomic<Buffer*> buffer_;
   std::vector<Buffer*> retired_;  // owner only
-  alignas(64) std::atomic<std::int64_t> top_{0};
-  std::atomic<std::int64_t> thieves_{0};  // thieves between loading buffer_ and leaving steal
+  alignas(64) atomic<std::int64_t> top_{0};
+  atomic<std::int64_t> thieves_{0};  // thieves between loading buffer_ and leaving steal
 };
 
 // ---- Implementation ---------------------------------------------------------------------------
 
 template <typename T>
 typename ChaseLevDeque<T>::Buffer* ChaseLevDeque<T>::Buffer::Create(std::int64_t capacity) {
-  void* memory = ::operator new (sizeof(Buffer) + sizeof(std::atomic<T>) * capacity,
+  void* memory = ::operator new (sizeof(Buffer) + sizeof(atomic<T>) * capacity,
                                  std::align_val_t{64}, std::nothrow);
   if (memory == nullptr) return nullptr;
   auto* b = new (memory) Buffer{capacity, capacity - 1, nullptr};
-  b->slots = reinterpret_cast<std::atomic<T>*>(reinterpret_cast<std::byte*>(b) + sizeof(Buffer));
-  for (std::int64_t i = 0; i < capacity; ++i) new (&b->slots[i]) std::atomic<T>();
+  b->slots = reinterpret_cast<atomic<T>*>(reinterpret_cast<std::byte*>(b) + sizeof(Buffer));
+  for (std::int64_t i = 0; i < capacity; ++i) new (&b->slots[i]) atomic<T>();
   return b;
 }
 
@@ -156,7 +159,13 @@ bool ChaseLevDeque<T>::push(T item) {
   a->put(b, item);
   // Departure 1: release store instead of release fence + relaxed store. Publishes the slot
   // (and whatever the item points to) to thieves that acquire-load bottom_.
+#ifndef WEFT_MODEL_PLANTED_CHASE_LEV_RELAXED_PUSH
   bottom_.store(b + 1, std::memory_order_release);
+#else
+  // Weakened to relaxed for the model checker's test that finds the stale slot a thief then
+  // reads (//deque:chase_lev_planted_bug_model_test; never defined in a build of weft).
+  bottom_.store(b + 1, std::memory_order_relaxed);
+#endif
   if (!retired_.empty()) [[unlikely]]
     Reclaim();
   return true;
@@ -167,10 +176,15 @@ std::optional<T> ChaseLevDeque<T>::pop() {
   // relaxed: only the owner writes bottom_ and buffer_.
   std::int64_t b = bottom_.load(std::memory_order_relaxed) - 1;
   Buffer* a = buffer_.load(std::memory_order_relaxed);
-  // relaxed + the seq_cst fence below: the reservation of slot b must be ordered before we read
-  // top_ (StoreLoad), which only a seq_cst fence (or RMW) gives.
-  bottom_.store(b, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // release (Departure 1's price): a thief's acquire load of bottom_ may read this store
+  // instead of push's, and since C++20 a release sequence no longer runs on through later
+  // plain stores of the same thread, so reading this one would not give the thief the slots
+  // push wrote (the paper's release fence in push covers every later store; a release store
+  // covers only itself). Found by the model checker (docs/model.md); free on x86-64, and next
+  // to the fence below on arm64. The seq_cst fence below: the reservation of slot b must be
+  // ordered before we read top_ (StoreLoad), which only a seq_cst fence (or RMW) gives.
+  bottom_.store(b, std::memory_order_release);
+  atomic_fence(std::memory_order_seq_cst);
   // relaxed: ordered by the fence above; a thief's update we miss is caught by the CAS below.
   std::int64_t t = top_.load(std::memory_order_relaxed);
   std::optional<T> result;
@@ -183,12 +197,12 @@ std::optional<T> ChaseLevDeque<T>::pop() {
                                         std::memory_order_relaxed)) {
         result.reset();
       }
-      // relaxed: only the owner writes bottom_; restores the empty state.
-      bottom_.store(b + 1, std::memory_order_relaxed);
+      // release: restores the empty state; release as the reservation above.
+      bottom_.store(b + 1, std::memory_order_release);
     }
   } else {
-    // relaxed: empty; undo the reservation.
-    bottom_.store(b + 1, std::memory_order_relaxed);
+    // release: empty; undo the reservation (release as the reservation above).
+    bottom_.store(b + 1, std::memory_order_release);
   }
   return result;
 }
@@ -199,7 +213,7 @@ StealResult ChaseLevDeque<T>::steal(T* out) {
   std::int64_t t = top_.load(std::memory_order_acquire);
   // seq_cst fence: orders the top_ load before the bottom_ load against the owner's pop
   // (bottom_ store; fence; top_ load), so the two cannot both miss each other.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  atomic_fence(std::memory_order_seq_cst);
   // acquire: pairs with push's release store, making the slot's contents visible.
   std::int64_t b = bottom_.load(std::memory_order_acquire);
   if (t >= b) return StealResult::kEmpty;

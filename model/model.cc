@@ -176,7 +176,6 @@ struct ModelThread {
   bool permit = false;
   VClock permit_clock{};
   bool timed = false;  // parked with a deadline
-  std::int64_t deadline_ns = 0;
   int joining = -1;
   std::uint64_t spin_writes = 0;  // writes_ when it started spinning
   bool stale_since_spin = false;  // read an older store since it last spun
@@ -264,7 +263,7 @@ class Execution final : public ModelHooks {
       ModelThread& t = threads_[next];
       if (t.state == State::kParked) {  // chosen while parked with a deadline: it times out
         t.state = State::kRunnable;
-        now_ns_ = std::max(now_ns_, t.deadline_ns);
+        now_ns_ += 1'000'000'000;  // a timeout takes 1 s of the model clock
       } else if (t.state == State::kSpinning) {
         t.state = State::kRunnable;
         t.stale_since_spin = false;
@@ -399,6 +398,13 @@ class Execution final : public ModelHooks {
 
   std::int64_t NowNanos() override { return now_ns_; }
 
+  std::uint64_t Choose(std::uint64_t n) override {
+    if (n <= 1) return 0;
+    return static_cast<std::uint64_t>(Decide(static_cast<int>(std::min<std::uint64_t>(n, 36)),
+                                             static_cast<int>(std::min<std::uint64_t>(n, 36)),
+                                             Budget::kPreempt));
+  }
+
   // ---- Waits, threads, cells ----
 
   bool Park(int id, std::optional<SyncClock::time_point> deadline) {
@@ -408,11 +414,7 @@ class Execution final : public ModelHooks {
     if (!t.permit) {
       t.state = State::kParked;
       t.timed = deadline.has_value();
-      t.deadline_ns =
-          deadline
-              ? std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch())
-                    .count()
-              : 0;
+
       Record(Step{id, Event::kPark, std::memory_order_relaxed, false, nullptr, 0, 0, {}});
       SwitchToHub();
     }
@@ -695,36 +697,41 @@ class Execution final : public ModelHooks {
     }
   }
 
-  // PickNext: the thread to run next, -1 when all finished (or the schedule failed).
+  // PickNext: the thread to run next, -1 when all finished (or the schedule failed). Options
+  // in order: the current thread (going on is free; anything else then is a preemption), the
+  // other runnable threads, spinning threads that may see a change (the one that just spun
+  // last), then timed waits to time out, which cost a preemption while anything else can run.
   int PickNext() {
     if (!failure_.empty()) return -1;
     std::vector<int> options;
-    bool continuing = false;
-    if (current_ >= 0 && threads_[current_].context != nullptr &&
-        threads_[current_].state == State::kRunnable) {
-      options.push_back(current_);  // going on is free; any other choice is a preemption
-      continuing = true;
-    }
+    bool continuing = current_ >= 0 && threads_[current_].context != nullptr &&
+                      threads_[current_].state == State::kRunnable;
+    if (continuing) options.push_back(current_);
     int live = 0;
     for (const ModelThread& t : threads_) {
       if (t.context == nullptr || t.state == State::kFinished) continue;
       ++live;
-      if (t.id != current_ || !continuing) {
-        if (Enabled(t) && (t.id != current_ || t.state != State::kSpinning))
-          options.push_back(t.id);
+      if (t.id != current_ && t.state == State::kRunnable) options.push_back(t.id);
+    }
+    for (const ModelThread& t : threads_) {
+      if (t.context != nullptr && t.id != current_ && t.state == State::kSpinning && Enabled(t)) {
+        options.push_back(t.id);
       }
     }
-    // A thread that just spun goes last: others first, for free.
-    if (current_ >= 0 && !continuing && threads_[current_].context != nullptr &&
+    if (current_ >= 0 && threads_[current_].context != nullptr &&
         threads_[current_].state == State::kSpinning && Enabled(threads_[current_])) {
       options.push_back(current_);
+    }
+    int progress = static_cast<int>(options.size());
+    for (const ModelThread& t : threads_) {
+      if (t.context != nullptr && t.state == State::kParked && t.timed) options.push_back(t.id);
     }
     if (live == 0) return -1;
     if (options.empty()) {
       failure_ = Stuck();
       return -1;
     }
-    int costly = continuing ? 1 : static_cast<int>(options.size());
+    int costly = continuing ? 1 : progress > 0 ? progress : static_cast<int>(options.size());
     int pick = Decide(static_cast<int>(options.size()), costly, Budget::kPreempt);
     return options[pick];
   }

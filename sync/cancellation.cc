@@ -10,13 +10,14 @@
 
 #include <atomic>
 
+#include "base/atomic.h"
 #include "sync/internal/spin_lock.h"
 
 namespace weft {
 namespace sync_internal {
 
 struct CancelState {
-  std::atomic<bool> cancelled{false};
+  atomic<bool> cancelled{false};
   SpinLock lock;
   CancelRegistration* head ABSL_GUARDED_BY(lock) = nullptr;
   // The callback cancel() runs now (taken off the list), the execution that runs it, and the

@@ -21,11 +21,14 @@
 #include <stdexcept>
 #include <vector>
 
+#include "base/atomic.h"
+#include "base/internal/model_hooks.h"
+
 namespace weft {
 namespace sync_internal {
 
 struct SelectGroup {
-  std::atomic<int> fired{-1};
+  atomic<int> fired{-1};
 };
 
 namespace {
@@ -280,6 +283,14 @@ std::uint64_t NextRandom() {
   return state;
 }
 
+// RandomBelow: a random index in [0, n); under the model checker, each one in turn.
+std::size_t RandomBelow(std::size_t n) {
+#ifdef WEFT_MODEL
+  if (base_internal::ModelHooks* m = base_internal::ActiveModel()) return m->Choose(n);
+#endif
+  return NextRandom() % n;
+}
+
 }  // namespace
 
 Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions& options,
@@ -314,7 +325,7 @@ Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions
   // Poll order: a random permutation, so ready cases are chosen fairly.
   int order[kMaxSelectCases];
   for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<int>(i);
-  for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[NextRandom() % i]);
+  for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[RandomBelow(i)]);
 
   lock_all();
   for (std::size_t i = 0; i < n; ++i) {

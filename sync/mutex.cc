@@ -98,11 +98,18 @@ Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options) {
   }
   MutexNode node;
   node.waiter = me;
-  node.since = SyncClock::now();
+  node.since = sync_internal::Now();
   bool front = false;  // a woken waiter that lost the race goes back to the front
   for (;;) {
     queue_lock_.lock();
+#ifndef WEFT_MODEL_PLANTED_MUTEX_LOST_WAKEUP
     if (AcquireOrAnnounceWaiter(me)) {
+#else
+    // The lost wake-up this protocol once had, kept for the model checker's test that finds it
+    // (//sync:mutex_model_test; never defined in a build of weft): a failed acquire, then a
+    // separate mark after queueing, which an unlock in between does not see.
+    if (TryAcquire(me)) {
+#endif
       queue_lock_.unlock();
       return {};
     }
@@ -114,6 +121,9 @@ Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options) {
       queue_.push_front(&node);
     else
       queue_.push_back(&node);
+#ifdef WEFT_MODEL_PLANTED_MUTEX_LOST_WAKEUP
+    state_.fetch_or(kWaiters, std::memory_order_relaxed);
+#endif
     queue_lock_.unlock();
 
     // No spinning once queued: the holder will wake us; spinning here only contends.
@@ -179,7 +189,7 @@ void Mutex::UnlockSlow() {
   queue_.remove(first);
   if (queue_.empty()) state_.fetch_and(~kWaiters, std::memory_order_relaxed);
   Waiter* to_notify;
-  if (SyncClock::now() - first->since > kStarvation &&
+  if (sync_internal::Now() - first->since > kStarvation &&
       (state_.load(std::memory_order_relaxed) & kLocked) != 0) {
     // Starving: hand the lock over without releasing it.
     owner_.store(first->waiter->identity(), std::memory_order_relaxed);

@@ -16,9 +16,9 @@
 #ifndef WEFT_SYNC_MUTEX_H_
 #define WEFT_SYNC_MUTEX_H_
 
-#include <atomic>
 #include <cstdint>
 
+#include "base/atomic.h"
 #include "base/result.h"
 #include "sync/cancellation.h"
 #include "sync/internal/spin_lock.h"
@@ -58,11 +58,11 @@ class Mutex {
   void UnlockSlow();
   void WakeNext();  // wakes the first waiter to compete, leaving the lock as it is
 
-  std::atomic<std::uint32_t> state_{0};
+  atomic<std::uint32_t> state_{0};
   // The holder's Waiter::identity() (0: none): written by the holder, read by anyone (owner
   // checks). An identity, not a Waiter*: a thread or fiber that ends holding the mutex leaves it
   // locked for good, instead of handing it to the next user of its recycled Waiter.
-  std::atomic<std::uint64_t> owner_{0};
+  atomic<std::uint64_t> owner_{0};
   sync_internal::SpinLock queue_lock_;
   sync_internal::WaitQueue queue_ ABSL_GUARDED_BY(queue_lock_);
 };

@@ -4,14 +4,14 @@
 # that did not build or produced no result counts as one failure). Exit status is non-zero on any
 # failure.
 #
-#   tools/test_all.sh                      # default, asan, tsan, ubsan, ucontext, epoll
+#   tools/test_all.sh                      # default, asan, tsan, ubsan, ucontext, epoll, model
 #   WEFT_TEST_CONFIGS="default tsan" tools/test_all.sh
 #   WEFT_STRESS_SCALE=10 tools/test_all.sh # stress tests run 10x longer
 #   WEFT_TEST_TARGETS="//context/... //deque/..." tools/test_all.sh   # some packages (default //...)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-read -r -a configs <<<"${WEFT_TEST_CONFIGS:-default asan tsan ubsan ucontext epoll}"
+read -r -a configs <<<"${WEFT_TEST_CONFIGS:-default asan tsan ubsan ucontext epoll model}"
 passed=0
 failed=0
 status=0
@@ -19,11 +19,22 @@ status=0
 # The first ./bazelw call installs what is missing.
 read -r -a patterns <<<"${WEFT_TEST_TARGETS:-//...}"
 union="${patterns[*]}"
-targets=$(./bazelw query "tests(${union// / + })") || { echo "0 passed, 1 failed"; exit 1; }
+# The model configuration runs only the model checker's tests (tagged "model", skipped in every
+# other configuration); the others run everything else.
+all_tests="tests(${union// / + })"
+model_targets=$(./bazelw query "attr(tags, '\bmodel\b', $all_tests)") ||
+  { echo "0 passed, 1 failed"; exit 1; }
+other_targets=$(./bazelw query "$all_tests except attr(tags, '\bmodel\b', $all_tests)") ||
+  { echo "0 passed, 1 failed"; exit 1; }
 
 for config in "${configs[@]}"; do
   args=()
   [ "$config" = default ] || args=(--config="$config")
+  targets=$other_targets
+  if [ "$config" = model ]; then
+    targets=$model_targets
+    args+=(--test_tag_filters=model --build_tests_only)
+  fi
   echo "=== weft tests: $config"
   env_args=()
   [ -n "${WEFT_STRESS_SCALE:-}" ] && env_args=(--test_env=WEFT_STRESS_SCALE="$WEFT_STRESS_SCALE")

@@ -41,6 +41,9 @@ class ModelHooks {
   virtual void Destroy(const void* addr) = 0;
   // SpinWait: the caller spins until another thread changes something (weft::CpuRelax).
   virtual void SpinWait() = 0;
+  // Choose: one of [0, n), for a choice the code leaves to chance (select's poll order); the
+  // checker explores each.
+  virtual std::uint64_t Choose(std::uint64_t n) = 0;
   // NowNanos: the model's clock (deterministic, so that schedules replay).
   virtual std::int64_t NowNanos() = 0;
 

@@ -4,10 +4,10 @@
 #ifndef WEFT_SYNC_INTERNAL_SPIN_LOCK_H_
 #define WEFT_SYNC_INTERNAL_SPIN_LOCK_H_
 
-#include <atomic>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "base/atomic.h"
 #include "base/cpu_relax.h"
 
 namespace weft::sync_internal {
@@ -43,7 +43,7 @@ class ABSL_LOCKABLE SpinLock {
   }
 
  private:
-  std::atomic<bool> locked_{false};
+  atomic<bool> locked_{false};
 };
 
 }  // namespace weft::sync_internal

@@ -4,7 +4,7 @@
 #ifndef WEFT_SYNC_INTERNAL_WAIT_NODE_H_
 #define WEFT_SYNC_INTERNAL_WAIT_NODE_H_
 
-#include <atomic>
+#include "base/atomic.h"
 
 namespace weft {
 class Waiter;
@@ -19,7 +19,7 @@ struct WaitNode {
   bool queued = false;
   // Written under the primitive's lock by the releaser (release); read by the parked waiter
   // without the lock (acquire).
-  std::atomic<int> state{kWaiting};
+  atomic<int> state{kWaiting};
 };
 
 }  // namespace sync_internal

@@ -16,6 +16,7 @@
 #include <system_error>
 #include <vector>
 
+#include "base/internal/model_hooks.h"
 #include "sync/cancellation.h"
 #include "sync/internal/spin_lock.h"
 #include "sync/internal/wait_node.h"
@@ -110,6 +111,17 @@ inline Waiter* Grant(WaitNode* n, NodeState state) {
   // release: the waiter's acquire load sees what we did before granting.
   n->state.store(state, std::memory_order_release);
   return w;
+}
+
+// Now: SyncClock::now(), or under the model checker its deterministic clock (so that a
+// schedule that depends on time replays).
+inline SyncClock::time_point Now() {
+#ifdef WEFT_MODEL
+  if (base_internal::ModelHooks* m = base_internal::ActiveModel()) {
+    return SyncClock::time_point(std::chrono::nanoseconds(m->NowNanos()));
+  }
+#endif
+  return SyncClock::now();
 }
 
 enum class ParkResult { kWoken, kTimedOut, kCancelled };
