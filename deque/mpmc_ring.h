@@ -1,7 +1,7 @@
 // deque/mpmc_ring.h: a bounded multi-producer multi-consumer FIFO ring. For submitting work from
 // outside a pool: a full ring is reported to the producer (backpressure), never grown or blocked
-// on, and items left at shutdown go through a cleanup hook instead of being lost. Header-only,
-// depends on nothing of weft.
+// on, and items left at shutdown go through a cleanup hook instead of being lost. Header-only; its
+// atomics are weft::atomic (base/atomic.h), which is std::atomic outside model builds.
 //
 // Defines: weft::MpmcRing<T>.
 //
@@ -21,6 +21,8 @@
 #include <new>
 #include <optional>
 #include <utility>
+
+#include "base/atomic.h"
 
 namespace weft {
 
@@ -56,7 +58,7 @@ class MpmcRing {
   //   seq == pos + 1  the cell holds the item of position pos, for the consumer claiming pos
   //   after a pop of pos, seq = pos + capacity (free for the producer one lap later)
   struct alignas(64) Cell {
-    std::atomic<std::uint64_t> seq;
+    atomic<std::uint64_t> seq;
     alignas(T) unsigned char storage[sizeof(T)];
     T* item() { return std::launder(reinterpret_cast<T*>(storage)); }
   };
@@ -64,8 +66,8 @@ class MpmcRing {
   std::uint64_t mask_;
   std::unique_ptr<Cell[]> cells_;
   std::function<void(T&&)> cleanup_;
-  alignas(64) std::atomic<std::uint64_t> enqueue_pos_{0};
-  alignas(64) std::atomic<std::uint64_t> dequeue_pos_{0};
+  alignas(64) atomic<std::uint64_t> enqueue_pos_{0};
+  alignas(64) atomic<std::uint64_t> dequeue_pos_{0};
 };
 
 // ---- Implementation ---------------------------------------------------------------------------

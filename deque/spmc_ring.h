@@ -1,7 +1,7 @@
 // deque/spmc_ring.h: a bounded single-producer multi-consumer FIFO ring: a worker's run queue.
 // The owner pushes at the tail; anyone, the owner included, takes the oldest item at the head,
-// one at a time or half of them at once, with one CAS either way. Header-only, depends on nothing
-// of weft.
+// one at a time or half of them at once, with one CAS either way. Header-only; its atomics are
+// weft::atomic (base/atomic.h), which is std::atomic outside model builds.
 //
 // Defines: weft::SpmcRing<T, kCapacity>.
 //
@@ -27,6 +27,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+
+#include "base/atomic.h"
 
 namespace weft {
 
@@ -167,9 +169,9 @@ class SpmcRing {
 
   // head_: next position to take (consumers, CAS). tail_: next position to fill (owner only).
   // Each on its own cache line: consumers hammer one, the owner the other.
-  alignas(64) std::atomic<std::uint32_t> head_{0};
-  alignas(64) std::atomic<std::uint32_t> tail_{0};
-  alignas(64) std::atomic<T> slots_[kCapacity] = {};
+  alignas(64) atomic<std::uint32_t> head_{0};
+  alignas(64) atomic<std::uint32_t> tail_{0};
+  alignas(64) atomic<T> slots_[kCapacity] = {};
 };
 
 }  // namespace weft

@@ -1027,6 +1027,11 @@ void thread::join() {
   joined_ = true;
 }
 
+void yield() {
+  Execution* e = t_execution;
+  if (e != nullptr && e->current() >= 0) e->SpinWait();
+}
+
 void fail(const std::string& message, const std::source_location& site) {
   Execution* e = t_execution;
   if (e == nullptr || e->current() < 0) {

@@ -3,7 +3,7 @@
 // that a protocol race (a window between two atomic steps) shows up as a failing schedule with a
 // readable trace, every time, instead of once in a million stress runs.
 //
-// Defines: weft::model::check, Options, Report, thread, Cell, fail, WEFT_MODEL_ASSERT.
+// Defines: weft::model::check, Options, Report, thread, Cell, yield, fail, WEFT_MODEL_ASSERT.
 //
 //   #include "model/model.h"
 //   TEST(MyLock, NoLostWakeup) {
@@ -109,6 +109,10 @@ class thread {
   int id_;
   bool joined_ = false;
 };
+
+// yield: in a retry loop (a full queue, a flag not yet set), lets the other model threads run
+// until one of them writes something: the checker's weft::CpuRelax. Outside check(), returns.
+void yield();
 
 // fail: fails the running schedule with `message` (the report carries it and the trace).
 // Returns only when no check() runs on this thread (it then aborts with the message).
