@@ -37,19 +37,21 @@ WaitOptions InAnHour() {
 TEST(SyncModelTest, MutexCountsEveryCriticalSection) {
   Options o;
   o.preemption_bound = 3;
-  Report r = check([] {
-    Mutex m;
-    Cell<int> count(0);
-    auto add = [&] {
-      WEFT_MODEL_ASSERT(m.lock().ok());
-      count.set(count.get() + 1);
-      WEFT_MODEL_ASSERT(m.unlock().ok());
-    };
-    model::thread t(add);
-    add();
-    t.join();
-    WEFT_MODEL_ASSERT(count.get() == 2);
-  });
+  Report r = check(
+      [] {
+        Mutex m;
+        Cell<int> count(0);
+        auto add = [&] {
+          WEFT_MODEL_ASSERT(m.lock().ok());
+          count.set(count.get() + 1);
+          WEFT_MODEL_ASSERT(m.unlock().ok());
+        };
+        model::thread t(add);
+        add();
+        t.join();
+        WEFT_MODEL_ASSERT(count.get() == 2);
+      },
+      o);
   ExpectAllSchedulesPass(r);
 }
 
@@ -136,7 +138,7 @@ TEST(SyncModelTest, CondVarWaitSeesTheSignal) {
 // values, in order, then EPIPE.
 TEST(SyncModelTest, ChannelDeliversEveryValueOnceThenReportsClosed) {
   Options o;
-  o.preemption_bound = 1;
+  o.preemption_bound = 3;
   Report r = check(
       [] {
         Channel<int> unbuffered;
@@ -191,25 +193,29 @@ TEST(SyncModelTest, SelectRacingCancellationHasExactlyOneOutcome) {
 // A cancellation callback registered while another thread cancels: it runs at most once, and
 // never after its CancellationCallback is destroyed (the Cell turns that into a data race).
 TEST(SyncModelTest, CancellationCallbackNeverRunsAfterItsDestruction) {
-  Report r = check([] {
-    CancellationSource source;
-    CancellationToken token = source.token();
-    Cell<int> runs(0);
-    model::thread canceller([&] { source.cancel(); });
-    {
-      CancellationCallback callback(token, [&] { runs.set(runs.get() + 1); });
-    }
-    int seen = runs.get();  // after the destructor: fn is not running, nor will it
-    canceller.join();
-    WEFT_MODEL_ASSERT(seen <= 1 && runs.get() == seen);
-  });
+  Options o;
+  o.preemption_bound = 3;
+  Report r = check(
+      [] {
+        CancellationSource source;
+        CancellationToken token = source.token();
+        Cell<int> runs(0);
+        model::thread canceller([&] { source.cancel(); });
+        {
+          CancellationCallback callback(token, [&] { runs.set(runs.get() + 1); });
+        }
+        int seen = runs.get();  // after the destructor: fn is not running, nor will it
+        canceller.join();
+        WEFT_MODEL_ASSERT(seen <= 1 && runs.get() == seen);
+      },
+      o);
   ExpectAllSchedulesPass(r);
 }
 
 // Semaphore and WaitGroup: a release wakes the acquirer; done() wakes the waiter.
 TEST(SyncModelTest, SemaphoreAndWaitGroupWakeTheirWaiters) {
   Options o;
-  o.preemption_bound = 1;
+  o.preemption_bound = 3;
   Report r = check(
       [] {
         Semaphore sem(0);
