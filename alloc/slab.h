@@ -24,9 +24,10 @@
 #ifndef WEFT_ALLOC_SLAB_H_
 #define WEFT_ALLOC_SLAB_H_
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
+
+#include "base/atomic.h"
 
 namespace weft {
 
@@ -109,7 +110,7 @@ class SlabAllocator {
   std::size_t released_ = 0;
   std::size_t live_ = 0;
   // Touched by other threads: objects freed remotely, pushed by free_mt, taken by the owner.
-  alignas(64) std::atomic<alloc_internal::FreeObject*> xthread_free_{nullptr};
+  alignas(64) atomic<alloc_internal::FreeObject*> xthread_free_{nullptr};
 };
 
 // SizeClassShard: one thread's allocators for several object sizes (16 B .. 8 KiB in classes
