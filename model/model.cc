@@ -305,7 +305,8 @@ class Execution final : public ModelHooks {
     Location& loc = Touch(addr, latest);
     std::uint64_t index = loc.last();
     bool stale = false;
-    if (!IsSeqCst(order) && !t.fresh) {
+    // A failed compare-exchange reads the newest store, as a read-modify-write would have.
+    if (!IsSeqCst(order) && !t.fresh && t.pending_op != ModelOp::kCas) {
       // The oldest store this load may read: not older than one it has seen, nor than the
       // newest one that happens-before it.
       std::uint64_t lo = std::max(loc.seen[t.id], loc.first);
@@ -375,6 +376,7 @@ class Execution final : public ModelHooks {
   }
 
   void Construct(const void* addr, std::uint64_t value) override {
+    dead_.erase(addr);
     Location& loc = locations_[addr];
     loc = Location{};
     if (current_ < 0) {
@@ -385,7 +387,10 @@ class Execution final : public ModelHooks {
     loc.Append(StoreRec{value, t.id, t.clock[t.id], VClock{}});
     loc.seen[t.id] = loc.last();
   }
-  void Destroy(const void* addr) override { locations_.erase(addr); }
+  void Destroy(const void* addr) override {
+    locations_.erase(addr);
+    if (current_ >= 0) dead_.emplace(addr, Current().pending_site);
+  }
 
   void SpinWait() override {
     ModelThread& t = Current();
@@ -628,6 +633,13 @@ class Execution final : public ModelHooks {
   }
 
   Location& Touch(const void* addr, std::uint64_t latest) {
+    if (auto d = dead_.find(addr); d != dead_.end() && current_ >= 0) {
+      Fail(
+          "use after destruction: an atomic accessed after it was destroyed (last accessed "
+          "before that at " +
+              Where(d->second) + ")",
+          Current().pending_site);
+    }
     auto [it, fresh] = locations_.try_emplace(addr);
     if (fresh) {
       // First touched in this schedule: its value so far is known to every thread.
@@ -782,6 +794,9 @@ class Execution final : public ModelHooks {
   VClock sc_clock_{};
   std::unordered_map<const void*, Location> locations_;
   std::unordered_map<const void*, CellState> cells_;
+  // Atomics destroyed in this schedule (and not constructed again): an access is a use after
+  // free. With the site of the destroying thread's last scheduling point.
+  std::unordered_map<const void*, std::source_location> dead_;
   std::vector<Step> steps_;
   std::string failure_;
 };

@@ -4,6 +4,7 @@
 
 #include "model/model.h"
 
+#include <new>
 #include <string>
 
 #include "base/atomic.h"
@@ -207,6 +208,35 @@ TEST(ModelTest, RandomSchedulesFindStoreBufferingToo) {
       o);
   ASSERT_FALSE(r.ok);
   EXPECT_TRUE(Contains(r.failure, "seed")) << r;
+}
+
+// A compare-exchange that fails read the newest value (it would have been a read-modify-write).
+TEST(ModelTest, AFailedCompareExchangeReadsTheNewestStore) {
+  Report r = check([] {
+    atomic<int> x{0};
+    thread t([&] { x.store(1, memory_order_relaxed); });
+    int expected = 0;
+    if (!x.compare_exchange_strong(expected, 5, memory_order_relaxed)) {
+      WEFT_MODEL_ASSERT(expected == 1);
+    }
+    t.join();
+  });
+  EXPECT_TRUE(r.ok) << r;
+  EXPECT_TRUE(r.exhausted);
+}
+
+// An atomic used after its destructor ran (a use after free, in the protocols that free shared
+// state when the last side leaves) fails the schedule.
+TEST(ModelTest, AnAtomicUsedAfterItsDestructionIsReported) {
+  Report r = check([] {
+    alignas(atomic<int>) unsigned char storage[sizeof(atomic<int>)];  // stays valid memory
+    auto* a = new (storage) atomic<int>(0);
+    thread t([&] { a->store(1, memory_order_relaxed); });
+    a->~atomic();
+    t.join();
+  });
+  ASSERT_FALSE(r.ok);
+  EXPECT_TRUE(Contains(r.failure, "use after destruction")) << r;
 }
 
 TEST(ModelTest, StateKeptBetweenSchedulesIsReportedAsNondeterminism) {

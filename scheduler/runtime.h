@@ -25,6 +25,7 @@
 #include <utility>
 #include <variant>
 
+#include "base/atomic.h"
 #include "base/result.h"
 #include "context/stack.h"
 #include "deque/fork_join.h"
@@ -103,7 +104,7 @@ class JoinSignal {
   static constexpr std::uintptr_t kSet = 1;      // never a Waiter's address (aligned)
   static constexpr std::uintptr_t kDropped = 2;  // nor this
   // kOpen, kSet, kDropped, or the address of the Waiter of the joiner parked on it.
-  std::atomic<std::uintptr_t> word_{kOpen};
+  atomic<std::uintptr_t> word_{kOpen};
 };
 
 struct JoinBase {
