@@ -1,7 +1,8 @@
 // deque/split_deque.h: Lace's split deque of fork-join tasks stored in place. The owner spawns and
 // syncs at the head without atomics while its tasks are private; thieves steal at the tail from a
-// shared region whose boundary (the split) the owner moves lazily, when a thief asks. Depends on
-// nothing of weft. The typed spawn/sync API over it is deque/fork_join.h.
+// shared region whose boundary (the split) the owner moves lazily, when a thief asks. Its atomics
+// are weft::atomic (base/atomic.h), which is std::atomic outside model builds. The typed
+// spawn/sync API over it is deque/fork_join.h.
 //
 // Defines: weft::TaskSlot, weft::SplitDeque, weft::SplitSteal.
 //
@@ -24,9 +25,10 @@
 #ifndef WEFT_DEQUE_SPLIT_DEQUE_H_
 #define WEFT_DEQUE_SPLIT_DEQUE_H_
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
+
+#include "base/atomic.h"
 
 namespace weft {
 
@@ -37,7 +39,7 @@ struct alignas(64) TaskSlot {
   static constexpr std::uint32_t kFirstThief = 2;
   static constexpr std::size_t kStorageSize = 48;
 
-  std::atomic<std::uint32_t> thief;
+  atomic<std::uint32_t> thief;
   // run: executes the task on a thief's worker; leaves the result in `storage`.
   void (*run)(TaskSlot& slot, void* worker);
   alignas(16) unsigned char storage[kStorageSize];
@@ -144,9 +146,9 @@ class SplitDeque {
   bool o_allstolen_ = true;  // so the first spawn is shared at once: thieves get work early
 
   // Shared line: thieves CAS tail_split_ and set movesplit_; the owner moves the split.
-  alignas(64) std::atomic<std::uint64_t> tail_split_{0};
-  std::atomic<bool> allstolen_{true};
-  std::atomic<bool> movesplit_{false};
+  alignas(64) atomic<std::uint64_t> tail_split_{0};
+  atomic<bool> allstolen_{true};
+  atomic<bool> movesplit_{false};
 };
 
 }  // namespace weft
