@@ -6,20 +6,15 @@
 
 #include "deque/chase_lev_model_bodies.h"
 #include "gtest/gtest.h"
+#include "model/testing.h"
 
 namespace weft {
 namespace {
 
 using model::check;
+using model::ExpectAllSchedulesPass;
 using model::Options;
 using model::Report;
-
-void ExpectAllSchedulesPass(const Report& r) {
-  EXPECT_TRUE(r.ok) << r;
-  EXPECT_TRUE(r.exhausted);
-  std::printf("%s: %s\n", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-              ::testing::PrintToString(r).c_str());
-}
 
 // One item: the owner's pop and the thief's steal race for it (the CAS on top).
 TEST(ChaseLevModelTest, TheLastItemGoesToExactlyOneSide) {

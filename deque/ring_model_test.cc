@@ -11,20 +11,15 @@
 #include "deque/spmc_ring.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "model/testing.h"
 
 namespace weft {
 namespace {
 
 using model::check;
+using model::ExpectAllSchedulesPass;
 using model::Options;
 using model::Report;
-
-void ExpectAllSchedulesPass(const Report& r) {
-  EXPECT_TRUE(r.ok) << r;
-  EXPECT_TRUE(r.exhausted);
-  std::printf("%s: %s\n", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-              ::testing::PrintToString(r).c_str());
-}
 
 // Items are producer * 10 + k: each taken once, and each producer's in increasing k.
 void AssertEachOnceInProducerOrder(const std::vector<int>& taken, int producers, int per) {

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "model/testing.h"
 #include "scheduler/runtime.h"
 
 namespace weft::scheduler_internal {
@@ -14,15 +15,9 @@ namespace {
 
 using model::Cell;
 using model::check;
+using model::ExpectAllSchedulesPass;
 using model::Options;
 using model::Report;
-
-void ExpectAllSchedulesPass(const Report& r) {
-  EXPECT_TRUE(r.ok) << r;
-  EXPECT_TRUE(r.exhausted);
-  std::printf("%s: %s\n", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-              ::testing::PrintToString(r).c_str());
-}
 
 // The state a fiber and its handle share: the signal and the result.
 struct State {

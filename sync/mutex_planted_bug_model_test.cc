@@ -2,32 +2,21 @@
 // had. This binary links the Mutex built with WEFT_MODEL_PLANTED_MUTEX_LOST_WAKEUP (mutex.cc),
 // which marks kWaiters with a separate fetch_or after a failed acquire: an unlock in between takes
 // the uncontended path, and the waiter parks with the mutex free. The same test body passes on
-// the real Mutex (sync_model_test.cc, MutexCountsEveryCriticalSection).
+// the real Mutex (sync_model_test.cc, MutexCountsEveryCriticalSection), from
+// sync/mutex_model_body.h.
 
 #include <cstdio>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "model/model.h"
-#include "sync/mutex.h"
+#include "sync/mutex_model_body.h"
 
 namespace weft {
 namespace {
 
 TEST(MutexPlantedBugModelTest, TheCheckerFindsTheLostWakeUp) {
-  model::Report r = model::check([] {
-    Mutex m;
-    model::Cell<int> count(0);
-    auto add = [&] {
-      WEFT_MODEL_ASSERT(m.lock().ok());
-      count.set(count.get() + 1);
-      WEFT_MODEL_ASSERT(m.unlock().ok());
-    };
-    model::thread t(add);
-    add();
-    t.join();
-    WEFT_MODEL_ASSERT(count.get() == 2);
-  });
+  model::Report r = model::check([] { CountUnderMutex(2, 1); });
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.failure.find("deadlock"), std::string::npos) << r;
   EXPECT_NE(r.failure.find("parked in Mutex"), std::string::npos) << r;

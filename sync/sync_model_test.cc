@@ -8,26 +8,21 @@
 
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "model/testing.h"
 #include "sync/cancellation.h"
 #include "sync/channel.h"
 #include "sync/coordination.h"
 #include "sync/mutex.h"
+#include "sync/mutex_model_body.h"
 
 namespace weft {
 namespace {
 
 using model::Cell;
 using model::check;
+using model::ExpectAllSchedulesPass;
 using model::Options;
 using model::Report;
-
-// Passed: every schedule in the bounds was explored and none failed. Prints the count.
-void ExpectAllSchedulesPass(const Report& r) {
-  EXPECT_TRUE(r.ok) << r;
-  EXPECT_TRUE(r.exhausted);
-  std::printf("%s: %s\n", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-              ::testing::PrintToString(r).c_str());
-}
 
 WaitOptions InAnHour() {
   return WaitOptions{SyncClock::now() + std::chrono::hours(1), nullptr};  // the checker decides
@@ -37,47 +32,14 @@ WaitOptions InAnHour() {
 TEST(SyncModelTest, MutexCountsEveryCriticalSection) {
   Options o;
   o.preemption_bound = 3;
-  Report r = check(
-      [] {
-        Mutex m;
-        Cell<int> count(0);
-        auto add = [&] {
-          WEFT_MODEL_ASSERT(m.lock().ok());
-          count.set(count.get() + 1);
-          WEFT_MODEL_ASSERT(m.unlock().ok());
-        };
-        model::thread t(add);
-        add();
-        t.join();
-        WEFT_MODEL_ASSERT(count.get() == 2);
-      },
-      o);
-  ExpectAllSchedulesPass(r);
+  ExpectAllSchedulesPass(check([] { CountUnderMutex(2, 1); }, o));
 }
 
 // Three threads, two critical sections each: nobody is left parked with the mutex free.
 TEST(SyncModelTest, MutexWithThreeThreads) {
   Options o;
   o.preemption_bound = 1;
-  Report r = check(
-      [] {
-        Mutex m;
-        Cell<int> count(0);
-        auto add = [&] {
-          for (int i = 0; i < 2; ++i) {
-            WEFT_MODEL_ASSERT(m.lock().ok());
-            count.set(count.get() + 1);
-            WEFT_MODEL_ASSERT(m.unlock().ok());
-          }
-        };
-        model::thread a(add), b(add);
-        add();
-        a.join();
-        b.join();
-        WEFT_MODEL_ASSERT(count.get() == 6);
-      },
-      o);
-  ExpectAllSchedulesPass(r);
+  ExpectAllSchedulesPass(check([] { CountUnderMutex(3, 2); }, o));
 }
 
 // A timed lock that may time out (the checker chooses), and try_lock: whatever happens, the
