@@ -12,18 +12,9 @@
 
 #include "deque/chase_lev.h"
 #include "model/model.h"
+#include "model/testing.h"
 
 namespace weft::chase_lev_model {
-
-// TakenOnce: items 1..n each appear once in `taken`, and nothing else does.
-inline void AssertTakenOnce(const std::vector<std::int64_t>& taken, std::int64_t n) {
-  std::vector<int> seen(n + 1, 0);
-  for (std::int64_t v : taken) {
-    WEFT_MODEL_ASSERT(v >= 1 && v <= n);  // a thief that read a stale slot takes 0
-    if (v >= 1 && v <= n) ++seen[v];
-  }
-  for (std::int64_t i = 1; i <= n; ++i) WEFT_MODEL_ASSERT(seen[i] == 1);
-}
 
 // PushPopSteal: the owner pushes `n` items (into a deque of `capacity`, so that n > capacity
 // grows it while the thief works) and pops them all; one thief steals up to `steals` times.
@@ -41,7 +32,7 @@ inline void PushPopSteal(std::int64_t n, std::size_t capacity, int steals) {
   while (std::optional<std::int64_t> v = deque.pop()) taken.push_back(*v);
   thief.join();
   taken.insert(taken.end(), stolen.begin(), stolen.end());
-  AssertTakenOnce(taken, n);
+  model::AssertEachOnce(taken, n);
 }
 
 // StealHalf: a thief moves up to half of the owner's items into its own deque and pops them
@@ -59,7 +50,7 @@ inline void StealHalf(std::int64_t n) {
   while (std::optional<std::int64_t> v = deque.pop()) taken.push_back(*v);
   thief.join();
   taken.insert(taken.end(), stolen.begin(), stolen.end());
-  AssertTakenOnce(taken, n);
+  model::AssertEachOnce(taken, n);
 }
 
 }  // namespace weft::chase_lev_model

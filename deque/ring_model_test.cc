@@ -85,12 +85,7 @@ TEST(RingModelTest, MpmcOneProducerTwoConsumers) {
     std::vector<int> taken = got_a;
     taken.insert(taken.end(), got_b.begin(), got_b.end());
     while (std::optional<int> v = ring.try_pop()) taken.push_back(*v);
-    std::vector<int> seen(3, 0);
-    for (int v : taken) {
-      WEFT_MODEL_ASSERT(v == 1 || v == 2);
-      if (v == 1 || v == 2) ++seen[v];
-    }
-    WEFT_MODEL_ASSERT(seen[1] == 1 && seen[2] == 1);
+    model::AssertEachOnce(taken, 2);
     // Each consumer's own items come in FIFO order.
     WEFT_MODEL_ASSERT(got_a.size() < 2 || got_a[0] < got_a[1]);
   }));
@@ -122,12 +117,7 @@ TEST(RingModelTest, SpmcPopAndTakeHalfTakeEachItemOnce) {
         while (ring.pop(&v)) taken.push_back(v);
         taken.insert(taken.end(), got_a.begin(), got_a.end());
         taken.insert(taken.end(), got_b.begin(), got_b.end());
-        std::vector<int> seen(4, 0);
-        for (std::int64_t x : taken) {
-          WEFT_MODEL_ASSERT(x >= 1 && x <= 3);
-          if (x >= 1 && x <= 3) ++seen[x];
-        }
-        for (int k = 1; k <= 3; ++k) WEFT_MODEL_ASSERT(seen[k] == 1);
+        model::AssertEachOnce(taken, std::int64_t{3});
         for (std::size_t i = 1; i < got_b.size(); ++i) WEFT_MODEL_ASSERT(got_b[i - 1] < got_b[i]);
       },
       o));
@@ -153,12 +143,7 @@ TEST(RingModelTest, SpmcStealHalfMovesEachItemOnce) {
         while (victim.pop(&v)) taken.push_back(v);
         thief.join();
         taken.insert(taken.end(), stolen.begin(), stolen.end());
-        std::vector<int> seen(4, 0);
-        for (std::int64_t x : taken) {
-          WEFT_MODEL_ASSERT(x >= 1 && x <= 3);
-          if (x >= 1 && x <= 3) ++seen[x];
-        }
-        for (int k = 1; k <= 3; ++k) WEFT_MODEL_ASSERT(seen[k] == 1);
+        model::AssertEachOnce(taken, std::int64_t{3});
       },
       o));
 }

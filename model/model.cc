@@ -182,7 +182,6 @@ struct ModelThread {
   bool fresh = false;             // spun since its last store: its loads read the newest
   // The scheduling point it waits at (for the trace).
   ModelOp pending_op = ModelOp::kLoad;
-  std::memory_order pending_order = std::memory_order_relaxed;
   std::source_location pending_site;
   ModelWaiter waiter;
 };
@@ -294,7 +293,6 @@ class Execution final : public ModelHooks {
                 const std::source_location& site) override {
     ModelThread& t = Current();
     t.pending_op = op;
-    t.pending_order = order;
     t.pending_site = site;
     (void)addr;
     Point();
@@ -324,12 +322,7 @@ class Execution final : public ModelHooks {
     }
     const StoreRec& s = loc.at(index);
     loc.seen[t.id] = std::max(loc.seen[t.id], index);
-    if (IsAcquire(order)) {
-      JoinClock(t.clock, s.sync);
-    } else {
-      JoinClock(t.acquire_pending, s.sync);
-    }
-    if (IsSeqCst(order)) SeqCst(t);
+    ReadFrom(t, s.sync, order);
     Record(Step{t.id, t.pending_op == ModelOp::kCas ? Event::kCasFail : Event::kLoad, order, stale,
                 addr, s.value, 0, t.pending_site});
     return s.value;
@@ -340,10 +333,7 @@ class Execution final : public ModelHooks {
     ModelThread& t = Current();
     Location& loc = Touch(addr, old);
     if (IsSeqCst(order)) SeqCst(t);
-    StoreRec s{value, t.id, t.clock[t.id], IsRelease(order) ? t.clock : t.release_fence};
-    loc.Append(s);
-    loc.seen[t.id] = loc.last();
-    Wrote(t);
+    Write(t, loc, value, order, VClock{});
     Record(Step{t.id, Event::kStore, order, false, addr, value, 0, t.pending_site});
   }
 
@@ -352,17 +342,8 @@ class Execution final : public ModelHooks {
     ModelThread& t = Current();
     Location& loc = Touch(addr, old);
     const VClock read_sync = loc.at(loc.last()).sync;  // an RMW reads the newest store
-    if (IsAcquire(order)) {
-      JoinClock(t.clock, read_sync);
-    } else {
-      JoinClock(t.acquire_pending, read_sync);
-    }
-    if (IsSeqCst(order)) SeqCst(t);
-    StoreRec s{value, t.id, t.clock[t.id], IsRelease(order) ? t.clock : t.release_fence};
-    JoinClock(s.sync, read_sync);  // the release sequence continues through an RMW
-    loc.Append(s);
-    loc.seen[t.id] = loc.last();
-    Wrote(t);
+    ReadFrom(t, read_sync, order);
+    Write(t, loc, value, order, read_sync);  // the release sequence continues through an RMW
     Record(Step{t.id, Event::kRmw, order, false, addr, old, value, t.pending_site});
   }
 
@@ -395,7 +376,7 @@ class Execution final : public ModelHooks {
   void SpinWait() override {
     ModelThread& t = Current();
     t.pending_site = std::source_location::current();
-    Record(Step{t.id, Event::kSpin, std::memory_order_relaxed, false, nullptr, 0, 0, {}});
+    Note(t.id, Event::kSpin);
     t.state = State::kSpinning;
     t.spin_writes = writes_;
     SwitchToHub();
@@ -405,9 +386,9 @@ class Execution final : public ModelHooks {
 
   std::uint64_t Choose(std::uint64_t n) override {
     if (n <= 1) return 0;
-    return static_cast<std::uint64_t>(Decide(static_cast<int>(std::min<std::uint64_t>(n, 36)),
-                                             static_cast<int>(std::min<std::uint64_t>(n, 36)),
-                                             Budget::kPreempt));
+    // All options free; at most 36 (one base-36 digit in a schedule id).
+    const int k = static_cast<int>(std::min<std::uint64_t>(n, 36));
+    return static_cast<std::uint64_t>(Decide(k, k, Budget::kPreempt));
   }
 
   // ---- Waits, threads, cells ----
@@ -419,17 +400,16 @@ class Execution final : public ModelHooks {
     if (!t.permit) {
       t.state = State::kParked;
       t.timed = deadline.has_value();
-
-      Record(Step{id, Event::kPark, std::memory_order_relaxed, false, nullptr, 0, 0, {}});
+      Note(id, Event::kPark);
       SwitchToHub();
     }
     if (!t.permit) {
-      Record(Step{id, Event::kTimeout, std::memory_order_relaxed, false, nullptr, 0, 0, {}});
+      Note(id, Event::kTimeout);
       return false;
     }
     t.permit = false;
     JoinClock(t.clock, t.permit_clock);
-    Record(Step{id, Event::kWake, std::memory_order_relaxed, false, nullptr, 0, 0, {}});
+    Note(id, Event::kWake);
     return true;
   }
 
@@ -442,14 +422,7 @@ class Execution final : public ModelHooks {
     JoinClock(u.permit_clock, t.clock);
     ++t.clock[t.id];
     if (u.state == State::kParked) u.state = State::kRunnable;
-    Record(Step{t.id,
-                Event::kNotify,
-                std::memory_order_release,
-                false,
-                nullptr,
-                std::uint64_t(target),
-                0,
-                {}});
+    Note(t.id, Event::kNotify, target);
   }
 
   int Spawn(std::function<void()> fn, int parent) {
@@ -487,14 +460,7 @@ class Execution final : public ModelHooks {
     t.context = c.value();
     if (parent >= 0) {
       ++threads_[parent].clock[parent];
-      Record(Step{parent,
-                  Event::kSpawn,
-                  std::memory_order_relaxed,
-                  false,
-                  nullptr,
-                  std::uint64_t(id),
-                  0,
-                  {}});
+      Note(parent, Event::kSpawn, id);
     }
     return id;
   }
@@ -509,14 +475,7 @@ class Execution final : public ModelHooks {
       SwitchToHub();
     }
     JoinClock(t.clock, threads_[target].clock);
-    Record(Step{t.id,
-                Event::kJoin,
-                std::memory_order_relaxed,
-                false,
-                nullptr,
-                std::uint64_t(target),
-                0,
-                {}});
+    Note(t.id, Event::kJoin, target);
   }
 
   void CellAccess(const void* addr, bool write, const std::source_location& site) {
@@ -554,7 +513,7 @@ class Execution final : public ModelHooks {
     if (failure_.empty()) failure_ = message;
     if (current_ >= 0) {
       ModelThread& t = Current();
-      Record(Step{t.id, Event::kFail, std::memory_order_relaxed, false, nullptr, 0, 0, site});
+      Note(t.id, Event::kFail, 0, site);
       SwitchToHub();
       std::abort();  // the hub never resumes a failed schedule
     }
@@ -593,7 +552,7 @@ class Execution final : public ModelHooks {
 
   void Finish(ModelThread& t) {
     t.state = State::kFinished;
-    Record(Step{t.id, Event::kFinish, std::memory_order_relaxed, false, nullptr, 0, 0, {}});
+    Note(t.id, Event::kFinish);
     for (ModelThread& u : threads_) {
       if (u.context != nullptr && u.state == State::kJoining && u.joining == t.id) {
         u.state = State::kRunnable;
@@ -626,7 +585,21 @@ class Execution final : public ModelHooks {
     sc_clock_ = t.clock;
   }
 
-  void Wrote(ModelThread& t) {
+  // ReadFrom: t read a store whose readers learn `sync`: at once if the access acquires, at
+  // t's next acquire fence if not.
+  void ReadFrom(ModelThread& t, const VClock& sync, std::memory_order order) {
+    JoinClock(IsAcquire(order) ? t.clock : t.acquire_pending, sync);
+    if (IsSeqCst(order)) SeqCst(t);
+  }
+
+  // Write: t appends `value` to loc's modification order. Its readers learn t's clock if the
+  // access releases, t's last release fence's if not, joined with `carried` (what an RMW read).
+  void Write(ModelThread& t, Location& loc, std::uint64_t value, std::memory_order order,
+             const VClock& carried) {
+    StoreRec s{value, t.id, t.clock[t.id], IsRelease(order) ? t.clock : t.release_fence};
+    JoinClock(s.sync, carried);
+    loc.Append(s);
+    loc.seen[t.id] = loc.last();
     ++t.clock[t.id];
     ++writes_;
     t.fresh = false;
@@ -649,6 +622,10 @@ class Execution final : public ModelHooks {
   }
 
   void Record(const Step& s) { steps_.push_back(s); }
+  // Note: a step that is not a memory access (a park, a spawn, ...), with its thread id or 0.
+  void Note(int thread, Event event, std::uint64_t arg = 0, const std::source_location& site = {}) {
+    Record(Step{thread, event, std::memory_order_relaxed, false, nullptr, arg, 0, site});
+  }
 
   // Decide: one of n options. Options from `costly` on cost one unit of `budget`. Returns the
   // chosen index; follows the path while it lasts.
@@ -696,17 +673,10 @@ class Execution final : public ModelHooks {
     return std::uniform_int_distribution<int>(costly, allowed - 1)(*rng_);
   }
 
-  bool Enabled(const ModelThread& t) const {
-    switch (t.state) {
-      case State::kRunnable:
-        return true;
-      case State::kParked:
-        return t.timed;  // chosen: it times out
-      case State::kSpinning:
-        return writes_ != t.spin_writes || t.stale_since_spin;
-      default:
-        return false;
-    }
+  // SpinnerMayRun: a spinning thread may run again once someone wrote something since it
+  // spun, or at once if it read an older store since it last spun (a newer one may end the spin).
+  bool SpinnerMayRun(const ModelThread& t) const {
+    return t.state == State::kSpinning && (writes_ != t.spin_writes || t.stale_since_spin);
   }
 
   // PickNext: the thread to run next, -1 when all finished (or the schedule failed). Options
@@ -715,37 +685,33 @@ class Execution final : public ModelHooks {
   // last), then timed waits to time out, which cost a preemption while anything else can run.
   int PickNext() {
     if (!failure_.empty()) return -1;
-    std::vector<int> options;
-    bool continuing = current_ >= 0 && threads_[current_].context != nullptr &&
-                      threads_[current_].state == State::kRunnable;
-    if (continuing) options.push_back(current_);
+    int options[kMaxThreads];  // each live thread at most once
+    int n = 0;
+    const ModelThread* current =
+        current_ >= 0 && threads_[current_].context != nullptr ? &threads_[current_] : nullptr;
+    bool continuing = current != nullptr && current->state == State::kRunnable;
+    if (continuing) options[n++] = current_;
     int live = 0;
     for (const ModelThread& t : threads_) {
       if (t.context == nullptr || t.state == State::kFinished) continue;
       ++live;
-      if (t.id != current_ && t.state == State::kRunnable) options.push_back(t.id);
+      if (t.id != current_ && t.state == State::kRunnable) options[n++] = t.id;
     }
     for (const ModelThread& t : threads_) {
-      if (t.context != nullptr && t.id != current_ && t.state == State::kSpinning && Enabled(t)) {
-        options.push_back(t.id);
-      }
+      if (t.context != nullptr && t.id != current_ && SpinnerMayRun(t)) options[n++] = t.id;
     }
-    if (current_ >= 0 && threads_[current_].context != nullptr &&
-        threads_[current_].state == State::kSpinning && Enabled(threads_[current_])) {
-      options.push_back(current_);
-    }
-    int progress = static_cast<int>(options.size());
+    if (current != nullptr && SpinnerMayRun(*current)) options[n++] = current_;
+    const int progress = n;
     for (const ModelThread& t : threads_) {
-      if (t.context != nullptr && t.state == State::kParked && t.timed) options.push_back(t.id);
+      if (t.context != nullptr && t.state == State::kParked && t.timed) options[n++] = t.id;
     }
     if (live == 0) return -1;
-    if (options.empty()) {
+    if (n == 0) {
       failure_ = Stuck();
       return -1;
     }
-    int costly = continuing ? 1 : progress > 0 ? progress : static_cast<int>(options.size());
-    int pick = Decide(static_cast<int>(options.size()), costly, Budget::kPreempt);
-    return options[pick];
+    int costly = continuing ? 1 : progress > 0 ? progress : n;
+    return options[Decide(n, costly, Budget::kPreempt)];
   }
 
   std::string Stuck() {
