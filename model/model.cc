@@ -631,9 +631,11 @@ class Execution final : public ModelHooks {
   // chosen index; follows the path while it lasts.
   int Decide(int n, int costly, Budget budget) {
     int& used = budget == Budget::kPreempt ? preemptions_ : stale_reads_;
-    int bound = budget == Budget::kPreempt
-                    ? (rng_ != nullptr ? INT32_MAX : options_.preemption_bound)
-                    : options_.stale_reads;
+    // Random schedules have no preemption bound, and neither has a replay: its id may come from
+    // one, and it decides every choice itself.
+    const bool unbounded = rng_ != nullptr || !options_.replay.empty();
+    int bound = budget == Budget::kPreempt ? (unbounded ? INT32_MAX : options_.preemption_bound)
+                                           : options_.stale_reads;
     int allowed = used < bound ? n : std::min(n, costly);
     if (allowed <= 1) return 0;
     int chosen;

@@ -4,8 +4,11 @@
 
 #include "model/model.h"
 
+#include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "base/atomic.h"
 #include "base/cpu_relax.h"
@@ -237,6 +240,48 @@ TEST(ModelTest, AnAtomicUsedAfterItsDestructionIsReported) {
   });
   ASSERT_FALSE(r.ok);
   EXPECT_TRUE(Contains(r.failure, "use after destruction")) << r;
+}
+
+// A random schedule's failure replays from its id, though it may have more preemptions than
+// the exhaustive search's bound.
+TEST(ModelTest, ARandomScheduleReplaysFromItsId) {
+  Options o;
+  o.exhaustive = false;
+  o.random_schedules = 2000;
+  o.seed = 11;
+  o.preemption_bound = 0;
+  Report r = Handshake(false, o);
+  ASSERT_FALSE(r.ok);
+  Options replay;
+  replay.replay = r.schedule;
+  replay.preemption_bound = 0;
+  Report again = Handshake(false, replay);
+  EXPECT_FALSE(again.ok);
+  EXPECT_EQ(r.failure.rfind(again.failure + " (random schedule, seed ", 0), 0u) << r.failure;
+  EXPECT_EQ(again.trace, r.trace);
+}
+
+// What a body may get wrong is reported, not crashed on: an exception out of a model thread,
+// more threads than kMaxThreads, a thread never joined.
+TEST(ModelTest, BodyMistakesAreReported) {
+  Report thrown = check([] {
+    thread t([] { throw std::runtime_error("boom"); });
+    t.join();
+  });
+  ASSERT_FALSE(thrown.ok);
+  EXPECT_TRUE(Contains(thrown.failure, "exception: boom")) << thrown;
+
+  Report many = check([] {
+    std::vector<std::unique_ptr<thread>> ts;
+    for (int i = 0; i < kMaxThreads; ++i) ts.push_back(std::make_unique<thread>([] {}));
+    for (auto& t : ts) t->join();
+  });
+  ASSERT_FALSE(many.ok);
+  EXPECT_TRUE(Contains(many.failure, "model threads")) << many;
+
+  Report unjoined = check([] { thread t([] {}); });
+  ASSERT_FALSE(unjoined.ok);
+  EXPECT_TRUE(Contains(unjoined.failure, "without join")) << unjoined;
 }
 
 TEST(ModelTest, StateKeptBetweenSchedulesIsReportedAsNondeterminism) {
