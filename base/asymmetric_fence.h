@@ -19,6 +19,8 @@
 
 #include <atomic>
 
+#include "base/atomic.h"
+
 namespace weft::base_internal {
 
 // HeavyFenceAvailable: true when HeavyFence works in this process. The first call registers
@@ -28,8 +30,14 @@ bool HeavyFenceAvailable() noexcept;
 
 // LightFence: the frequent side's fence. A compiler fence only: the hardware may still let the
 // load pass the store, and HeavyFence on the other side is what forbids the outcome where
-// neither sees the other. Valid only while HeavyFenceAvailable() is true.
-inline void LightFence() noexcept { std::atomic_signal_fence(std::memory_order_seq_cst); }
+// neither sees the other. Valid only while HeavyFenceAvailable() is true. In a model build both
+// fences are reported to the checker, which models the pair (docs/model.md).
+inline void LightFence() noexcept {
+#ifdef WEFT_MODEL
+  if (ModelAsymmetricFence(/*heavy=*/false)) return;
+#endif
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
 
 // HeavyFence: the rare side's fence, a full memory barrier on every thread of the process. About
 // a microsecond (an interrupt to each CPU running one of them). Call only after

@@ -82,6 +82,8 @@ enum class Event : std::uint8_t {
   kRmw,
   kCasFail,
   kFence,
+  kLightFence,
+  kHeavyFence,
   kSpin,
   kPark,
   kWake,     // park returned with a permit
@@ -356,6 +358,27 @@ class Execution final : public ModelHooks {
     Record(Step{t.id, Event::kFence, order, false, nullptr, 0, 0, t.pending_site});
   }
 
+  // A light fence learns what the heavy fences before it published, and publishes to the heavy
+  // fences after it; light fences do not synchronise with each other. So the Dekker pair
+  // (store; light fence; load) against (store; heavy fence; load) cannot have both loads miss
+  // the other side's store, and a light fence with no heavy partner orders nothing.
+  void AsymmetricFence(bool heavy) override {
+    ModelThread& t = Current();
+    if (heavy) {
+      JoinClock(t.clock, lights_clock_);
+      SeqCst(t);  // also a full fence of its own thread
+      JoinClock(t.clock, t.acquire_pending);
+      t.release_fence = t.clock;
+      heavy_clock_ = t.clock;
+    } else {
+      JoinClock(t.clock, heavy_clock_);
+      JoinClock(lights_clock_, t.clock);
+    }
+    ++t.clock[t.id];
+    Record(Step{t.id, heavy ? Event::kHeavyFence : Event::kLightFence, std::memory_order_seq_cst,
+                false, nullptr, 0, 0, t.pending_site});
+  }
+
   void Construct(const void* addr, std::uint64_t value) override {
     dead_.erase(addr);
     Location& loc = locations_[addr];
@@ -375,7 +398,8 @@ class Execution final : public ModelHooks {
 
   void SpinWait() override {
     ModelThread& t = Current();
-    t.pending_site = std::source_location::current();
+    // pending_site stays the last access's: the load the spin re-checks, where the trace and
+    // a livelock report should point.
     Note(t.id, Event::kSpin);
     t.state = State::kSpinning;
     t.spin_writes = writes_;
@@ -735,7 +759,7 @@ class Execution final : public ModelHooks {
         case State::kSpinning:
           spinning = true;
           detail +=
-              "spinning at " + Where(t.pending_site) + ", and no other thread can change anything";
+              "spinning after " + Where(t.pending_site) + ", and no other thread can change anything";
           break;
         default:
           detail += "?";
@@ -760,6 +784,8 @@ class Execution final : public ModelHooks {
   std::uint64_t writes_ = 0;
   std::int64_t now_ns_ = 1'000'000'000;  // the model clock starts at 1 s
   VClock sc_clock_{};
+  VClock heavy_clock_{};   // the clock of the last heavy fence
+  VClock lights_clock_{};  // every light fence's clock, joined
   std::unordered_map<const void*, Location> locations_;
   std::unordered_map<const void*, CellState> cells_;
   // Atomics destroyed in this schedule (and not constructed again): an access is a use after
@@ -821,6 +847,12 @@ std::string FormatTrace(const std::vector<Step>& steps) {
         break;
       case Event::kFence:
         what = "fence";
+        break;
+      case Event::kLightFence:
+        what = "light fence (asymmetric)";
+        break;
+      case Event::kHeavyFence:
+        what = "heavy fence (asymmetric)";
         break;
       case Event::kSpin:
         what = "spin (waits for another thread's write)";

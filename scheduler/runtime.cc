@@ -19,7 +19,8 @@
 //   kRunning --BlockingRegion--> kBlocking (on a blocking thread) --leave--> kRunnable
 //
 // A fiber publishes "parked" only in the on-top function that runs on its worker after the
-// switch, so nothing can resume it while it is still on its own stack. The on-top function
+// switch, so nothing can resume it while it is still on its own stack (the handshake's code is
+// scheduler/internal/park.h, which the model checker runs too). The on-top function
 // stores kParked and then reads the permit; notify, when it finds the fiber not parked yet,
 // stores the permit and then reads the state (Dekker), so one of them sees the other, and the
 // one that wins the kParked -> kRunnable CAS queues the fiber. Every park makes that store and
@@ -64,6 +65,7 @@
 #include "deque/mpmc_ring.h"
 #include "deque/spmc_ring.h"
 #include "scheduler/internal/blocking_pool.h"
+#include "scheduler/internal/park.h"
 #include "scheduler/io.h"
 #include "sync/internal/spin_lock.h"
 #include "sync/internal/wait_queue.h"
@@ -83,8 +85,6 @@ constexpr Clock::rep kNoTimer = std::numeric_limits<Clock::rep>::max();
 // sleepers would otherwise wait for it. Tokio's timer resolution; Go steals at once, but a
 // fiber woken on its own worker finds its stack and object in that worker's cache.
 constexpr std::chrono::milliseconds kTimerRescueGrace{1};
-
-enum FiberState : int { kRunnable, kRunning, kParked, kBlocking, kDone };
 
 const char* StateName(int s) {
   switch (s) {
@@ -193,14 +193,14 @@ struct alignas(64) Fiber {
   std::uint64_t id = 0;
   LocalSlots locals;
   TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
-  std::atomic<int> state{kDone};        // made free, as a finished one (Spawn sets kRunnable)
+  weft::atomic<int> state{kDone};        // made free, as a finished one (Spawn sets kRunnable)
   // The fd of the I/O it waits on, for dumps (relaxed: informational); what it waits on is
   // the waiter's note_wait.
   std::atomic<int> wait_fd{-1};
   // The stack it asks for at its first run: StackOptions, packed (sizes are at most 64 MiB).
   std::uint32_t stack_size = 0;
   StackProtection stack_protection = StackProtection::kAuto;
-  std::atomic<bool> permit{false};
+  weft::atomic<bool> permit{false};
   // Set by a notify that won the kParked -> kRunnable CAS, before it schedules the fiber; read
   // and reset by the fiber (the scheduling hand-off orders the two).
   bool woken_by_notify = false;
@@ -229,7 +229,7 @@ struct alignas(64) Fiber {
   // The runtime's light_park, copied here so that a notify reads no Runtime memory unless it
   // wakes the fiber (a late notify of a finished fiber may come after its runtime is gone; the
   // Fiber itself outlives it, see RetiredBlocks). relaxed: set before the fiber is handed out.
-  std::atomic<bool> light_park{false};
+  weft::atomic<bool> light_park{false};
   // A wait inside a region blocks the blocking thread (the fiber keeps its own Waiter, so a
   // Mutex it holds stays its own across the region): it sleeps on region_word (a futex) with
   // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
@@ -980,20 +980,6 @@ Transfer AfterYield(Transfer t) {
   return t;
 }
 
-// ClaimWakeUp: the kParked -> kRunnable CAS that notify, a timer and AfterPark race for; the
-// one caller it returns true to queues the fiber. seq_cst: the Dekker pairing (file comment).
-bool ClaimWakeUp(Fiber* f) {
-  int expected = kParked;
-  return f->state.compare_exchange_strong(expected, kRunnable, std::memory_order_seq_cst);
-}
-
-// TakePermit: consumes a permit left by notify. The relaxed load spares the common case (no
-// permit) a locked instruction; seq_cst exchange: the Dekker pairing (file comment).
-bool TakePermit(Fiber* f) {
-  return f->permit.load(std::memory_order_relaxed) &&
-         f->permit.exchange(false, std::memory_order_seq_cst);
-}
-
 Transfer AfterPark(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   Worker* w = f->worker;
@@ -1018,23 +1004,8 @@ Transfer AfterPark(Transfer t) {
     }
     head = PublishTimerHead(*w);
   }
-  // Store then load: the Dekker pairing with notify (see the file comment). A permit seen here
-  // came from a notify that read the state before this store, so it queued nothing: take the
-  // wake-up back unless a notifier (or a stale timer) has won the CAS meanwhile.
-  bool permit;
-  if (rt->light_park) {
-    // release: a notifier whose CAS reads kParked sees what the fiber did before parking.
-    // LightFence, not a fence instruction: notify's slow path runs HeavyFence for both sides.
-    // acquire: as TakePermit's exchange, this sees what the notifier did before its permit.
-    f->state.store(kParked, std::memory_order_release);
-    base_internal::LightFence();
-    permit = f->permit.load(std::memory_order_acquire);
-  } else {
-    // seq_cst, both: a symmetric Dekker pair.
-    f->state.store(kParked, std::memory_order_seq_cst);
-    permit = f->permit.load(std::memory_order_seq_cst);
-  }
-  bool claimed = permit && ClaimWakeUp(f);
+  // Store then load: the Dekker pairing with notify (park.h).
+  bool claimed = PublishParked(*f, rt->light_park);
   if (e != nullptr) w->timer_mu.unlock();
   if (claimed) rt->PushLocal(*w, f);
   if (head < head_before) rt->WatchTimers(*w, head);
@@ -1078,7 +1049,7 @@ Fiber* ClaimTimedOut(TimerEntry* e) {
   Fiber* f = e->fiber;
   // acquire: the fiber's wait_gen store (release) happened before it parked.
   if (e->gen != f->wait_gen.load(std::memory_order_acquire)) return nullptr;  // stale
-  if (!ClaimWakeUp(f)) return nullptr;
+  if (!ClaimWakeUp(*f)) return nullptr;
   e->fired = true;  // before the fiber is published (as woken_by_notify)
   return f;
 }
@@ -1114,7 +1085,7 @@ bool RegionWait(Fiber* f, std::optional<SyncClock::time_point> deadline) {
     // after this read, so the futex wait below returns at once.
     std::uint32_t word = f->region_word.load(std::memory_order_acquire);
     f->region_waiting.store(true, std::memory_order_seq_cst);
-    if (TakePermit(f)) break;
+    if (TakePermit(*f)) break;
     std::chrono::microseconds left = std::chrono::microseconds::max();
     if (deadline) {
       auto now = SyncClock::now();
@@ -1140,7 +1111,7 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
   // A permit this misses is found by the on-top function (AfterPark), after kParked is
   // published: the Dekker read is there.
   bool deadline_checked = std::exchange(f->deadline_checked, false);
-  if (TakePermit(f)) return true;
+  if (TakePermit(*f)) return true;
   // A resume can come without a permit: a notifier that stored its permit for an earlier wait
   // (which consumed it) may still win the CAS from this wait's kParked. Such a resume is
   // spurious; only a passed deadline makes this return false.
@@ -1187,30 +1158,20 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
       }
       Release(entry);
     }
-    if (f->woken_by_notify) return true;  // the notifier's fast path: no permit was stored
-    if (TakePermit(f)) return true;
+    if (TakeWakeUp(*f)) return true;
     if (timed_out) return false;  // its own timer, popped as due
   }
 }
 
 void FiberWaiter::notify() {
   Fiber* f = fiber();
-  // Fast path: the fiber is parked. Winning the kParked -> kRunnable CAS makes this the wake-up;
-  // it is told through woken_by_notify (written before Schedule publishes the fiber, read after
-  // it resumes), so no permit is stored and none has to be consumed: two locked instructions
-  // fewer per park and wake.
-  if (f->state.load(std::memory_order_seq_cst) == kParked && ClaimWakeUp(f)) {
-    f->woken_by_notify = true;
+  // The handshake is park.h's; it reads f->light_park, not f->rt's: a finished fiber's runtime
+  // may be gone.
+  if (NotifyParked(*f)) {
     f->rt->Schedule(f);
     return;
   }
-  // Not parked (yet): leave a permit, then look again (the Dekker pairing with AfterPark, whose
-  // side has only a compiler fence when light_park: HeavyFence is the fence of both).
-  f->permit.store(true, std::memory_order_seq_cst);
-  // (f->light_park, not f->rt's: a finished fiber's runtime may be gone.)
-  if (f->light_park.load(std::memory_order_relaxed)) base_internal::HeavyFence();
-  if (f->state.load(std::memory_order_seq_cst) == kParked && ClaimWakeUp(f)) f->rt->Schedule(f);
-  // Otherwise it runs, is queued, or is being queued by whoever won: it finds the permit.
+  if (NotifyWithPermit(*f)) f->rt->Schedule(f);
   // Or it waits inside a BlockingRegion (RegionWait): seq_cst, the Dekker pair with its
   // region_waiting store.
   if (f->region_waiting.load(std::memory_order_seq_cst)) [[unlikely]] {

@@ -21,6 +21,9 @@ bool HeavyFenceAvailable() noexcept {
 }
 
 void HeavyFence() noexcept {
+#ifdef WEFT_MODEL
+  if (ModelAsymmetricFence(/*heavy=*/true)) return;
+#endif
   // Once it has worked, the command fails only if the kernel cannot allocate a CPU mask
   // (ENOMEM, with CONFIG_CPUMASK_OFFSTACK), which is transient: retry, as a fence that did not
   // happen must not return.

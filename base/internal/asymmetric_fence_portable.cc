@@ -9,6 +9,11 @@ namespace weft::base_internal {
 
 bool HeavyFenceAvailable() noexcept { return false; }
 
-void HeavyFence() noexcept { std::atomic_thread_fence(std::memory_order_seq_cst); }
+void HeavyFence() noexcept {
+#ifdef WEFT_MODEL
+  if (ModelAsymmetricFence(/*heavy=*/true)) return;
+#endif
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
 
 }  // namespace weft::base_internal

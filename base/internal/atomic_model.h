@@ -209,6 +209,19 @@ inline void atomic_fence(std::memory_order order,
   std::atomic_thread_fence(order);
 }
 
+namespace base_internal {
+// ModelAsymmetricFence: base/asymmetric_fence.h's fences, reported to the checker when one runs
+// on this thread (true), else false (the caller runs the real fence).
+inline bool ModelAsymmetricFence(bool heavy,
+                                 const std::source_location& site = std::source_location::current()) {
+  ModelHooks* m = ActiveModel();
+  if (m == nullptr) return false;
+  m->Schedule(nullptr, ModelOp::kFence, std::memory_order_seq_cst, site);
+  m->AsymmetricFence(heavy);
+  return true;
+}
+}  // namespace base_internal
+
 }  // namespace weft
 
 #endif  // WEFT_BASE_INTERNAL_ATOMIC_MODEL_H_

@@ -36,6 +36,10 @@ class ModelHooks {
                    std::memory_order order) = 0;
   // Fence: atomic_thread_fence(order).
   virtual void Fence(std::memory_order order) = 0;
+  // AsymmetricFence: base/asymmetric_fence.h's LightFence (heavy false) or HeavyFence (true).
+  // A light fence orders nothing by itself; each light and heavy fence meet in one order, as
+  // membarrier(2) makes each running thread execute a full barrier at some point of it.
+  virtual void AsymmetricFence(bool heavy) = 0;
   // Construct / Destroy: an atomic begins or ends its life at `addr` (initial value `value`).
   virtual void Construct(const void* addr, std::uint64_t value) = 0;
   virtual void Destroy(const void* addr) = 0;
