@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <new>
 
+#include "base/fault.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #define WEFT_ALLOC_ASAN 1
 #elif defined(__has_feature)
@@ -145,6 +147,10 @@ SlabHeader* SlabAllocator::NewSlab() {
     s->in_empty = false;
     --empty_count_;
     return s;  // used == 0: its free list and bump hold every object
+  }
+  if (fault::Hit(fault::Site::kSlab)) [[unlikely]] {  // WEFT_FAULTS (base/fault.h)
+    fault::Injected(fault::Kind::kNoMemory);
+    return nullptr;
   }
   void* memory = MapAlignedSlab();
   if (memory == nullptr) return nullptr;

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 
+#include "base/fault.h"
 #include "scheduler/io.h"
 
 namespace weft::io {
@@ -35,34 +36,71 @@ Result<std::size_t> Size(std::int64_t r) {
   return static_cast<std::size_t>(r);
 }
 
+// kTransientRetries: how many transient errors in a row a call absorbs before it reports one
+// (a backend that kept failing so would otherwise spin the fiber).
+constexpr int kTransientRetries = 64;
+
+// Absorbing: runs one reactor operation again while it fails with an error its caller should
+// never see (as Go's runtime, and SA_RESTART for blocking calls): EINTR (a signal interrupted
+// it, or an injected fault), EAGAIN unless the caller asked not to wait (MSG_DONTWAIT), and for
+// an accept ECONNABORTED (a connection reset before it was taken: take the next one).
+enum class Absorb { kEintr, kEagain, kAccept };
+template <typename F>
+std::int64_t Absorbing(Absorb what, const F& run) {
+  for (int i = 0;; ++i) {
+    std::int64_t r = run();
+    bool transient = r == -EINTR ||
+                     (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
+                     (what == Absorb::kAccept && r == -ECONNABORTED);
+    if (!transient || i == kTransientRetries) return r;
+  }
+}
+
+Absorb ForFlags(int flags) {
+#ifdef MSG_DONTWAIT
+  if ((flags & MSG_DONTWAIT) != 0) return Absorb::kEintr;
+#endif
+  return Absorb::kEagain;
+}
+
 }  // namespace
 
 Result<std::size_t> read(int fd, void* buf, std::size_t len, const WaitOptions& options,
                          std::int64_t offset) {
-  return Size(RunIo([&](Reactor& r, IoOp& op) { r.read(op, fd, buf, len, offset); }, options,
-                    "io read", fd));
+  return Size(Absorbing(Absorb::kEagain, [&] {
+    return RunIo([&](Reactor& r, IoOp& op) { r.read(op, fd, buf, len, offset); }, options,
+                 "io read", fd);
+  }));
 }
 
 Result<std::size_t> write(int fd, const void* buf, std::size_t len, const WaitOptions& options,
                           std::int64_t offset) {
-  return Size(RunIo([&](Reactor& r, IoOp& op) { r.write(op, fd, buf, len, offset); }, options,
-                    "io write", fd));
+  return Size(Absorbing(Absorb::kEagain, [&] {
+    return RunIo([&](Reactor& r, IoOp& op) { r.write(op, fd, buf, len, offset); }, options,
+                 "io write", fd);
+  }));
 }
 
 Result<std::size_t> readv(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
-  return Size(
-      RunIo([&](Reactor& r, IoOp& op) { r.readv(op, fd, iov, iovcnt); }, options, "io readv", fd));
+  return Size(Absorbing(Absorb::kEagain, [&] {
+    return RunIo([&](Reactor& r, IoOp& op) { r.readv(op, fd, iov, iovcnt); }, options,
+                 "io readv", fd);
+  }));
 }
 
 Result<std::size_t> writev(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
-  return Size(RunIo([&](Reactor& r, IoOp& op) { r.writev(op, fd, iov, iovcnt); }, options,
-                    "io writev", fd));
+  return Size(Absorbing(Absorb::kEagain, [&] {
+    return RunIo([&](Reactor& r, IoOp& op) { r.writev(op, fd, iov, iovcnt); }, options,
+                 "io writev", fd);
+  }));
 }
 
 Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags,
                          const WaitOptions& options) {
-  return Size(RunIo([&](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); }, options,
-                    "io recv", fd));
+  return Size(Absorbing(ForFlags(flags), [&] {
+    return RunIo([&](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); }, options,
+                 "io recv", fd);
+  }));
 }
 
 Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
@@ -73,8 +111,13 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
   // Not when a cancelled token must fail the call, nor past the fiber's budget of direct turns.
   // (A deadline matters only to a send that waits, here as in the reactor.)
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;  // as the reactor says
-  if ((options.cancel == nullptr || !options.cancel->is_cancelled()) &&
-      scheduler_internal::TakeDirectIoTurn()) {
+  bool direct = (options.cancel == nullptr || !options.cancel->is_cancelled()) &&
+                scheduler_internal::TakeDirectIoTurn();
+  if (direct && fault::Hit(fault::Site::kIo)) [[unlikely]] {
+    fault::Injected(fault::Kind::kEagain);  // an injected fault: as if it would block
+    direct = false;
+  }
+  if (direct) {
     ssize_t n = ::send(fd, buf, ClampIoLength(len), flags | kNoSignal | MSG_DONTWAIT);
     if (n >= 0) return static_cast<std::size_t>(n);
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -83,8 +126,10 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
   }
 #endif
   // MSG_NOSIGNAL: a closed peer is an EPIPE error, not a process-killing SIGPIPE.
-  return Size(RunIo([&](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | kNoSignal); },
-                    options, "io send", fd));
+  return Size(Absorbing(ForFlags(flags), [&] {
+    return RunIo([&](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | kNoSignal); },
+                 options, "io send", fd);
+  }));
 }
 
 namespace {
@@ -125,8 +170,10 @@ Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& o
 }
 
 Result<int> accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
-  std::int64_t r = RunIo([&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); }, options,
-                         "io accept", fd);
+  std::int64_t r = Absorbing(Absorb::kAccept, [&] {
+    return RunIo([&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); }, options,
+                 "io accept", fd);
+  });
   if (r < 0) return ErrcOf(r);
   return static_cast<int>(r);
 }

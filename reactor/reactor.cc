@@ -10,7 +10,9 @@
 #include <cstring>
 #include <mutex>
 #include <string_view>
+#include <utility>
 
+#include "base/fault.h"
 #include "reactor/internal/backends.h"
 
 namespace weft {
@@ -31,15 +33,17 @@ std::string_view ReactorBackendName(ReactorBackend backend) {
 
 std::string_view Reactor::backend_name() const { return ReactorBackendName(backend()); }
 
+namespace {
+
 #ifdef _WIN32
-Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& options) {
+Result<std::unique_ptr<Reactor>> CreateBackend(const ReactorOptions& options) {
   if (options.backend != ReactorBackend::kAuto && options.backend != ReactorBackend::kIocp) {
     return std::errc::invalid_argument;  // a Linux backend
   }
   return reactor_internal::MakeIocpReactor(options);
 }
 #else
-Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& options) {
+Result<std::unique_ptr<Reactor>> CreateBackend(const ReactorOptions& options) {
   ReactorBackend want = options.backend;
   if (want == ReactorBackend::kIocp) return std::errc::invalid_argument;  // Windows only
   if (want == ReactorBackend::kAuto) {
@@ -72,5 +76,15 @@ Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& options) 
   return reactor_internal::MakeEpollReactor(options);
 }
 #endif
+
+}  // namespace
+
+Result<std::unique_ptr<Reactor>> Reactor::create(const ReactorOptions& options) {
+  Result<std::unique_ptr<Reactor>> r = CreateBackend(options);
+  if (r.ok() && fault::Current().rate > 0) {
+    return reactor_internal::MakeFaultyReactor(std::move(*r));
+  }
+  return r;
+}
 
 }  // namespace weft

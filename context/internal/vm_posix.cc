@@ -17,11 +17,17 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "base/fault.h"
 #include "context/internal/vm.h"
 
 namespace weft::context_internal {
 
 void* VmMap(std::size_t bytes) {
+  if (fault::Hit(fault::Site::kStackMap)) [[unlikely]] {  // WEFT_FAULTS (base/fault.h)
+    fault::Injected(fault::Kind::kNoMemory);
+    errno = ENOMEM;
+    return nullptr;
+  }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   return p == MAP_FAILED ? nullptr : p;

@@ -27,6 +27,9 @@ inline std::chrono::nanoseconds TimeLeft(ReactorClock::time_point deadline) {
 Result<std::unique_ptr<Reactor>> MakeIoUringReactor(const ReactorOptions& options);
 // Windows only.
 Result<std::unique_ptr<Reactor>> MakeIocpReactor(const ReactorOptions& options);
+// MakeFaultyReactor: `inner` with base/fault.h's faults injected (Reactor::create uses it while
+// faults are on).
+std::unique_ptr<Reactor> MakeFaultyReactor(std::unique_ptr<Reactor> inner);
 
 }  // namespace weft::reactor_internal
 

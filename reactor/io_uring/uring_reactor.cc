@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "base/fault.h"
 #include "reactor/internal/backends.h"
 #include "reactor/internal/close_coordinator.h"
 #include "reactor/internal/eventfd_waker.h"
@@ -372,6 +373,10 @@ class UringReactor final : public Reactor {
     if (io_uring_sq_space_left(&ring_) < need) io_uring_submit(&ring_);
     if (io_uring_sq_space_left(&ring_) < need) return nullptr;
     if (refuse_every_ != 0 && ++refuse_count_ % refuse_every_ == 0) return nullptr;  // testing
+    if (fault::Hit(fault::Site::kUringSubmit)) [[unlikely]] {  // WEFT_FAULTS (base/fault.h)
+      fault::Injected(fault::Kind::kSubmitBusy);
+      return nullptr;
+    }
     return io_uring_get_sqe(&ring_);
   }
 

@@ -4,6 +4,8 @@
 
 #include <system_error>
 
+#include "base/fault.h"
+
 namespace weft::scheduler_internal {
 
 BlockingPool::BlockingPool(std::size_t max_threads, std::chrono::milliseconds idle_timeout)
@@ -46,6 +48,10 @@ bool BlockingPool::submit(BlockingTask* task) {
   if (threads_ < max_threads_) {
     try {
       slots_.emplace_back();
+      if (fault::Hit(fault::Site::kThread)) [[unlikely]] {  // WEFT_FAULTS (base/fault.h)
+        fault::Injected(fault::Kind::kNoThread);
+        throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+      }
       slots_.back().thread = std::thread([this] { Loop(); });
       ++threads_;
     } catch (const std::system_error&) {
