@@ -8,6 +8,8 @@
 // Sized by WEFT_STRESS_SCALE.
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -230,6 +232,48 @@ TEST(FaultTest, RefusedMemoryFailsSpawnsCleanly) {
     });
   }
   std::printf("%d fibers ran, %d refused memory cleanly\n", ran, refused);
+}
+
+// A read that fails with an injected EINTR or EAGAIN is submitted again, but not once another
+// fiber has begun closing its fd: the number may be a new file's by then (here it is: a new
+// pipe takes it and holds a byte), and the read must not take that byte. Each trial: the read
+// parks, the closer closes the fd and makes a pipe on the same number with "X" in it, and the
+// read then either fails or (had it not been retried) reads nothing from the new pipe.
+TEST(FaultTest, ARetriedReadNeverReachesTheNextFileOnItsNumber) {
+  FaultsOn faults(0.5, /*seed=*/11);
+  Runtime rt({.workers = 1});
+  int wrong = 0, cancelled = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    rt.block_on([&] {
+      int p[2];
+      ASSERT_EQ(::pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+      std::atomic<bool> reading{false};
+      JoinHandle<Result<std::size_t>> reader = rt.spawn([fd = p[0], &reading] {
+        char c = 0;
+        reading.store(true);  // the read below is submitted before this fiber next yields
+        Result<std::size_t> n = io::read(fd, &c, 1);
+        return n.ok() && *n == 1 && c == 'X' ? Result<std::size_t>(std::errc::io_error) : n;
+      });
+      JoinHandle<void> closer = rt.spawn([&] {
+        while (!reading.load()) this_fiber::yield();  // the read is in flight: close it under it
+        (void)io::close(p[0]);
+        int q[2];
+        ASSERT_EQ(::pipe2(q, O_NONBLOCK | O_CLOEXEC), 0);
+        ASSERT_EQ(::write(q[1], "X", 1), 1);
+        for (int i = 0; i < 8; ++i) this_fiber::yield();  // the reader's retries run meanwhile
+        (void)io::close(q[0]);
+        (void)io::close(q[1]);
+      });
+      ASSERT_TRUE(closer.join().ok());
+      Result<Result<std::size_t>> got = reader.join();
+      ASSERT_TRUE(got.ok());
+      if (!got->ok() && got->error() == std::errc::io_error) ++wrong;
+      if (!got->ok() && got->error() == std::errc::operation_canceled) ++cancelled;
+      (void)io::close(p[1]);
+    });
+  }
+  EXPECT_EQ(wrong, 0);  // the read took the new pipe's byte
+  std::printf("60 trials: %d reads ended cancelled by the close\n", cancelled);
 }
 
 // Blocking threads that fail to start: call_blocking runs the call inline instead; every call

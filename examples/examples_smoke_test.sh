@@ -27,8 +27,9 @@ run() {  # name server driver-args... (server_args: extra server flags)
   echo "$name: ok"
 }
 
-run echo "$echo_server" --mode echo --conns 50 --messages 200 --rounds 2
-run chat "$chat_server" --mode chat --conns 20 --messages 50 --rounds 2
+# With clients that churn (vanish, half-close, stop reading, reconnect): tools/soak.sh's rounds.
+run echo "$echo_server" --mode echo --conns 50 --messages 200 --rounds 2 --churn 4
+run chat "$chat_server" --mode chat --conns 20 --messages 50 --rounds 2 --churn 4
 # A client that joins and never reads: the server evicts it after its outbox (64 lines) stays
 # full for the grace, and the other clients get every line meanwhile.
 server_args="--outbox 64 --slow-grace-ms 100" \

@@ -10,11 +10,20 @@
 // --stall N (chat): N more clients join the room and then never read (nor send): slow consumers.
 // The gate is still every line for every other client, in order; the JSON line says how many
 // stalled clients the server disconnected (stalled_disconnected).
+//
+// --churn N: N more clients per round misbehave while the others run, in turn: one vanishes
+// mid-message (closes with a reset, SO_LINGER 0), one half-closes (sends, shuts its side, and
+// for echo must still get back exactly what it sent before the server's end of file), one sends
+// and never reads, one connects and closes at once. Each comes back (reconnects) until the
+// well-behaved clients are done. The gate adds: every half-closed echo exact (churn_bad 0).
+// tools/soak.sh runs both servers under churn for many rounds.
 
 #include <dirent.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +51,7 @@ struct Flags {
   int rounds = 1;
   int stall = 0;       // chat: clients that join, then never read
   int line_bytes = 0;  // chat: lines padded to about this many bytes
+  int churn = 0;       // misbehaving clients per round
   unsigned workers = 0;
   long server_pid = 0;
 };
@@ -79,6 +89,54 @@ void ShowServer(long pid) {
   }
   ::kill(static_cast<pid_t>(pid), SIGUSR1);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it print
+}
+
+struct Churn {
+  std::atomic<long> sessions{0};  // misbehaving connections made
+  std::atomic<long> bad{0};       // a half-closed echo that did not come back exactly
+};
+
+// ChurnClient: misbehaves in turn (see the file comment) until `stop` is set.
+void ChurnClient(const Flags& f, const net::SocketAddress& addr, int id, const Event& stop,
+                 Churn& churn) {
+  for (int turn = id; !stop.is_set(); ++turn) {
+    auto s = net::TcpStream::connect(addr, {.deadline = Clock::now() + std::chrono::seconds(10)});
+    if (!s.ok()) continue;
+    churn.sessions.fetch_add(1, std::memory_order_relaxed);
+    std::string out = f.mode == "echo" ? std::string(static_cast<std::size_t>(f.size) * 3, 'v')
+                                       : std::string("churn ") + std::to_string(id) + "\n";
+    WaitOptions within{.deadline = Clock::now() + std::chrono::seconds(10)};
+    switch (turn % 4) {
+      case 0: {  // vanish mid-message: half a message, then a reset
+        (void)s->write_all(out.data(), out.size() / 2);
+        linger l{1, 0};
+        (void)::setsockopt(s->fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+        break;
+      }
+      case 1: {  // half-close: send, shut our side, read until the server's end of file
+        if (!s->write_all(out.data(), out.size()).ok() || !s->shutdown_write().ok()) break;
+        std::string got;
+        char buf[4096];
+        for (;;) {
+          auto n = s->read(buf, sizeof buf, within);
+          if (!n.ok() || *n == 0) break;
+          got.append(buf, *n);
+        }
+        // Echo: exactly what we sent. (Chat: whatever the room said, ending with our line or
+        // not; nothing to check but that the server closed.)
+        if (f.mode == "echo" && got != out) churn.bad.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+      case 2: {  // send and never read (the echo fills our receive buffer), then leave
+        for (int i = 0; i < 64; ++i) {
+          if (!s->write_all(out.data(), out.size(), within).ok()) break;
+        }
+        break;
+      }
+      default:  // connect and close at once
+        break;
+    }
+  }
 }
 
 // Echo: each connection sends `messages` messages of `size` bytes and checks each echo.
@@ -179,6 +237,10 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long
       std::vector<int> next_seq(static_cast<std::size_t>(f.conns), 0);
       const long expected = long{f.conns} * f.messages;
       for (long got = 0; got < expected && next_line(&line); ++got) {
+        if (line.rfind("churn ", 0) == 0) {  // a misbehaving client's chatter (--churn)
+          --got;
+          continue;
+        }
         int from = -1, seq = -1;
         if (std::sscanf(line.c_str(), "%d %d", &from, &seq) != 2 || from < 0 || from >= f.conns ||
             seq != next_seq[static_cast<std::size_t>(from)]) {
@@ -221,6 +283,8 @@ int main(int argc, char** argv) {
       f.stall = std::atoi(v.c_str());
     else if (a == "--line-bytes")
       f.line_bytes = std::atoi(v.c_str());
+    else if (a == "--churn")
+      f.churn = std::atoi(v.c_str());
     else if (a == "--workers")
       f.workers = static_cast<unsigned>(std::atoi(v.c_str()));
     else if (a == "--server-pid")
@@ -231,10 +295,12 @@ int main(int argc, char** argv) {
     }
   }
   if ((f.mode != "echo" && f.mode != "chat") || f.conns <= 0 || f.messages <= 0 || f.size < 16 ||
-      f.rounds <= 0 || f.stall < 0 || f.line_bytes < 0 || f.line_bytes > (1 << 20)) {
+      f.rounds <= 0 || f.stall < 0 || f.churn < 0 || f.line_bytes < 0 ||
+      f.line_bytes > (1 << 20)) {
     std::fprintf(stderr,
                  "usage: load_driver --mode echo|chat [--host H] [--port N] [--conns N] "
-                 "[--messages N] [--size BYTES>=16] [--rounds N] [--server-pid PID]\n"
+                 "[--messages N] [--size BYTES>=16] [--rounds N] [--server-pid PID] "
+                 "[--churn N]\n"
                  "       chat only: [--stall N] [--line-bytes BYTES]\n");
     return 2;
   }
@@ -250,13 +316,23 @@ int main(int argc, char** argv) {
   const long expected =
       f.mode == "echo" ? long{f.conns} * f.messages : long{f.conns} * f.conns * f.messages;
   long rss0 = f.server_pid != 0 ? RssKiB(f.server_pid) : -1;
+  long rss1 = -1;  // after the first round: the baseline of a warm server
   long fds0 = f.server_pid != 0 ? FdCount(f.server_pid) : -1;
   bool pass = true;
   for (int round = 1; round <= f.rounds; ++round) {
     auto start = Clock::now();
     long disconnected = 0;
+    Churn churn;
     long delivered = rt.block_on([&] {
-      return f.mode == "echo" ? RoundEcho(rt, f, addr) : RoundChat(rt, f, addr, &disconnected);
+      Event stop;
+      std::vector<JoinHandle<void>> churners;
+      for (int c = 0; c < f.churn; ++c) {
+        churners.push_back(rt.spawn([&, c] { ChurnClient(f, addr, c, stop, churn); }));
+      }
+      long n = f.mode == "echo" ? RoundEcho(rt, f, addr) : RoundChat(rt, f, addr, &disconnected);
+      stop.set();
+      for (auto& h : churners) (void)h.join();
+      return n;
     });
     double secs = std::chrono::duration<double>(Clock::now() - start).count();
     double ratio = static_cast<double>(delivered) / static_cast<double>(expected);
@@ -268,16 +344,21 @@ int main(int argc, char** argv) {
       }
       rss = RssKiB(f.server_pid);
       if (fds > fds0) ShowServer(f.server_pid);
+      if (round == 1) rss1 = rss;
     }
-    bool round_pass = ratio >= 0.999 && (f.server_pid == 0 || fds <= fds0);
+    // RSS: a warm server's stays within 10% (and 4 MiB) of what it was after the first round.
+    bool rss_flat = f.server_pid == 0 || rss <= rss1 + std::max(rss1 / 10, 4096L);
+    bool round_pass = ratio >= 0.999 && (f.server_pid == 0 || fds <= fds0) && rss_flat &&
+                      churn.bad.load() == 0;
     pass = pass && round_pass;
     std::printf(
         "{\"mode\":\"%s\",\"round\":%d,\"conns\":%d,\"expected\":%ld,\"delivered\":%ld,"
         "\"delivery\":%.6f,\"seconds\":%.3f,\"msgs_per_s\":%.0f,\"server_rss_kib\":[%ld,%ld],"
-        "\"server_fds\":[%ld,%ld],\"stalled\":%d,\"stalled_disconnected\":%ld,\"pass\":%s}\n",
+        "\"server_fds\":[%ld,%ld],\"stalled\":%d,\"stalled_disconnected\":%ld,"
+        "\"churn_sessions\":%ld,\"churn_bad\":%ld,\"pass\":%s}\n",
         f.mode.c_str(), round, f.conns, expected, delivered, ratio, secs,
         static_cast<double>(delivered) / secs, rss0, rss, fds0, fds, f.stall, disconnected,
-        round_pass ? "true" : "false");
+        churn.sessions.load(), churn.bad.load(), round_pass ? "true" : "false");
     std::fflush(stdout);
   }
   return pass ? 0 : 1;

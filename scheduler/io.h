@@ -10,7 +10,7 @@
 //     simply block.
 //
 // Defines: weft::scheduler_internal::RunIo, weft::scheduler_internal::TakeDirectIoTurn,
-// weft::scheduler_internal::CloseFd.
+// weft::scheduler_internal::CloseFd, weft::scheduler_internal::CloseEpoch.
 
 #ifndef WEFT_SCHEDULER_IO_H_
 #define WEFT_SCHEDULER_IO_H_
@@ -51,6 +51,12 @@ bool TakeDirectIoTurn();
 // -ECANCELED before fd is closed, and the caller waits for that. A plain ::close when no
 // reactor can be started for the execution.
 void CloseFd(int fd);
+
+// CloseEpoch: how many times CloseFd has begun closing fd (0 for fds never closed so, and for
+// fds of 2^24 and above). A call that submits an operation again (api/io.cc, after EINTR)
+// compares it with its value at the call's start: a close that began meanwhile ends the call
+// with -ECANCELED, as it ends an operation in flight, instead of reaching the number's next file.
+std::uint32_t CloseEpoch(int fd);
 
 }  // namespace weft::scheduler_internal
 
