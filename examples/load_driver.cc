@@ -92,7 +92,7 @@ void ShowServer(long pid) {
 }
 
 struct Churn {
-  std::atomic<long> sessions{0};  // misbehaving connections made
+  std::atomic<long> connections{0};  // misbehaving connections made
   std::atomic<long> bad{0};       // a half-closed echo that did not come back exactly
 };
 
@@ -102,7 +102,7 @@ void ChurnClient(const Flags& f, const net::SocketAddress& addr, int id, const E
   for (int turn = id; !stop.is_set(); ++turn) {
     auto s = net::TcpStream::connect(addr, {.deadline = Clock::now() + std::chrono::seconds(10)});
     if (!s.ok()) continue;
-    churn.sessions.fetch_add(1, std::memory_order_relaxed);
+    churn.connections.fetch_add(1, std::memory_order_relaxed);
     std::string out = f.mode == "echo" ? std::string(static_cast<std::size_t>(f.size) * 3, 'v')
                                        : std::string("churn ") + std::to_string(id) + "\n";
     WaitOptions within{.deadline = Clock::now() + std::chrono::seconds(10)};
@@ -355,10 +355,10 @@ int main(int argc, char** argv) {
         "{\"mode\":\"%s\",\"round\":%d,\"conns\":%d,\"expected\":%ld,\"delivered\":%ld,"
         "\"delivery\":%.6f,\"seconds\":%.3f,\"msgs_per_s\":%.0f,\"server_rss_kib\":[%ld,%ld],"
         "\"server_fds\":[%ld,%ld],\"stalled\":%d,\"stalled_disconnected\":%ld,"
-        "\"churn_sessions\":%ld,\"churn_bad\":%ld,\"pass\":%s}\n",
+        "\"churn_connections\":%ld,\"churn_bad\":%ld,\"pass\":%s}\n",
         f.mode.c_str(), round, f.conns, expected, delivered, ratio, secs,
         static_cast<double>(delivered) / secs, rss0, rss, fds0, fds, f.stall, disconnected,
-        churn.sessions.load(), churn.bad.load(), round_pass ? "true" : "false");
+        churn.connections.load(), churn.bad.load(), round_pass ? "true" : "false");
     std::fflush(stdout);
   }
   return pass ? 0 : 1;

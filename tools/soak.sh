@@ -48,7 +48,7 @@ rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
 ok = sum(r["pass"] for r in rows)
 print(f"{sys.argv[1]}: {ok}/{len(rows)} rounds passed; {sum(r['delivered'] for r in rows)} of "
       f"{sum(r['expected'] for r in rows)} messages delivered; "
-      f"{sum(r['churn_sessions'] for r in rows)} churning connections, "
+      f"{sum(r['churn_connections'] for r in rows)} churning connections, "
       f"{sum(r['churn_bad'] for r in rows)} bad; server fds {rows[0]['server_fds'][0]} -> "
       f"{rows[-1]['server_fds'][1]}, RSS {rows[0]['server_rss_kib'][1]} -> "
       f"{rows[-1]['server_rss_kib'][1]} KiB")
