@@ -148,9 +148,8 @@ SlabHeader* SlabAllocator::NewSlab() {
     --empty_count_;
     return s;  // used == 0: its free list and bump hold every object
   }
-  if (fault::Hit(fault::Site::kSlab)) [[unlikely]] {  // WEFT_FAULTS (base/fault.h)
-    fault::Injected(fault::Kind::kNoMemory);
-    return nullptr;
+  if (fault::Inject(fault::Site::kSlab, fault::Kind::kNoMemory)) [[unlikely]] {
+    return nullptr;  // WEFT_FAULTS (base/fault.h)
   }
   void* memory = MapAlignedSlab();
   if (memory == nullptr) return nullptr;

@@ -115,13 +115,10 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
   // Not when a cancelled token must fail the call, nor past the fiber's budget of direct turns.
   // (A deadline matters only to a send that waits, here as in the reactor.)
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;  // as the reactor says
-  bool direct = (options.cancel == nullptr || !options.cancel->is_cancelled()) &&
-                scheduler_internal::TakeDirectIoTurn();
-  if (direct && fault::Hit(fault::Site::kIo)) [[unlikely]] {
-    fault::Injected(fault::Kind::kEagain);  // an injected fault: as if it would block
-    direct = false;
-  }
-  if (direct) {
+  // An injected fault (WEFT_FAULTS) counts as a call that would block.
+  if ((options.cancel == nullptr || !options.cancel->is_cancelled()) &&
+      scheduler_internal::TakeDirectIoTurn() &&
+      !fault::Inject(fault::Site::kIo, fault::Kind::kEagain)) {
     ssize_t n = ::send(fd, buf, ClampIoLength(len), flags | kNoSignal | MSG_DONTWAIT);
     if (n >= 0) return static_cast<std::size_t>(n);
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {

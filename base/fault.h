@@ -1,6 +1,7 @@
 // base/fault.h: seeded fault injection, off by default, turned on by one environment variable.
 //
-// Defines: weft::fault::Site, Config, Configure, Current, Hit, Random, Injected, Summary.
+// Defines: weft::fault::Site, Kind, Config, Configure, Current, Hit, Inject, Hard, Random,
+// Injected, InjectedCount, Summary.
 //
 //   WEFT_FAULTS=<rate>[,seed=<n>][,hard]     e.g. WEFT_FAULTS=0.01,seed=7
 //
@@ -25,7 +26,7 @@
 // a process that injected faults prints how many of each kind (Summary) to stderr.
 //
 // Cost when off: Hit is one relaxed load and a branch, and only the slow paths ask it (a
-// reactor is wrapped only when faults are on; see reactor/internal/faulty_reactor.h).
+// reactor is wrapped only when faults are on; see reactor/internal/faulty_reactor.cc).
 
 #ifndef WEFT_BASE_FAULT_H_
 #define WEFT_BASE_FAULT_H_
@@ -79,6 +80,9 @@ inline bool Hit(Site site) {
   return fault_internal::HitSlow(site);
 }
 
+// Inject: a site with one kind of fault: Hit(site), counting `kind` when it hits.
+inline bool Inject(Site site, Kind kind);
+
 // Hard: whether hard faults are on.
 bool Hard();
 
@@ -89,6 +93,12 @@ std::uint64_t Random();
 void Injected(Kind kind);
 std::uint64_t InjectedCount();
 std::string Summary();
+
+inline bool Inject(Site site, Kind kind) {
+  if (!Hit(site)) [[likely]] return false;
+  Injected(kind);
+  return true;
+}
 
 }  // namespace weft::fault
 

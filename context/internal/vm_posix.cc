@@ -23,9 +23,8 @@
 namespace weft::context_internal {
 
 void* VmMap(std::size_t bytes) {
-  if (fault::Hit(fault::Site::kStackMap)) [[unlikely]] {  // WEFT_FAULTS (base/fault.h)
-    fault::Injected(fault::Kind::kNoMemory);
-    errno = ENOMEM;
+  if (fault::Inject(fault::Site::kStackMap, fault::Kind::kNoMemory)) [[unlikely]] {
+    errno = ENOMEM;  // WEFT_FAULTS (base/fault.h)
     return nullptr;
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,

@@ -373,9 +373,8 @@ class UringReactor final : public Reactor {
     if (io_uring_sq_space_left(&ring_) < need) io_uring_submit(&ring_);
     if (io_uring_sq_space_left(&ring_) < need) return nullptr;
     if (refuse_every_ != 0 && ++refuse_count_ % refuse_every_ == 0) return nullptr;  // testing
-    if (fault::Hit(fault::Site::kUringSubmit)) [[unlikely]] {  // WEFT_FAULTS (base/fault.h)
-      fault::Injected(fault::Kind::kSubmitBusy);
-      return nullptr;
+    if (fault::Inject(fault::Site::kUringSubmit, fault::Kind::kSubmitBusy)) [[unlikely]] {
+      return nullptr;  // WEFT_FAULTS (base/fault.h)
     }
     return io_uring_get_sqe(&ring_);
   }

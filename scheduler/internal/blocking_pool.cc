@@ -48,8 +48,8 @@ bool BlockingPool::submit(BlockingTask* task) {
   if (threads_ < max_threads_) {
     try {
       slots_.emplace_back();
-      if (fault::Hit(fault::Site::kThread)) [[unlikely]] {  // WEFT_FAULTS (base/fault.h)
-        fault::Injected(fault::Kind::kNoThread);
+      if (fault::Inject(fault::Site::kThread, fault::Kind::kNoThread)) [[unlikely]] {
+        // WEFT_FAULTS (base/fault.h)
         throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
       }
       slots_.back().thread = std::thread([this] { Loop(); });
