@@ -13,14 +13,11 @@ namespace {
 
 using model::check;
 using model::ExpectAllSchedulesPass;
-using model::Options;
 using model::Report;
 
 // One item: the owner's pop and the thief's steal race for it (the CAS on top).
 TEST(ChaseLevModelTest, TheLastItemGoesToExactlyOneSide) {
-  Options o;
-  o.preemption_bound = 3;
-  ExpectAllSchedulesPass(check([] { chase_lev_model::PushPopSteal(1, 2, 1); }, o));
+  ExpectAllSchedulesPass(check([] { chase_lev_model::PushPopSteal(1, 2, 1); }, {.preemption_bound = 3}));
 }
 
 TEST(ChaseLevModelTest, PushPopAndTwoSteals) {
@@ -33,9 +30,7 @@ TEST(ChaseLevModelTest, GrowthWhileAThiefHoldsTheOldBuffer) {
 }
 
 TEST(ChaseLevModelTest, StealHalfMovesEachItemOnce) {
-  Options o;
-  o.preemption_bound = 1;
-  ExpectAllSchedulesPass(check([] { chase_lev_model::StealHalf(3); }, o));
+  ExpectAllSchedulesPass(check([] { chase_lev_model::StealHalf(3); }, {.preemption_bound = 1}));
 }
 
 }  // namespace

@@ -18,7 +18,6 @@ namespace {
 
 using model::check;
 using model::ExpectAllSchedulesPass;
-using model::Options;
 using model::Report;
 
 // Items are producer * 10 + k: each taken once, and each producer's in increasing k.
@@ -37,8 +36,7 @@ void AssertEachOnceInProducerOrder(const std::vector<int>& taken, int producers,
 // Two producers into a ring of two, the body's thread consuming: a full ring refuses the push
 // and the producer retries; the consumer takes everything.
 TEST(RingModelTest, MpmcTwoProducersOneConsumer) {
-  Options o;
-  o.preemption_bound = 1;  // 2: 92,206 schedules, 11 s (WEFT_MODEL_PREEMPTIONS=2)
+  // Bound 1; at 2: 92,206 schedules, 11 s (WEFT_MODEL_PREEMPTIONS=2).
   ExpectAllSchedulesPass(check(
       [] {
         MpmcRing<int> ring(2);
@@ -63,7 +61,7 @@ TEST(RingModelTest, MpmcTwoProducersOneConsumer) {
         AssertEachOnceInProducerOrder(taken, 2, 2);
         WEFT_MODEL_ASSERT(!ring.try_pop().has_value());
       },
-      o));
+      {.preemption_bound = 1}));
 }
 
 // One producer, two consumers racing for the same cells.
@@ -93,8 +91,6 @@ TEST(RingModelTest, MpmcOneProducerTwoConsumers) {
 
 // SpmcRing: the owner pushes and pops; a consumer pops; another takes half in one CAS.
 TEST(RingModelTest, SpmcPopAndTakeHalfTakeEachItemOnce) {
-  Options o;
-  o.preemption_bound = 2;
   ExpectAllSchedulesPass(check(
       [] {
         SpmcRing<std::int64_t, 4> ring;
@@ -120,13 +116,11 @@ TEST(RingModelTest, SpmcPopAndTakeHalfTakeEachItemOnce) {
         model::AssertEachOnce(taken, std::int64_t{3});
         for (std::size_t i = 1; i < got_b.size(); ++i) WEFT_MODEL_ASSERT(got_b[i - 1] < got_b[i]);
       },
-      o));
+      {.preemption_bound = 2}));
 }
 
 // steal_half between two rings with different owners, while the victim's owner pops.
 TEST(RingModelTest, SpmcStealHalfMovesEachItemOnce) {
-  Options o;
-  o.preemption_bound = 2;
   ExpectAllSchedulesPass(check(
       [] {
         SpmcRing<std::int64_t, 4> victim;
@@ -145,7 +139,7 @@ TEST(RingModelTest, SpmcStealHalfMovesEachItemOnce) {
         taken.insert(taken.end(), stolen.begin(), stolen.end());
         model::AssertEachOnce(taken, std::int64_t{3});
       },
-      o));
+      {.preemption_bound = 2}));
 }
 
 }  // namespace

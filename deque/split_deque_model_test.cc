@@ -60,9 +60,7 @@ void SpawnSyncWithAThief(int tasks, int steals) {
 }
 
 TEST(SplitDequeModelTest, EachTaskRunsOnceAndItsResultIsSeen) {
-  model::Options o;
-  o.preemption_bound = 2;
-  model::Report r = model::check([] { SpawnSyncWithAThief(2, 3); }, o);
+  model::Report r = model::check([] { SpawnSyncWithAThief(2, 3); }, {.preemption_bound = 2});
   model::ExpectAllSchedulesPass(r);
 }
 

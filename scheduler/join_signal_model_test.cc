@@ -16,7 +16,6 @@ namespace {
 using model::Cell;
 using model::check;
 using model::ExpectAllSchedulesPass;
-using model::Options;
 using model::Report;
 
 // The state a fiber and its handle share: the signal and the result.
@@ -59,21 +58,15 @@ void JoinRacingFinish(bool timed) {
 }
 
 TEST(JoinSignalModelTest, JoinRacingFinish) {
-  Options o;
-  o.preemption_bound = 3;
-  ExpectAllSchedulesPass(check([] { JoinRacingFinish(false); }, o));
+  ExpectAllSchedulesPass(check([] { JoinRacingFinish(false); }, {.preemption_bound = 3}));
 }
 
 TEST(JoinSignalModelTest, TimedJoinRacingFinish) {
-  Options o;
-  o.preemption_bound = 3;
-  ExpectAllSchedulesPass(check([] { JoinRacingFinish(true); }, o));
+  ExpectAllSchedulesPass(check([] { JoinRacingFinish(true); }, {.preemption_bound = 3}));
 }
 
 // Detach (drop) racing the finish: exactly one side frees, the other never touches it again.
 TEST(JoinSignalModelTest, DetachRacingFinish) {
-  Options o;
-  o.preemption_bound = 3;
   ExpectAllSchedulesPass(check(
       [] {
         Cell<int> frees(0);
@@ -87,7 +80,7 @@ TEST(JoinSignalModelTest, DetachRacingFinish) {
         fiber.join();
         WEFT_MODEL_ASSERT(frees.get() == 1);
       },
-      o));
+      {.preemption_bound = 3}));
 }
 
 }  // namespace

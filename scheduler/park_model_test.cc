@@ -19,13 +19,6 @@ namespace {
 
 using model::check;
 using model::ExpectAllSchedulesPass;
-using model::Options;
-
-Options Bound(int preemptions) {
-  Options o;
-  o.preemption_bound = preemptions;
-  return o;
-}
 
 class ParkModelTest : public ::testing::TestWithParam<bool> {};
 
@@ -41,7 +34,7 @@ TEST_P(ParkModelTest, WaitAndNotify) {
         WEFT_MODEL_ASSERT(f.queued.load() == f.parks);
         WEFT_MODEL_ASSERT(!f.permit.load());
       },
-      Bound(3)));
+      {.preemption_bound = 3}));
 }
 
 // Two notifiers race for one parked fiber: it is queued once.
@@ -57,7 +50,7 @@ TEST_P(ParkModelTest, TwoNotifiersQueueOnce) {
         b.join();
         WEFT_MODEL_ASSERT(f.queued.load() == f.parks);
       },
-      Bound(2)));
+      {.preemption_bound = 2}));
 }
 
 // Two conditions waited for in turn, each set and notified by its own thread (as //sync uses a
@@ -83,7 +76,7 @@ TEST_P(ParkModelTest, StalePermitAcrossWaits) {
         b.join();
         WEFT_MODEL_ASSERT(f.queued.load() == f.parks);
       },
-      Bound(2)));
+      {.preemption_bound = 2}));
 }
 
 // A timed wait: its timer and a notify race. The wait ends either way, queued once; if it
@@ -101,7 +94,7 @@ TEST_P(ParkModelTest, TimerRacingNotify) {
         WEFT_MODEL_ASSERT(f.queued.load() == f.parks);
         WEFT_MODEL_ASSERT(notified || f.timer_fired.get());
       },
-      Bound(2)));
+      {.preemption_bound = 2}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fences, ParkModelTest, ::testing::Values(false, true),

@@ -21,7 +21,6 @@ namespace {
 using model::Cell;
 using model::check;
 using model::ExpectAllSchedulesPass;
-using model::Options;
 using model::Report;
 
 WaitOptions InAnHour() {
@@ -30,16 +29,12 @@ WaitOptions InAnHour() {
 
 // Two threads each add 1 under the mutex: the count is 2 and no access races.
 TEST(SyncModelTest, MutexCountsEveryCriticalSection) {
-  Options o;
-  o.preemption_bound = 3;
-  ExpectAllSchedulesPass(check([] { CountUnderMutex(2, 1); }, o));
+  ExpectAllSchedulesPass(check([] { CountUnderMutex(2, 1); }, {.preemption_bound = 3}));
 }
 
 // Three threads, two critical sections each: nobody is left parked with the mutex free.
 TEST(SyncModelTest, MutexWithThreeThreads) {
-  Options o;
-  o.preemption_bound = 1;
-  ExpectAllSchedulesPass(check([] { CountUnderMutex(3, 2); }, o));
+  ExpectAllSchedulesPass(check([] { CountUnderMutex(3, 2); }, {.preemption_bound = 1}));
 }
 
 // A timed lock that may time out (the checker chooses), and try_lock: whatever happens, the
@@ -99,8 +94,6 @@ TEST(SyncModelTest, CondVarWaitSeesTheSignal) {
 // Channel: an unbuffered hand-off, then a buffered send and a close: the receiver gets both
 // values, in order, then EPIPE.
 TEST(SyncModelTest, ChannelDeliversEveryValueOnceThenReportsClosed) {
-  Options o;
-  o.preemption_bound = 3;
   Report r = check(
       [] {
         Channel<int> unbuffered;
@@ -118,15 +111,13 @@ TEST(SyncModelTest, ChannelDeliversEveryValueOnceThenReportsClosed) {
         WEFT_MODEL_ASSERT(!c.ok() && c.error() == std::errc::broken_pipe);
         sender.join();
       },
-      o);
+      {.preemption_bound = 3});
   ExpectAllSchedulesPass(r);
 }
 
 // select racing a cancellation: exactly one outcome. If it reports cancelled, the value is still
 // in the channel; if it received, the value is gone from it. Nothing lost, nothing twice.
 TEST(SyncModelTest, SelectRacingCancellationHasExactlyOneOutcome) {
-  Options o;
-  o.preemption_bound = 1;
   Report r = check(
       [] {
         Channel<int> a(1), b(1);
@@ -148,15 +139,13 @@ TEST(SyncModelTest, SelectRacingCancellationHasExactlyOneOutcome) {
           WEFT_MODEL_ASSERT(left.ok() && left.value() == 7);
         }
       },
-      o);
+      {.preemption_bound = 1});
   ExpectAllSchedulesPass(r);
 }
 
 // A cancellation callback registered while another thread cancels: it runs at most once, and
 // never after its CancellationCallback is destroyed (the Cell turns that into a data race).
 TEST(SyncModelTest, CancellationCallbackNeverRunsAfterItsDestruction) {
-  Options o;
-  o.preemption_bound = 3;
   Report r = check(
       [] {
         CancellationSource source;
@@ -170,14 +159,12 @@ TEST(SyncModelTest, CancellationCallbackNeverRunsAfterItsDestruction) {
         canceller.join();
         WEFT_MODEL_ASSERT(seen <= 1 && runs.get() == seen);
       },
-      o);
+      {.preemption_bound = 3});
   ExpectAllSchedulesPass(r);
 }
 
 // Semaphore and WaitGroup: a release wakes the acquirer; done() wakes the waiter.
 TEST(SyncModelTest, SemaphoreAndWaitGroupWakeTheirWaiters) {
-  Options o;
-  o.preemption_bound = 3;
   Report r = check(
       [] {
         Semaphore sem(0);
@@ -194,7 +181,7 @@ TEST(SyncModelTest, SemaphoreAndWaitGroupWakeTheirWaiters) {
         WEFT_MODEL_ASSERT(work.get() == 1);
         t.join();
       },
-      o);
+      {.preemption_bound = 3});
   ExpectAllSchedulesPass(r);
 }
 
