@@ -1,6 +1,7 @@
 // model/testing.h: GoogleTest helpers for model tests.
 //
-// Defines: weft::model::ExpectAllSchedulesPass, weft::model::AssertEachOnce.
+// Defines: weft::model::ExpectAllSchedulesPass, weft::model::AssertEachOnce,
+// weft::model::CheckedBool.
 
 #ifndef WEFT_MODEL_TESTING_H_
 #define WEFT_MODEL_TESTING_H_
@@ -36,6 +37,20 @@ void AssertEachOnce(const std::vector<Int>& taken, Int n) {
   }
   for (Int i = 1; i <= n; ++i) WEFT_MODEL_ASSERT(seen[static_cast<std::size_t>(i)] == 1);
 }
+
+// CheckedBool: a stand-in for a plain bool field of the code under test, whose accesses the
+// checker checks for data races (a Cell<bool> with a bool's assignment and conversion).
+class CheckedBool {
+ public:
+  CheckedBool& operator=(bool v) {
+    cell_.set(v);
+    return *this;
+  }
+  operator bool() const { return cell_.get(); }  // NOLINT: as the bool it stands for
+
+ private:
+  Cell<bool> cell_{false};
+};
 
 }  // namespace weft::model
 

@@ -14,24 +14,13 @@
 #include "base/atomic.h"
 #include "base/cpu_relax.h"
 #include "model/model.h"
+#include "model/testing.h"
 #include "scheduler/internal/park.h"
 
 namespace weft::scheduler_internal {
 
 using model::Cell;
-
-// CheckedBool: a plain bool field whose accesses the checker checks for data races.
-class CheckedBool {
- public:
-  CheckedBool& operator=(bool v) {
-    cell_.set(v);
-    return *this;
-  }
-  operator bool() const { return cell_.get(); }  // NOLINT: as the bool it stands for
-
- private:
-  Cell<bool> cell_{false};
-};
+using model::CheckedBool;
 
 // ModelFiber: the fields of scheduler/runtime.cc's Fiber that the handshake uses, and a run
 // queue reduced to a count of how often the fiber was queued.

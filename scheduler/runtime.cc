@@ -65,6 +65,7 @@
 #include "deque/mpmc_ring.h"
 #include "deque/spmc_ring.h"
 #include "scheduler/internal/blocking_pool.h"
+#include "scheduler/internal/idle.h"
 #include "scheduler/internal/park.h"
 #include "scheduler/io.h"
 #include "sync/internal/spin_lock.h"
@@ -77,8 +78,9 @@ namespace scheduler_internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// Worker::timer_head when the worker's heap is empty.
-constexpr Clock::rep kNoTimer = std::numeric_limits<Clock::rep>::max();
+// Worker::timer_head when the worker's heap is empty (scheduler/internal/idle.h's kNoDeadline).
+static_assert(std::is_same_v<Clock::rep, std::int64_t>);
+constexpr Clock::rep kNoTimer = kNoDeadline;
 // How overdue a worker's earliest timer must be before an idle worker pops it (RescueTimers).
 // A worker that switches fibers pops its own due timers within a fairness pass; one that has
 // not is stuck in one fiber (CPU-bound, or a blocking call outside call_blocking), and its
@@ -410,7 +412,7 @@ struct Worker {
   // Until when this worker may not look at other workers' timers: 0 while it is awake (it looks
   // each time it finds no work), the deadline of its sleep while it sleeps, kNoTimer while it is
   // deciding that deadline. Read by WatchTimers (relaxed; the Dekker fences order it).
-  std::atomic<Clock::rep> watch_until{0};
+  weft::atomic<Clock::rep> watch_until{0};
   // watch_floor: the earliest time this worker's current sleep would end only to look at other
   // workers' timers (its start plus watch_backoff); WatchTimers wakes it no sooner. Relaxed: a
   // stale floor is an earlier one (the backoff only grows within an idle spell), so it costs a
@@ -418,7 +420,7 @@ struct Worker {
   // each sleep that ends to watch, and is cleared when the worker finds work: a worker idle
   // beside one whose timers keep coming due (and are popped by their owner) wakes at most about
   // 100 times a second for them, not once per timer.
-  std::atomic<Clock::rep> watch_floor{0};
+  weft::atomic<Clock::rep> watch_floor{0};
   Clock::duration watch_backoff{0};
   std::unique_ptr<StackCache> stacks;
   // SpawnStates allocated on this worker (AllocateSpawnState). Owned by the worker's thread.
@@ -456,17 +458,17 @@ struct Worker {
   IoRequest* mail_cancels = nullptr;
   std::atomic<bool> has_mail{false};
 
-  // Sleeping (guarded by the runtime's idle_mu).
+  // Sleeping (guarded by the runtime's idle.lock(); scheduler/internal/idle.h).
   bool sleeping = false;
   bool exited = false;
-  std::atomic<std::uint32_t> wake_word{0};  // futex, when there is no reactor
+  std::atomic<std::uint32_t> wake_word{0};  // futex (std::atomic: FutexWait takes one)
 
   // clock_floor: the latest steady_clock reading taken on this worker's thread (by PopDueTimers
   // and sleeps): a time that has passed, known without reading the clock (a sleep's checks).
   // Owner only. Last, so that it moves no other field.
   Clock::time_point clock_floor{};
 
-  // Wake: makes this worker's sleep (or its next one) return. Caller holds idle_mu or knows
+  // Wake: makes this worker's sleep (or its next one) return. Caller holds idle.lock() or knows
   // the worker has not exited.
   void Wake() {
     wake_word.fetch_add(1, std::memory_order_release);
@@ -550,9 +552,8 @@ struct Runtime::Impl {
   std::mutex overflow_mu;
   FiberFifo overflow;  // guarded by overflow_mu
   std::atomic<std::size_t> overflow_size{0};
-  std::mutex idle_mu;
-  std::vector<Worker*> idle;  // sleeping workers
-  std::atomic<int> sleepers{0};
+  // Sleeping workers, and the handshake that wakes them (scheduler/internal/idle.h).
+  IdleWorkers<Worker, std::mutex> idle;
   std::atomic<bool> stop{false};
   std::atomic<bool> shutting_down{false};
   // light_park: the park/notify Dekker pair is asymmetric (the file comment); set once, before
@@ -587,51 +588,18 @@ struct Runtime::Impl {
   std::unique_ptr<ForkJoinPool> fork_join;  // hosted: the workers are this runtime's
 
   // WakeOne: new work exists; wake one sleeping worker, if any. Cheap when none sleeps.
-  void WakeOne() {
-    // seq_cst: orders our publication of work before reading sleepers; the sleeper increments
-    // sleepers, fences, then looks for work (Dekker): one of us sees the other.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_relaxed) == 0) return;
-    std::lock_guard<std::mutex> lock(idle_mu);
-    if (idle.empty()) return;
-    Worker* w = idle.back();
-    idle.pop_back();
-    w->sleeping = false;
-    sleepers.fetch_sub(1, std::memory_order_relaxed);
-    w->Wake();
-  }
-  // LeaveIdleLocked: takes a sleeping w off the idle list (idle_mu held); false if not on it.
-  bool LeaveIdleLocked(Worker& w) {
-    if (!w.sleeping) return false;
-    idle.erase(std::find(idle.begin(), idle.end(), &w));
-    w.sleeping = false;
-    sleepers.fetch_sub(1, std::memory_order_relaxed);
-    return true;
-  }
+  void WakeOne() { idle.WakeOne(); }
   // WatchTimers: w's earliest deadline became `head`, earlier than before. A sleeping worker
   // that would not wake by head + kTimerRescueGrace could not rescue it if w got stuck
   // (RescueTimers): wake it, so that it sleeps again with head in its deadline (as Go's
   // wakeNetPoller does when a timer is added). Only a new earliest deadline pays this.
   void WatchTimers(Worker& w, Clock::rep head) {
-    // seq_cst: the Dekker pairing with Sleep. w published head, then reads the watchers; a
-    // sleeper publishes watch_until = kNoTimer, fences, then reads the heads: one sees the other.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_relaxed) == 0) return;
-    const Clock::rep by = head + Clock::duration(kTimerRescueGrace).count();
-    for (const auto& v : workers) {
-      if (v.get() == &w) continue;
-      // relaxed: ordered by the fences above and in Sleep (watch_floor: see Worker).
-      Clock::rep until = v->watch_until.load(std::memory_order_relaxed);
-      if (until > std::max(by, v->watch_floor.load(std::memory_order_relaxed))) WakeWorker(*v);
-    }
+    idle.WatchTimers(workers, w, head + Clock::duration(kTimerRescueGrace).count());
   }
   // WakeWorker: w specifically has work (its mailbox).
-  void WakeWorker(Worker& w) {
-    std::lock_guard<std::mutex> lock(idle_mu);
-    if (LeaveIdleLocked(w)) w.Wake();
-  }
+  void WakeWorker(Worker& w) { idle.WakeWorker(w); }
   void WakeAll() {
-    std::lock_guard<std::mutex> lock(idle_mu);
+    std::lock_guard<std::mutex> lock(idle.lock());
     for (auto& w : workers) {
       if (!w->exited) w->Wake();
     }
@@ -1262,7 +1230,7 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
     // out; and work for thieves.
     w.fair_tick = w.tick;
     if (w.steal_request.load(std::memory_order_relaxed) ||
-        (w.yields.count > 1 && sleepers.load(std::memory_order_relaxed) > 0)) {
+        (w.yields.count > 1 && idle.sleepers() > 0)) {
       Spill(w);
     }
     if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
@@ -1428,15 +1396,9 @@ void Runtime::Impl::Sleep(Worker& w) {
   const Clock::time_point watch_from =
       start + std::max<Clock::duration>(kRescueRetry, w.watch_backoff);
   w.watch_floor.store(watch_from.time_since_epoch().count(), std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(idle_mu);
-    idle.push_back(&w);
-    w.sleeping = true;
-    sleepers.fetch_add(1, std::memory_order_relaxed);
-  }
-  w.watch_until.store(kNoTimer, std::memory_order_relaxed);  // deciding: see WatchTimers
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker with WakeOne and WatchTimers
-  std::uint32_t word = w.wake_word.load(std::memory_order_acquire);
+  // Listed, deciding, fenced (scheduler/internal/idle.h): every look below sees what was
+  // published before a WakeOne or WatchTimers that did not see this worker listed.
+  const std::uint32_t word = idle.BeginSleep(w);
   bool work = inject.size_approx() != 0 || overflow_size.load(std::memory_order_relaxed) != 0 ||
               w.run_next != nullptr || w.yields.count != 0 ||
               w.has_mail.load(std::memory_order_relaxed) || w.pinned_local.count != 0;
@@ -1490,9 +1452,7 @@ void Runtime::Impl::Sleep(Worker& w) {
              std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - slept_from)
                  .count()));
   }
-  w.watch_until.store(0, std::memory_order_relaxed);  // awake: FindWork looks at every pass
-  std::lock_guard<std::mutex> lock(idle_mu);
-  (void)LeaveIdleLocked(w);  // still listed if nobody woke us (a timer, or the safety net)
+  idle.EndSleep(w);  // still listed if nobody woke us (a timer, or the safety net)
 }
 
 // FailUnstartable: the fibers that found no stack end without running; their joins rethrow a
@@ -1571,7 +1531,7 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
     idle_passes = 60;
   }
   {
-    std::lock_guard<std::mutex> lock(idle_mu);
+    std::lock_guard<std::mutex> lock(idle.lock());
     w.exited = true;  // no Wake() after this: the reactor goes away below
   }
   // Timers left behind are stale (every fiber finished): free them, and the spares.
