@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/atomic.h"
 #include "deque/mpmc_ring.h"
 #include "deque/split_deque.h"
 
@@ -230,8 +231,8 @@ class ForkJoinPool {
   std::vector<std::thread> threads_;
   MpmcRing<Job*> submitted_;
   alignas(64) std::atomic<std::uint32_t> wake_word_{0};
-  std::atomic<std::uint32_t> sleepers_{0};
-  std::atomic<bool> stop_{false};
+  weft::atomic<std::uint32_t> sleepers_{0};
+  weft::atomic<bool> stop_{false};
   void (*host_wake_)(void*) = nullptr;
   void* host_arg_ = nullptr;
 };

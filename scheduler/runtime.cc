@@ -134,7 +134,7 @@ struct TimerEntry {
   std::uint64_t gen = 0;
   Worker* owner = nullptr;
   std::chrono::steady_clock::time_point deadline;
-  std::atomic<int> refs{2};
+  weft::atomic<int> refs{2};
   // Set by the owner worker as its deadline wakes the fiber (ClaimTimedOut), before the fiber is
   // published; read by the fiber's wait after it resumes, while it still holds its reference.
   // So the wait tells its own timer's wake-up from a stale entry's (of an earlier wait, which can
@@ -198,7 +198,7 @@ struct alignas(64) Fiber {
   weft::atomic<int> state{kDone};        // made free, as a finished one (Spawn sets kRunnable)
   // The fd of the I/O it waits on, for dumps (relaxed: informational); what it waits on is
   // the waiter's note_wait.
-  std::atomic<int> wait_fd{-1};
+  weft::atomic<int> wait_fd{-1};
   // The stack it asks for at its first run: StackOptions, packed (sizes are at most 64 MiB).
   std::uint32_t stack_size = 0;
   StackProtection stack_protection = StackProtection::kAuto;
@@ -216,7 +216,7 @@ struct alignas(64) Fiber {
   std::uint8_t name_len = 0;
   // The generation of its current (or last) wait; a timer entry of another is stale. On the
   // same line as state, which a timer's wake-up reads too (PopDueTimers).
-  std::atomic<std::uint64_t> wait_gen{0};
+  weft::atomic<std::uint64_t> wait_gen{0};
   // ---- 128 bytes: a wait adds the waiter's first line (a sleep touches no other).
   FiberWaiter waiter;
   char name[32] = {};
@@ -309,8 +309,8 @@ struct IoRequest {
   Waiter* waiter = nullptr;
   Worker* owner = nullptr;
   std::int64_t result = 0;
-  std::atomic<bool> finished{false};     // the completion ran (release: result is written)
-  std::atomic<bool> cancel_done{false};  // the owner consumed our cancel request
+  weft::atomic<bool> finished{false};    // the completion ran (release: result is written)
+  weft::atomic<bool> cancel_done{false};  // the owner consumed our cancel request
   IoRequest* next_cancel = nullptr;      // the owner's mailbox
 };
 
@@ -398,7 +398,7 @@ struct Worker {
   // see it; they ask with steal_request and the owner spills half to its queue (Lace's split
   // request, applied to yields). It also spills when workers sleep (see Spill).
   FiberFifo yields;
-  std::atomic<bool> steal_request{false};  // a thief found nothing; relaxed (a hint)
+  weft::atomic<bool> steal_request{false};  // a thief found nothing; relaxed (a hint)
   Fiber* current = nullptr;
   Context home = nullptr;  // the worker thread's own context
   // The deadlines of fibers that parked here. The owner inserts, cancels and pops; an idle worker
@@ -408,7 +408,7 @@ struct Worker {
   // that says whether to take the lock, and until when an idle worker may sleep).
   sync_internal::SpinLock timer_mu;
   TimerHeap timers ABSL_GUARDED_BY(timer_mu);
-  std::atomic<Clock::rep> timer_head{kNoTimer};
+  weft::atomic<Clock::rep> timer_head{kNoTimer};
   // Until when this worker may not look at other workers' timers: 0 while it is awake (it looks
   // each time it finds no work), the deadline of its sleep while it sleeps, kNoTimer while it is
   // deciding that deadline. Read by WatchTimers (relaxed; the Dekker fences order it).
@@ -438,7 +438,7 @@ struct Worker {
   std::vector<std::pair<Fiber*, std::error_code>> unstartable;
   // Spare live-fiber credits (see Impl::credits). Written by the owner only (relaxed load+store);
   // atomic so that stats_json may read it.
-  std::atomic<std::int64_t> credits{0};
+  weft::atomic<std::int64_t> credits{0};
   std::uint64_t next_id = 0, id_end = 0;  // owner only: a block of fiber ids
   // The safety-net timeout of the worker's next sleep (Impl::Sleep); owner only.
   std::chrono::milliseconds idle_net{100};
@@ -456,7 +456,7 @@ struct Worker {
   std::mutex mail_mu;
   FiberFifo mail_fibers;
   IoRequest* mail_cancels = nullptr;
-  std::atomic<bool> has_mail{false};
+  weft::atomic<bool> has_mail{false};
 
   // Sleeping (guarded by the runtime's idle.lock(); scheduler/internal/idle.h).
   bool sleeping = false;
@@ -551,10 +551,10 @@ struct Runtime::Impl {
   // looks (relaxed: a hint; the lock orders the contents).
   std::mutex overflow_mu;
   FiberFifo overflow;  // guarded by overflow_mu
-  std::atomic<std::size_t> overflow_size{0};
+  weft::atomic<std::size_t> overflow_size{0};
   // Sleeping workers, and the handshake that wakes them (scheduler/internal/idle.h).
   IdleWorkers<Worker, std::mutex> idle;
-  std::atomic<bool> stop{false};
+  weft::atomic<bool> stop{false};
   std::atomic<bool> shutting_down{false};
   // light_park: the park/notify Dekker pair is asymmetric (the file comment); set once, before
   // any worker starts.
@@ -565,7 +565,7 @@ struct Runtime::Impl {
   // Every term is >= 0, so credits == 0 means no fiber is alive: an exact test without a shared
   // counter touched twice per fiber (which cost ~100 ns per spawn+join across two cores).
   static constexpr std::int64_t kCreditBatch = 64;
-  std::atomic<std::int64_t> credits{0};
+  weft::atomic<std::int64_t> credits{0};
   static constexpr std::uint64_t kIdBlock = 1024;  // ids handed to a worker at once
   std::atomic<std::uint64_t> spawned_outside{0};
   // Finished fibers for reuse, moved to and from the workers' free lists in batches. A spin

@@ -4,14 +4,26 @@
 # that did not build or produced no result counts as one failure). Exit status is non-zero on any
 # failure.
 #
-#   tools/test_all.sh                      # default, asan, tsan, ubsan, ucontext, epoll, faults, model
+#   tools/test_all.sh                      # default asan tsan ubsan ucontext epoll faults asan_faults model
 #   WEFT_TEST_CONFIGS="default tsan" tools/test_all.sh
 #   WEFT_STRESS_SCALE=10 tools/test_all.sh # stress tests run 10x longer
 #   WEFT_TEST_TARGETS="//context/... //deque/..." tools/test_all.sh   # some packages (default //...)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-read -r -a configs <<<"${WEFT_TEST_CONFIGS:-default asan tsan ubsan ucontext epoll faults model}"
+case "${1:-}" in
+  "") ;;
+  -h | --help)
+    sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
+    exit 0
+    ;;
+  *)
+    echo "tools/test_all.sh: takes no arguments (configure it with WEFT_TEST_*; see --help)" >&2
+    exit 2
+    ;;
+esac
+
+read -r -a configs <<<"${WEFT_TEST_CONFIGS:-default asan tsan ubsan ucontext epoll faults asan_faults model}"
 passed=0
 failed=0
 status=0
@@ -26,7 +38,7 @@ model_targets=$(./bazelw query "attr(tags, '\bmodel\b', $all_tests)") ||
   { echo "0 passed, 1 failed"; exit 1; }
 other_targets=$(./bazelw query "$all_tests except attr(tags, '\bmodel\b', $all_tests)") ||
   { echo "0 passed, 1 failed"; exit 1; }
-# The faults configuration (soft faults injected) skips the raw Reactor's tests (no_faults).
+# The faults configurations (soft faults injected) skip the raw Reactor's tests (no_faults).
 fault_targets=$(./bazelw query "$all_tests except attr(tags, '\b(model|no_faults)\b', $all_tests)") ||
   { echo "0 passed, 1 failed"; exit 1; }
 
@@ -37,7 +49,7 @@ for config in "${configs[@]}"; do
   if [ "$config" = model ]; then
     targets=$model_targets
     args+=(--test_tag_filters=model --build_tests_only)
-  elif [ "$config" = faults ]; then
+  elif [ "$config" = faults ] || [ "$config" = asan_faults ]; then
     targets=$fault_targets
     args+=(--test_tag_filters=-no_faults)
   fi

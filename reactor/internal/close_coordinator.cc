@@ -15,7 +15,7 @@ namespace weft::reactor_internal {
 // due plus the closing reactor's own hold while it posts the notices; whoever takes it to zero
 // hands the close back to its reactor (or, if that reactor is gone, closes the fd itself).
 struct CloseWait {
-  std::atomic<int> remaining{1};
+  weft::atomic<int> remaining{1};
   int fd = -1;
   IoOp* op = nullptr;  // null: a close that does not wait (Reactor::close(int))
   int origin_slot = -1;

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/atomic.h"
 #include "reactor/reactor.h"
 
 namespace weft::reactor_internal {
@@ -140,8 +141,8 @@ class CloseCoordinator {
   int slot_;              // 0..63; 63 is shared by every reactor past the 63rd
   std::uint64_t bit_;     // 1 << slot_
   std::uint64_t serial_;  // tells a reused slot's new reactor from the one a close started on
-  std::atomic<bool> mail_{false};
-  std::atomic<bool> busy_{false};  // see SetBusy
+  weft::atomic<bool> mail_{false};
+  weft::atomic<bool> busy_{false};  // see SetBusy
   bool busy_cached_ = false;       // owner thread's copy
   // Guarded by the registry's mutex:
   std::vector<Notice> notices_;

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "base/atomic.h"
+
 namespace weft::reactor_internal {
 
 class EventfdWaker {
@@ -36,7 +38,7 @@ class EventfdWaker {
 
  private:
   int fd_ = -1;
-  std::atomic<bool> pending_{false};
+  weft::atomic<bool> pending_{false};
 };
 
 }  // namespace weft::reactor_internal
