@@ -58,10 +58,23 @@ def read_lines(path):
 
 
 def by_runtime(rows):
+    """{runtime: {workload: [rows]}}: a workload may have several lines, one per variant (a peer
+    that runs it two ways, each as its users might write it); the last line of each variant."""
     out = {}
     for r in rows:
-        out.setdefault(r.get("runtime"), {})[r.get("workload")] = r
+        lines = out.setdefault(r.get("runtime"), {}).setdefault(r.get("workload"), [])
+        lines[:] = [l for l in lines if l.get("variant") != r.get("variant")] + [r]
     return out
+
+
+def best(lines, field, higher):
+    """(value, variant) of the line of `lines` best by `field`: the headline figure of a runtime
+    that ran a workload several ways is its faster way. (None, None) if no line has the field."""
+    have = [l for l in lines or [] if l.get(field) is not None]
+    if not have:
+        return None, None
+    pick = (max if higher else min)(have, key=lambda l: l[field])
+    return pick[field], pick.get("variant")
 
 
 def peers_in(rows):
@@ -77,15 +90,32 @@ def ratio(weft, peer, higher):
 
 
 def comparisons(rt, peers):
-    """Per metric of METRICS: (label, unit, weft's value, [(peer, peer's value, ratio)]); a value
-    or ratio is None where that runtime has no such result."""
+    """Per metric of METRICS: (label, unit, weft's value, [(peer, peer's value, ratio, variant)]);
+    a value or ratio is None where that runtime has no such result; variant names the peer's line
+    used when it ran the workload several ways (its best), else None."""
     for workload, field, unit, higher, label in METRICS:
-        w = rt.get("weft", {}).get(workload, {}).get(field)
+        w, _ = best(rt.get("weft", {}).get(workload), field, higher)
         cells = []
         for p in peers:
-            pv = rt.get(p, {}).get(workload, {}).get(field)
-            cells.append((p, pv, ratio(w, pv, higher)))
+            pv, variant = best(rt.get(p, {}).get(workload), field, higher)
+            cells.append((p, pv, ratio(w, pv, higher), variant))
         yield label, unit, w, cells
+
+
+def variant_notes(rt):
+    """Lines saying, for each runtime and workload run several ways, every way's figure and
+    which one the table uses."""
+    notes = []
+    for workload, field, unit, higher, label in METRICS:
+        for runtime in sorted(rt):
+            lines = [l for l in rt[runtime].get(workload, []) if l.get(field) is not None]
+            if len(lines) < 2:
+                continue
+            _, used = best(lines, field, higher)
+            parts = ["%s %s%s" % (l.get("variant"), fmt(l[field]), " (used)" if l.get("variant") == used else "")
+                     for l in lines]
+            notes.append("%s %s (%s): %s" % (runtime, label, unit, ", ".join(parts)))
+    return notes
 
 
 def fmt_ratio(r):
@@ -113,8 +143,13 @@ def cmd_table(args):
     print("\n" + head)
     for label, unit, w, cells in comparisons(rt, peers):
         print("%-18s %-14s %9s" % (label, unit, fmt(w)) +
-              "".join("%13s %7s" % (fmt(pv), fmt_ratio(r)) for _, pv, r in cells))
+              "".join("%13s %7s" % (fmt(pv) + ("*" if v else ""), fmt_ratio(r)) for _, pv, r, v in cells))
     print("\nx: how many times better weft is (> 1: weft ahead); -: the peer has no such workload.")
+    notes = variant_notes(rt)
+    if notes:
+        print("*: the peer ran the workload several ways; the table uses its best:")
+        for n in notes:
+            print("  " + n)
     print("JSON lines: %s" % args.latest)
 
 
@@ -149,7 +184,7 @@ def color(runtime):
 
 def svg_ratio_chart(rt, peers):
     """Horizontal bars on a log axis: for each metric, weft's ratio against each peer."""
-    bars = [(label, p, r) for label, _, _, cells in comparisons(rt, peers) for p, _, r in cells if r]
+    bars = [(label, p, r) for label, _, _, cells in comparisons(rt, peers) for p, _, r, _ in cells if r]
     if not bars:
         return "<p>No peer results in the newest run.</p>"
     lo = min(0.25, min(r for _, _, r in bars) / 1.5)
@@ -268,15 +303,21 @@ def cmd_dashboard(args):
     for label, unit, w, cells in comparisons(nrt, peers):
         table.append("<tr><td>%s</td><td>%s</td><td>%s</td>%s</tr>" % (
             html.escape(label), unit, fmt(w),
-            "".join("<td>%s</td><td>%s</td>" % (fmt(pv), fmt_ratio(r)) for _, pv, r in cells)))
+            "".join("<td>%s</td><td>%s</td>" % (fmt(pv) + ("*" if v else ""), fmt_ratio(r))
+                    for _, pv, r, v in cells)))
     table.append("</table>")
+    notes = variant_notes(nrt)
+    if notes:
+        table.append("<p>*: the peer ran the workload several ways; the table uses its best:</p><ul>%s</ul>"
+                     % "".join("<li>%s</li>" % html.escape(n) for n in notes))
     body += ["<h2>Newest run</h2>", "".join(table), "<h2>History</h2>",
              "<p>weft solid, peers dashed; x axis: runs in order, labelled by commit.</p>"]
     for workload, field, unit, higher, label in METRICS:
         pts = {}
         for r in rows:
             if r["run"] in index and r["workload"] == workload and r.get(field) is not None:
-                pts.setdefault(r["runtime"], []).append((index[r["run"]], r[field]))
+                name = r["runtime"] + ("/" + r["variant"] if r.get("variant") else "")
+                pts.setdefault(name, []).append((index[r["run"]], r[field]))
         ordered = {k: pts[k] for k in ["weft"] + PEER_ORDER + sorted(pts) if k in pts}
         body.append(svg_history(ordered, runs, label + (" (higher is better)" if higher else ""), unit))
     page = ("<!doctype html><html><head><meta charset=utf-8><title>weft benchmarks</title>"
@@ -342,17 +383,21 @@ def load_samples(path, runtime):
             if t is not None:
                 out.setdefault(name, ([], False))[0].append(float(t))
         return out
+    # Several lines of one metric (a file of several runs, as a baseline made of more than one
+    # run is) pool their samples.
     for r in read_lines(path):
         if r.get("runtime") != runtime:
             continue
+        suffix = " [%s]" % r["variant"] if r.get("variant") else ""
         for workload, field, unit, higher, label in METRICS:
             if r.get("workload") != workload:
                 continue
             if field in ("ns_per_op", "wall_ms", "release_ms", "msgs_per_s") and r.get("samples_ms"):
                 # Every timed metric is a fixed amount of work over a wall: compare the walls.
-                out["%s (wall ms)" % workload] = ([float(s) for s in r["samples_ms"]], False)
+                name = "%s (wall ms)%s" % (workload, suffix)
+                out.setdefault(name, ([], False))[0].extend(float(s) for s in r["samples_ms"])
             elif field == "rss_kb_per_task" and r.get(field) is not None:
-                out[label] = ([float(r[field])], False)
+                out.setdefault(label + suffix, ([], False))[0].append(float(r[field]))
     return out
 
 

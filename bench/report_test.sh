@@ -63,6 +63,26 @@ gbench BM_Switch 6.5 6.4 6.6 6.5 6.7 >"$dir/gb_slow.json"
 expect 1 python3 "$report" compare "$dir/gb_base.json" "$dir/gb_slow.json"
 expect 0 python3 "$report" compare "$dir/gb_base.json" "$dir/gb_base.json"
 
+# Lines of several runs pool their samples: a baseline of two runs, each 5 samples around 10,
+# against a current run slower by 20%: flagged, on all 10 baseline samples.
+cat "$dir/base.jsonl" "$dir/noise.jsonl" >"$dir/base2.jsonl"
+expect 1 python3 "$report" compare "$dir/base2.jsonl" "$dir/slower.jsonl"
+grep -q "spawn_join (wall ms) .* 10.0 " "$dir/out"
+
+# A peer that ran a workload two ways (a "variant" field): the table uses its better way, marks
+# the figure, and lists both.
+variant() {  # variant RUNTIME WORKLOAD VARIANT NS
+  echo "{\"runtime\":\"$1\",\"workload\":\"$2\",\"variant\":\"$3\",\"n\":1,\"workers\":2,\"ns_per_op\":$4,\"wall_ms\":1,\"rss_kb\":1,\"samples_ms\":[1]}"
+}
+{
+  echo '{"runtime":"weft","workload":"mutex_contended","n":1,"workers":2,"ns_per_op":20,"wall_ms":1,"rss_kb":1,"samples_ms":[1]}'
+  variant tokio mutex_contended tokio_mutex 160
+  variant tokio mutex_contended std_mutex 40
+} >"$dir/variants.jsonl"
+expect 0 python3 "$report" table "$dir/variants.jsonl"
+grep -q "W7 mutex .* 40.0\* *2.00x" "$dir/out"
+grep -q "tokio W7 mutex (ns/lock): tokio_mutex 160, std_mutex 40.0 (used)" "$dir/out"
+
 # Table and dashboard.
 expect 0 python3 "$report" table "$dir/slower.jsonl"
 grep -q "W2 spawn+join" "$dir/out"
@@ -70,4 +90,8 @@ expect 0 python3 "$report" history "$dir/slower.jsonl" "$dir/history.jsonl"
 expect 0 python3 "$report" history "$dir/base.jsonl" "$dir/history.jsonl"
 expect 0 python3 "$report" dashboard "$dir/history.jsonl" "$dir/dash.html"
 [ "$(grep -o '<svg' "$dir/dash.html" | wc -l)" -ge 2 ]
+expect 0 python3 "$report" history "$dir/variants.jsonl" "$dir/history.jsonl"
+expect 0 python3 "$report" dashboard "$dir/history.jsonl" "$dir/dash.html"
+grep -q "tokio/std_mutex" "$dir/dash.html"
+grep -q "std_mutex 40.0 (used)" "$dir/dash.html"
 echo PASS

@@ -4,7 +4,8 @@
 # this machine. Builds everything first (installing a peer's Debian packages when missing and
 # possible, else skipping that peer with a note), then runs workload by workload, each runtime in
 # turn (weft, then each peer: interleaved, so a slow minute of the machine hits all of them), each
-# in its own process. Prints a progress line per step and a summary table; writes
+# in its own process. Prints a progress line per step and per timed run (stderr) and a summary
+# table; writes
 #   bench/results/latest.jsonl     this run's JSON lines
 #   bench/results/history.jsonl    every run's lines, keyed by commit (committed to the repo)
 #   bench/results/dashboard.html   ratio plot of the newest run and history plots per workload
@@ -146,7 +147,7 @@ for id in "${ids[@]}"; do
     echo "[$id $step/${#ids[@]}] $rt..." >&2
     cmd="$weft_bin"
     [ "$rt" = weft ] || cmd="$(peer_cmd "$rt")"
-    if ! "$cmd" --reps "$reps" --workers "$workers" --only "$id" >>"$out"; then
+    if ! WEFT_BENCH_PROGRESS=1 "$cmd" --reps "$reps" --workers "$workers" --only "$id" >>"$out"; then
       note "$rt failed on $id; its line is missing"
     fi
   done

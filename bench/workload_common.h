@@ -77,11 +77,23 @@ inline void KeepFreedMemory() {
   mallopt(M_MMAP_THRESHOLD, INT_MAX);
 }
 
-// Runs body() once as a warm-up, then reps times; returns the timed runs' results (ms).
+// Runs body() once as a warm-up, then reps times; returns the timed runs' results (ms). With
+// WEFT_BENCH_PROGRESS set (bench/run_workloads.sh sets it), each run's time goes to stderr as it
+// ends, so a long step shows where it is.
 inline std::vector<double> Repeat(const Options& o, const std::function<double()>& body) {
-  (void)body();
+  const bool progress = std::getenv("WEFT_BENCH_PROGRESS") != nullptr;
   std::vector<double> out;
-  for (int i = 0; i < o.reps; ++i) out.push_back(body());
+  for (int i = 0; i <= o.reps; ++i) {
+    double ms = body();
+    if (i > 0) out.push_back(ms);
+    if (progress) {
+      if (i == 0) {
+        std::fprintf(stderr, "    warm-up: %.1f ms\n", ms);
+      } else {
+        std::fprintf(stderr, "    run %d/%d: %.1f ms\n", i, o.reps, ms);
+      }
+    }
+  }
   return out;
 }
 
@@ -102,7 +114,7 @@ inline void Emit(const char* runtime, const char* workload, long n, unsigned wor
 // ---- W4 -------------------------------------------------------------------------------------
 inline constexpr int kFibN = 30;
 inline constexpr std::uint64_t kFibResult = 832040;
-inline constexpr double kFibTasks = 1664079;  // calls of fib(30) that spawn (n >= 2): fib(31) - 1
+inline constexpr double kFibTasks = 1346268;  // calls of fib(30) that spawn (n >= 2): fib(31) - 1
 
 // The plain recursion, W4's baseline. noinline: GCC otherwise turns it half iterative, which no
 // spawned version can be.

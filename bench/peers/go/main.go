@@ -7,8 +7,11 @@
 // Where Go cannot express a workload exactly:
 //   - W1: two goroutines on GOMAXPROCS=1 calling runtime.Gosched(); Go does not promise they
 //     alternate, only that each yields the processor.
-//   - W2, W4: Go has no join handles; each task gets its own channel, and the root receives from
-//     each (a join per task), rather than one WaitGroup for all.
+//   - W2: Go has no join handles. Two variants: "waitgroup", one sync.WaitGroup for all (the
+//     idiom), and "channel_per_task", a channel per goroutine received one by one (a join per
+//     task, as the workload's wording).
+//   - W4: each call's child sends its result on a channel of its own (Go's way to return a
+//     value from a goroutine).
 package main
 
 import (
@@ -30,13 +33,15 @@ import (
 )
 
 type line struct {
-	Runtime  string  `json:"runtime"`
-	Workload string  `json:"workload"`
-	N        int64   `json:"n"`
-	Workers  int     `json:"workers"`
-	NsPerOp  float64 `json:"ns_per_op"`
-	WallMs   float64 `json:"wall_ms"`
-	RssKb    int64   `json:"rss_kb"`
+	Runtime  string `json:"runtime"`
+	Workload string `json:"workload"`
+	// Variant names one of several forms of a workload (bench/report.py headlines the faster).
+	Variant string  `json:"variant,omitempty"`
+	N       int64   `json:"n"`
+	Workers int     `json:"workers"`
+	NsPerOp float64 `json:"ns_per_op"`
+	WallMs  float64 `json:"wall_ms"`
+	RssKb   int64   `json:"rss_kb"`
 	// The timed runs (ms) whose median is WallMs.
 	SamplesMs []float64 `json:"samples_ms"`
 	// Workload-specific, as in weft_workloads.
@@ -76,11 +81,21 @@ func median(v []float64) float64 {
 }
 
 // repeat: one warm-up, then reps timed runs; returns the walls (ms).
+// repeat: one warm-up, then reps timed runs; their walls (ms). With WEFT_BENCH_PROGRESS set
+// (bench/run_workloads.sh sets it), each run's time goes to stderr as it ends.
 func repeat(reps int, body func() float64) []float64 {
-	body()
+	progress := os.Getenv("WEFT_BENCH_PROGRESS") != ""
 	out := make([]float64, 0, reps)
-	for i := 0; i < reps; i++ {
-		out = append(out, body())
+	for i := 0; i <= reps; i++ {
+		wall := body()
+		if i > 0 {
+			out = append(out, wall)
+		}
+		if progress && i == 0 {
+			fmt.Fprintf(os.Stderr, "    warm-up: %.1f ms\n", wall)
+		} else if progress {
+			fmt.Fprintf(os.Stderr, "    run %d/%d: %.1f ms\n", i, reps, wall)
+		}
 	}
 	return out
 }
@@ -119,7 +134,17 @@ func w1(reps int) {
 
 func w2(reps, workers int) {
 	const n = 100000
-	walls := repeat(reps, func() float64 {
+	waitgroup := repeat(reps, func() float64 {
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Add(n)
+		for i := 0; i < n; i++ {
+			go wg.Done()
+		}
+		wg.Wait()
+		return ms(time.Since(start))
+	})
+	perTask := repeat(reps, func() float64 {
 		start := time.Now()
 		done := make([]chan struct{}, n)
 		for i := range done {
@@ -132,8 +157,13 @@ func w2(reps, workers int) {
 		}
 		return ms(time.Since(start))
 	})
-	wall := median(walls)
-	emit(line{SamplesMs: walls, Workload: "spawn_join", N: n, Workers: workers, NsPerOp: wall * 1e6 / n, WallMs: wall})
+	for _, v := range []struct {
+		name  string
+		walls []float64
+	}{{"waitgroup", waitgroup}, {"channel_per_task", perTask}} {
+		wall := median(v.walls)
+		emit(line{SamplesMs: v.walls, Workload: "spawn_join", Variant: v.name, N: n, Workers: workers, NsPerOp: wall * 1e6 / n, WallMs: wall})
+	}
 }
 
 func w3(reps, workers int) {
@@ -176,7 +206,7 @@ func fib(n int) uint64 {
 
 func w4(reps, workers int) {
 	const n = 30
-	const tasks = 1664079.0
+	const tasks = 1346268.0 // calls of fib(30) that spawn (n >= 2): fib(31) - 1
 	var seq []float64
 	for i := 0; i < reps+1; i++ {
 		start := time.Now()

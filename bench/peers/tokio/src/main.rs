@@ -4,13 +4,20 @@
 //
 //     cargo run --release -- --reps 5 --workers 2 [--only W1,W3]
 //
-// Where Tokio's model differs from the workload's wording:
+// Written as Tokio's users write it: every workload's root is a spawned task (as weft's root is a
+// worker fiber; a future run by `block_on` sits on the calling thread, and its spawns go through
+// the runtime's shared inject queue). Where Tokio's model differs from the workload's wording:
 //   - Tokio tasks are stackless futures: there is no stack to switch, and W8's RSS per task is the
 //     size of one task's future state, not of a parked stack.
-//   - W1: two tasks on a current-thread runtime calling `yield_now`; Tokio defers a yielded task's
-//     wake-up until after the next I/O driver poll, which it counts as part of a yield.
+//   - W1: two tasks on a current-thread runtime calling `yield_now`, in two variants (a
+//     "variant" field; bench/report.py headlines the faster): "all_drivers", the runtime
+//     `#[tokio::main(flavor = "current_thread")]` builds (`enable_all`), where a yielded task's
+//     wake-up waits for the next I/O driver poll, which counts as part of a yield; and
+//     "no_io_driver" (`enable_time` only), for programs that do no I/O.
 //   - W5: Tokio's timer wheel has 1 ms resolution and rounds a sleep up to the next tick.
-//   - W7: `tokio::sync::Mutex` (the asynchronous one, which parks tasks), not `std::sync::Mutex`.
+//   - W7: two variants: "tokio_mutex" (`tokio::sync::Mutex`, which parks tasks, FIFO) and
+//     "std_mutex" (`std::sync::Mutex`, which Tokio's docs recommend for short sections that never
+//     hold the lock across an await; it blocks the worker thread while contended).
 //   - W8: tasks park on a `Semaphore` with no permits; release adds one permit per task.
 use std::future::Future;
 use std::pin::Pin;
@@ -32,6 +39,7 @@ const M_MMAP_THRESHOLD: i32 = -3;
 #[derive(Default)]
 struct Line {
     workload: &'static str,
+    variant: &'static str, // "" when the workload has one form here
     n: u64,
     workers: usize,
     ns_per_op: f64,
@@ -55,6 +63,9 @@ fn emit(l: Line) {
         "{{\"runtime\":\"tokio\",\"workload\":\"{}\",\"n\":{},\"workers\":{},\"ns_per_op\":{:.3},\"wall_ms\":{:.3},\"rss_kb\":{}",
         l.workload, l.n, l.workers, l.ns_per_op, l.wall_ms, rss_kb()
     );
+    if !l.variant.is_empty() {
+        s += &format!(",\"variant\":\"{}\"", l.variant);
+    }
     let list: Vec<String> = l.samples.iter().map(|v| format!("{:.3}", v)).collect();
     s += &format!(",\"samples_ms\":[{}]", list.join(","));
     for (k, v) in l.extra {
@@ -73,10 +84,29 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-// One warm-up, then `reps` timed runs; their walls (ms).
+// root: runs `fut` as the workload's root task: spawned onto the runtime's workers, the calling
+// thread only waiting for it (as `#[tokio::main]` programs spawn their work).
+fn root<T: Send + 'static>(rt: &Runtime, fut: impl Future<Output = T> + Send + 'static) -> T {
+    rt.block_on(async { tokio::spawn(fut).await.unwrap() })
+}
+
+// One warm-up, then `reps` timed runs; their walls (ms). With WEFT_BENCH_PROGRESS set
+// (bench/run_workloads.sh sets it), each run's time goes to stderr as it ends.
 fn repeat(reps: usize, mut body: impl FnMut() -> f64) -> Vec<f64> {
-    body();
-    (0..reps).map(|_| body()).collect()
+    let progress = std::env::var_os("WEFT_BENCH_PROGRESS").is_some();
+    let mut out = Vec::with_capacity(reps);
+    for i in 0..=reps {
+        let wall = body();
+        if progress && i == 0 {
+            eprintln!("    warm-up: {:.1} ms", wall);
+        } else if progress {
+            eprintln!("    run {}/{}: {:.1} ms", i, reps, wall);
+        }
+        if i > 0 {
+            out.push(wall);
+        }
+    }
+    out
 }
 
 fn multi(workers: usize) -> Runtime {
@@ -101,10 +131,22 @@ where
 
 // Emits a line whose op is one of `ops` equal parts of each run.
 fn emit_per_op(workload: &'static str, n: u64, ops: f64, workers: usize, samples: Vec<f64>) {
+    emit_variant(workload, "", n, ops, workers, samples);
+}
+
+fn emit_variant(
+    workload: &'static str,
+    variant: &'static str,
+    n: u64,
+    ops: f64,
+    workers: usize,
+    samples: Vec<f64>,
+) {
     let wall = median(&samples);
     emit(Line {
         samples,
         workload,
+        variant,
         n,
         workers,
         ns_per_op: wall * 1e6 / ops,
@@ -115,35 +157,40 @@ fn emit_per_op(workload: &'static str, n: u64, ops: f64, workers: usize, samples
 
 fn w1(reps: usize) {
     const YIELDS: u64 = 1_000_000;
-    let rt = Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let samples = repeat(reps, || {
-        rt.block_on(async {
-            let start = Instant::now();
-            let a = tokio::spawn(async {
-                for _ in 0..YIELDS {
-                    tokio::task::yield_now().await;
-                }
-            });
-            let b = tokio::spawn(async {
-                for _ in 0..YIELDS {
-                    tokio::task::yield_now().await;
-                }
-            });
-            a.await.unwrap();
-            b.await.unwrap();
-            ms(start.elapsed())
-        })
-    });
-    emit_per_op("yield_pingpong", YIELDS, (2 * YIELDS) as f64, 1, samples);
+    let variants: [(&'static str, fn(&mut Builder) -> &mut Builder); 2] = [
+        ("all_drivers", |b| b.enable_all()),
+        ("no_io_driver", |b| b.enable_time()),
+    ];
+    for (variant, drivers) in variants {
+        let rt = drivers(&mut Builder::new_current_thread())
+            .build()
+            .expect("runtime");
+        let samples = repeat(reps, || {
+            rt.block_on(async {
+                let start = Instant::now();
+                let a = tokio::spawn(async {
+                    for _ in 0..YIELDS {
+                        tokio::task::yield_now().await;
+                    }
+                });
+                let b = tokio::spawn(async {
+                    for _ in 0..YIELDS {
+                        tokio::task::yield_now().await;
+                    }
+                });
+                a.await.unwrap();
+                b.await.unwrap();
+                ms(start.elapsed())
+            })
+        });
+        emit_variant("yield_pingpong", variant, YIELDS, (2 * YIELDS) as f64, 1, samples);
+    }
 }
 
 fn w2(rt: &Runtime, reps: usize, workers: usize) {
     const N: usize = 100_000;
     let samples = repeat(reps, || {
-        rt.block_on(async {
+        root(rt, async {
             let start = Instant::now();
             spawn_all_then_join(N, || async {}).await;
             ms(start.elapsed())
@@ -204,7 +251,7 @@ fn fib(n: u32) -> Pin<Box<dyn Future<Output = u64> + Send>> {
 
 fn w4(rt: &Runtime, reps: usize, workers: usize) {
     const N: u32 = 30;
-    const TASKS: f64 = 1_664_079.0;
+    const TASKS: f64 = 1_346_268.0; // calls of fib(30) that spawn (n >= 2): fib(31) - 1
     let seq = median(&repeat(reps, || {
         let start = Instant::now();
         // A volatile read keeps the argument opaque, so the call is not folded at compile time.
@@ -228,13 +275,14 @@ fn w4(rt: &Runtime, reps: usize, workers: usize) {
         ns_per_op: wall * 1e6,
         wall_ms: wall,
         extra: vec![("seq_ms", seq), ("ns_per_task", wall * 1e6 / TASKS)],
+        ..Default::default()
     });
 }
 
 fn w5(rt: &Runtime, reps: usize, workers: usize) {
     const N: usize = 10_000;
     let samples = repeat(reps, || {
-        rt.block_on(async {
+        root(rt, async {
             let start = Instant::now();
             spawn_all_then_join(N, || tokio::time::sleep(Duration::from_millis(1))).await;
             ms(start.elapsed())
@@ -248,7 +296,7 @@ fn w6(rt: &Runtime, reps: usize, workers: usize) {
     const TRIPS: usize = 1000;
     const SIZE: usize = 64;
     let samples = repeat(reps, || {
-        rt.block_on(async {
+        root(rt, async {
             let start = Instant::now();
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let addr = listener.local_addr().unwrap();
@@ -319,14 +367,15 @@ fn w6(rt: &Runtime, reps: usize, workers: usize) {
         ns_per_op: wall * 1e6 / ops,
         wall_ms: wall,
         extra: vec![("msgs_per_s", ops / (wall / 1000.0))],
+        ..Default::default()
     });
 }
 
 fn w7(rt: &Runtime, reps: usize, workers: usize) {
     const TASKS: usize = 1000;
     const OPS: usize = 1000;
-    let samples = repeat(reps, || {
-        rt.block_on(async {
+    let tokio_mutex = repeat(reps, || {
+        root(rt, async {
             let counter = Arc::new(Mutex::new(0usize));
             let start = Instant::now();
             spawn_all_then_join(TASKS, || {
@@ -343,20 +392,34 @@ fn w7(rt: &Runtime, reps: usize, workers: usize) {
             wall
         })
     });
-    emit_per_op(
-        "mutex_contended",
-        (TASKS * OPS) as u64,
-        (TASKS * OPS) as f64,
-        workers,
-        samples,
-    );
+    let std_mutex = repeat(reps, || {
+        root(rt, async {
+            let counter = Arc::new(std::sync::Mutex::new(0usize));
+            let start = Instant::now();
+            spawn_all_then_join(TASKS, || {
+                let counter = counter.clone();
+                async move {
+                    for _ in 0..OPS {
+                        *counter.lock().unwrap() += 1;
+                    }
+                }
+            })
+            .await;
+            let wall = ms(start.elapsed());
+            assert_eq!(*counter.lock().unwrap(), TASKS * OPS, "W7: lost increments");
+            wall
+        })
+    });
+    let ops = (TASKS * OPS) as f64;
+    emit_variant("mutex_contended", "tokio_mutex", ops as u64, ops, workers, tokio_mutex);
+    emit_variant("mutex_contended", "std_mutex", ops as u64, ops, workers, std_mutex);
 }
 
 fn w8(rt: &Runtime, reps: usize, workers: usize) {
     const N: usize = 100_000;
     let mut rss_per_task = Vec::new();
     let samples = repeat(reps, || {
-        rt.block_on(async {
+        let (wall, rss) = root(rt, async {
             let rss0 = rss_kb();
             let gate = Arc::new(Semaphore::new(0));
             let parked = Arc::new(AtomicUsize::new(0));
@@ -371,14 +434,16 @@ fn w8(rt: &Runtime, reps: usize, workers: usize) {
             while parked.load(Ordering::Relaxed) < N {
                 tokio::time::sleep(Duration::from_micros(200)).await;
             }
-            rss_per_task.push((rss_kb() - rss0) as f64 / N as f64);
+            let rss = (rss_kb() - rss0) as f64 / N as f64;
             let start = Instant::now();
             gate.add_permits(N);
             for h in handles {
                 h.await.unwrap();
             }
-            ms(start.elapsed())
-        })
+            (ms(start.elapsed()), rss)
+        });
+        rss_per_task.push(rss);
+        wall
     });
     let release = median(&samples);
     // As weft's: RSS per task from the first (warm-up) run.
@@ -393,6 +458,7 @@ fn w8(rt: &Runtime, reps: usize, workers: usize) {
             ("release_ms", release),
             ("rss_kb_per_task", rss_per_task[0]),
         ],
+        ..Default::default()
     });
 }
 
