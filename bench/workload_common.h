@@ -54,21 +54,10 @@ struct Options {
   }
 };
 
-// Parses --reps N, --workers N and --only LIST. On anything else prints a usage line and returns
-// false (the caller exits with 2).
-inline bool ParseOptions(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; i += 2) {
-    std::string a = argv[i];
-    if (i + 1 >= argc || (a != "--reps" && a != "--workers" && a != "--only")) {
-      std::fprintf(stderr, "usage: %s [--reps N] [--workers N] [--only W1,W2,...]\n", argv[0]);
-      return false;
-    }
-    if (a == "--reps") o->reps = std::max(1, std::atoi(argv[i + 1]));
-    if (a == "--workers") o->workers = static_cast<unsigned>(std::max(0, std::atoi(argv[i + 1])));
-    if (a == "--only") o->only = argv[i + 1];
-  }
-  return true;
-}
+// ParseOptions: --reps N (>= 1), --workers N (0: all cores) and --only W1,W2,... (absl flags,
+// defined in workload_common.cc; --help lists them). A bad value exits with a message. `what`:
+// the program's one-line description for --help. Returns true (kept for the callers' `if`).
+bool ParseOptions(int argc, char** argv, Options* o, const char* what = "");
 
 // Keeps freed memory in the process, the same for every runtime (WORKLOADS.md: a first-touch
 // page fault costs ~11 us on these machines and would otherwise dominate spawn-heavy workloads).

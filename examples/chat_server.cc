@@ -5,13 +5,13 @@
 // Each client has a reader fiber (parse lines, fan out) and a writer fiber fed by a bounded
 // outbox (a channel of --outbox lines). The fan-out never waits on one client for long: it
 // offers each line to every outbox without waiting. A full outbox marks a slow consumer, and the
-// --slow policy decides: `disconnect` (the default) gives it --slow-grace-ms to make room, then
+// --slow policy decides: `disconnect` (the default) gives it --slow_grace_ms to make room, then
 // evicts it (its outbox closes, its pending write is cancelled, its socket is shut down); `drop`
 // drops the line for it alone, at once, and counts it. Either way the other clients never wait
 // more than the grace, once per slow client. The counts are printed at exit.
 //
 //   ./bazelw run -c opt //examples:chat_server -- --port 7001 [--outbox 1024]
-//       [--slow disconnect|drop] [--slow-grace-ms 200]
+//       [--slow disconnect|drop] [--slow_grace_ms 200]
 //   ./bazelw run -c opt //examples:load_driver -- --mode chat --port 7001 --conns 50
 //   ./bazelw run -c opt //examples:load_driver -- --mode chat --port 7001 --conns 20 --stall 1
 
@@ -25,7 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "base/command_line.h"
 #include "examples/server_main.h"
+
+ABSL_FLAG(long, outbox, 1024, "lines queued per client before it counts as a slow consumer");
+ABSL_FLAG(std::string, slow, "disconnect", "a slow consumer: disconnect (after the grace) or drop");
+ABSL_FLAG(long, slow_grace_ms, 200, "how long a full outbox may stay full before --slow acts");
 
 namespace {
 
@@ -144,44 +150,22 @@ void Serve(net::TcpStream stream) {
   (void)writer.join();
 }
 
-// TakeChatFlags: removes the chat server's own flags from argv (the rest are ServerFlags').
-bool TakeChatFlags(int& argc, char** argv) {
-  int out = 1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if ((a == "--outbox" || a == "--slow" || a == "--slow-grace-ms") && i + 1 < argc) {
-      std::string v = argv[++i];
-      if (a == "--outbox") {
-        long n = std::atol(v.c_str());
-        if (n <= 0 || n > (1L << 20)) return false;
-        g_options.outbox = static_cast<std::size_t>(n);
-      } else if (a == "--slow") {
-        if (v != "disconnect" && v != "drop") return false;
-        g_options.slow = v == "drop" ? SlowPolicy::kDrop : SlowPolicy::kDisconnect;
-      } else {
-        long ms = std::atol(v.c_str());
-        if (ms < 0 || ms > 60000) return false;
-        g_options.grace = std::chrono::milliseconds(ms);
-      }
-      continue;
-    }
-    argv[out++] = argv[i];
-  }
-  argc = out;
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
+  using base_internal::UsageError;
   const char* usage =
-      "usage: chat_server [--port N] [--workers N] [--port-file PATH] [--outbox LINES]\n"
-      "                   [--slow disconnect|drop] [--slow-grace-ms MS]\n";
-  if (!TakeChatFlags(argc, argv)) {
-    std::fprintf(stderr, "%s", usage);
-    return 2;
-  }
+      "a chat room over TCP, one fiber per client: chat_server --port 7001 [--outbox 256]";
   examples::ServerFlags flags = examples::ParseServerFlags(argc, argv, usage);
+  const long outbox = absl::GetFlag(FLAGS_outbox);
+  const std::string slow = absl::GetFlag(FLAGS_slow);
+  const long grace_ms = absl::GetFlag(FLAGS_slow_grace_ms);
+  if (outbox <= 0 || outbox > (1L << 20)) UsageError("--outbox must be 1..1048576");
+  if (slow != "disconnect" && slow != "drop") UsageError("--slow must be disconnect or drop");
+  if (grace_ms < 0 || grace_ms > 60000) UsageError("--slow_grace_ms must be 0..60000");
+  g_options.outbox = static_cast<std::size_t>(outbox);
+  g_options.slow = slow == "drop" ? SlowPolicy::kDrop : SlowPolicy::kDisconnect;
+  g_options.grace = std::chrono::milliseconds(grace_ms);
   CancellationSource stop;
   std::thread watcher = examples::StopOnSignal(stop);
   CancellationToken token = stop.token();

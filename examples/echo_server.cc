@@ -7,7 +7,7 @@
 
 int main(int argc, char** argv) {
   using namespace weft;
-  const char* usage = "usage: echo_server [--port N] [--workers N] [--port-file PATH]\n";
+  const char* usage = "a TCP echo server, one fiber per connection: echo_server --port 7000";
   examples::ServerFlags flags = examples::ParseServerFlags(argc, argv, usage);
   CancellationSource stop;
   std::thread watcher = examples::StopOnSignal(stop);

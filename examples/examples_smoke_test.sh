@@ -16,13 +16,13 @@ run() {  # name server driver-args... (server_args: extra server flags)
   shift 2
   rm -f "$tmp/$name.port"
   # shellcheck disable=SC2086
-  "$server" --port 0 --workers 2 --port-file "$tmp/$name.port" ${server_args:-} &
+  "$server" --port 0 --workers 2 --port_file "$tmp/$name.port" ${server_args:-} &
   local pid=$!
   for _ in $(seq 1 500); do [ -s "$tmp/$name.port" ] && break; sleep 0.01; done
   local port
   port="$(cat "$tmp/$name.port")"
   local status=0
-  "$driver" --port "$port" --server-pid "$pid" --workers 2 "$@" | tee "$tmp/$name.json" || status=$?
+  "$driver" --port "$port" --server_pid "$pid" --workers 2 "$@" | tee "$tmp/$name.json" || status=$?
   kill -TERM "$pid"  # also when the driver failed: the server prints its counts as it exits
   wait "$pid"
   [ "$status" = 0 ] || { echo "$name: the load driver's gate failed" >&2; exit 1; }
@@ -35,7 +35,7 @@ run chat "$chat_server" --mode chat --conns 20 --messages 50 --rounds 2 --churn 
 # A client that joins and never reads: the server evicts it after its outbox (64 lines) stays
 # full for the grace, and the other clients get every line meanwhile. The grace is a second, so
 # that a well-behaved client slowed by a sanitizer on a loaded machine is not taken for a slow one.
-server_args="--outbox 64 --slow-grace-ms 1000" \
-  run chat-slow "$chat_server" --mode chat --conns 10 --messages 400 --line-bytes 2000 --stall 1
+server_args="--outbox 64 --slow_grace_ms 1000" \
+  run chat-slow "$chat_server" --mode chat --conns 10 --messages 400 --line_bytes 2000 --stall 1
 grep -q '"stalled_disconnected":1' "$tmp/chat-slow.json" ||
   { echo "chat-slow: the stalled client was not disconnected" >&2; exit 1; }

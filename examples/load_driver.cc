@@ -1,11 +1,12 @@
 // examples/load_driver.cc: floods the echo or chat example server and checks exact delivery,
 // LLAM-style: the gate is delivery >= 0.999 (every message, in order per sender), and, given
-// --server-pid, flat server fd counts and RSS (not gated in asan/tsan builds) across rounds.
+// --server_pid, flat server fd counts and RSS (not gated in asan/tsan builds) across rounds.
 // Prints one JSON line per round and exits non-zero if the gate fails.
 //
 //   load_driver --mode echo --port 7000 --conns 100 --messages 1000 [--rounds 3]
-//   load_driver --mode chat --port 7001 --conns 50 --messages 100 [--server-pid PID]
-//   load_driver --mode chat --port 7001 --conns 20 --stall 1 --line-bytes 1000
+//   load_driver --mode chat --port 7001 --conns 50 --messages 100 [--server_pid PID]
+//   load_driver --mode chat --port 7001 --conns 20 --stall 1 --line_bytes 1000
+//   load_driver --help
 //
 // --stall N (chat): N more clients join the room and then never read (nor send): slow consumers.
 // The gate is still every line for every other client, in order; the JSON line says how many
@@ -34,7 +35,22 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "api/weft.h"
+#include "base/command_line.h"
+
+ABSL_FLAG(std::string, mode, "", "echo or chat (required)");
+ABSL_FLAG(std::string, host, "127.0.0.1", "the server's host");
+ABSL_FLAG(int, port, 7000, "the server's port");
+ABSL_FLAG(int, conns, 100, "well-behaved client connections");
+ABSL_FLAG(int, messages, 1000, "messages per client per round");
+ABSL_FLAG(int, size, 64, "echo: bytes per message (>= 16)");
+ABSL_FLAG(int, rounds, 1, "rounds (each checks delivery, and the server's fds and RSS)");
+ABSL_FLAG(int, stall, 0, "chat: more clients that join and then never read");
+ABSL_FLAG(int, line_bytes, 0, "chat: pad lines to about this many bytes (<= 1 MiB)");
+ABSL_FLAG(int, churn, 0, "more clients per round that misbehave in turn and reconnect");
+ABSL_FLAG(int, workers, 0, "the driver's own workers (0: all cores)");
+ABSL_FLAG(long, server_pid, 0, "the server's pid: gate on its fds and RSS across rounds");
 
 namespace {
 
@@ -268,48 +284,37 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long
 }  // namespace
 
 int main(int argc, char** argv) {
+  using weft::base_internal::UsageError;
+  std::vector<std::string> rest = weft::base_internal::ParseCommandLine(
+      argc, argv,
+      "floods the echo or chat example server and checks exact delivery:\n"
+      "  load_driver --mode echo --port 7000 --conns 100 --messages 1000 [--rounds 3]\n"
+      "  load_driver --mode chat --port 7001 --conns 50 --messages 100 [--server_pid PID]");
+  if (rest.size() > 1) UsageError("unexpected argument " + rest[1]);
   Flags f;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i], v = argv[i + 1];
-    if (a == "--mode")
-      f.mode = v;
-    else if (a == "--host")
-      f.host = v;
-    else if (a == "--port")
-      f.port = std::atoi(v.c_str());
-    else if (a == "--conns")
-      f.conns = std::atoi(v.c_str());
-    else if (a == "--messages")
-      f.messages = std::atoi(v.c_str());
-    else if (a == "--size")
-      f.size = std::atoi(v.c_str());
-    else if (a == "--rounds")
-      f.rounds = std::atoi(v.c_str());
-    else if (a == "--stall")
-      f.stall = std::atoi(v.c_str());
-    else if (a == "--line-bytes")
-      f.line_bytes = std::atoi(v.c_str());
-    else if (a == "--churn")
-      f.churn = std::atoi(v.c_str());
-    else if (a == "--workers")
-      f.workers = static_cast<unsigned>(std::atoi(v.c_str()));
-    else if (a == "--server-pid")
-      f.server_pid = std::atol(v.c_str());
-    else {
-      std::fprintf(stderr, "load_driver: unknown flag %s\n", a.c_str());
-      return 2;
-    }
-  }
-  if ((f.mode != "echo" && f.mode != "chat") || f.conns <= 0 || f.messages <= 0 || f.size < 16 ||
-      f.rounds <= 0 || f.stall < 0 || f.churn < 0 || f.line_bytes < 0 ||
-      f.line_bytes > (1 << 20)) {
-    std::fprintf(stderr,
-                 "usage: load_driver --mode echo|chat [--host H] [--port N] [--conns N] "
-                 "[--messages N] [--size BYTES>=16] [--rounds N] [--server-pid PID] "
-                 "[--churn N]\n"
-                 "       chat only: [--stall N] [--line-bytes BYTES]\n");
-    return 2;
-  }
+  f.mode = absl::GetFlag(FLAGS_mode);
+  f.host = absl::GetFlag(FLAGS_host);
+  f.port = absl::GetFlag(FLAGS_port);
+  f.conns = absl::GetFlag(FLAGS_conns);
+  f.messages = absl::GetFlag(FLAGS_messages);
+  f.size = absl::GetFlag(FLAGS_size);
+  f.rounds = absl::GetFlag(FLAGS_rounds);
+  f.stall = absl::GetFlag(FLAGS_stall);
+  f.line_bytes = absl::GetFlag(FLAGS_line_bytes);
+  f.churn = absl::GetFlag(FLAGS_churn);
+  f.server_pid = absl::GetFlag(FLAGS_server_pid);
+  const int workers = absl::GetFlag(FLAGS_workers);
+  if (f.mode != "echo" && f.mode != "chat") UsageError("--mode must be echo or chat");
+  if (f.port < 1 || f.port > 65535) UsageError("--port must be 1..65535");
+  if (f.conns <= 0) UsageError("--conns must be positive");
+  if (f.messages <= 0) UsageError("--messages must be positive");
+  if (f.size < 16) UsageError("--size must be at least 16");
+  if (f.rounds <= 0) UsageError("--rounds must be positive");
+  if (f.stall < 0 || f.churn < 0) UsageError("--stall and --churn must not be negative");
+  if (f.line_bytes < 0 || f.line_bytes > (1 << 20)) UsageError("--line_bytes must be 0..1 MiB");
+  if (workers < 0 || workers > 1024) UsageError("--workers must be 0..1024");
+  if (f.server_pid < 0) UsageError("--server_pid must not be negative");
+  f.workers = static_cast<unsigned>(workers);
   Runtime rt({.workers = f.workers, .stack_size = 32 << 10});
   auto addrs =
       rt.block_on([&] { return net::resolve(f.host, static_cast<std::uint16_t>(f.port)); });

@@ -19,39 +19,15 @@
 namespace weft::examples {
 
 struct ServerFlags {
-  int port = 7000;  // 0: any free port (see --port-file)
+  int port = 7000;  // 0: any free port (see --port_file)
   unsigned workers = 0;
   std::string port_file;  // the bound port is written here once listening
 };
 
-inline ServerFlags ParseServerFlags(int argc, char** argv, const char* usage) {
-  ServerFlags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s: %s needs a value\n%s", argv[0], a.c_str(), usage);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--port") {
-      f.port = std::atoi(value().c_str());
-    } else if (a == "--workers") {
-      f.workers = static_cast<unsigned>(std::atoi(value().c_str()));
-    } else if (a == "--port-file") {
-      f.port_file = value();
-    } else {
-      std::fprintf(stderr, "%s: unknown flag %s\n%s", argv[0], a.c_str(), usage);
-      std::exit(2);
-    }
-  }
-  if (f.port < 0 || f.port > 65535) {
-    std::fprintf(stderr, "%s: bad port\n", argv[0]);
-    std::exit(2);
-  }
-  return f;
-}
+// ParseServerFlags: the flags every example server has (--port, --workers, --port_file, defined
+// in server_flags.cc) and the program's own (ABSL_FLAG in its file), parsed from argv; --help
+// lists them. A bad value exits with a message.
+ServerFlags ParseServerFlags(int argc, char** argv, const char* usage);
 
 // The runtime that SIGUSR1 dumps (see StopOnSignal); set by Serve while it runs. The mutex keeps
 // the runtime alive while a dump reads it.

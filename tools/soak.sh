@@ -31,12 +31,12 @@ status=0
 run() {  # name server driver-args...
   local name="$1" server="$2"
   shift 2
-  "$bin/$server" --port 0 --workers 2 --port-file "$tmp/$name.port" &
+  "$bin/$server" --port 0 --workers 2 --port_file "$tmp/$name.port" &
   local pid=$!
   for _ in $(seq 1 500); do [ -s "$tmp/$name.port" ] && break; sleep 0.01; done
   local port
   port="$(cat "$tmp/$name.port")"
-  if ! "$bin/load_driver" --port "$port" --server-pid "$pid" --workers 2 --rounds "$rounds" "$@" |
+  if ! "$bin/load_driver" --port "$port" --server_pid "$pid" --workers 2 --rounds "$rounds" "$@" |
     tee "$tmp/$name.json"; then
     status=1
   fi

@@ -1,15 +1,15 @@
 // tools/stuck_worker.cc: diagnostics for timers beside a busy worker (docs/scheduler.md, "A
 // worker stuck in one fiber").
 //
-//   ./bazelw run -c opt //tools:stuck_worker -- [trials (12)] [spin ms (50)]
+//   ./bazelw run -c opt //tools:stuck_worker -- [--trials 12] [--spin_ms 50]
 //     Each trial: a fiber records its worker and sleeps 1 ms; a fiber pinned to that worker
 //     spins for the given time. Prints each trial's lateness (sleep end minus 1 ms) and the
 //     median.
-//   ./bazelw run -c opt //tools:stuck_worker -- --run-next [trials (6)]
+//   ./bazelw run -c opt //tools:stuck_worker -- --run_next [--trials 6]
 //     A fiber sends to a parked receiver on a channel (the receiver goes to the sender's run_next
 //     slot) and then spins for 50 ms: prints how long after the send the receiver ran. The slot
 //     is not stealable, so this is the spin's length (docs/scheduler.md).
-//   ./bazelw run -c opt //tools:stuck_worker -- --tick <us>
+//   ./bazelw run -c opt //tools:stuck_worker -- --tick_us <us>
 //     One fiber sleeps <us> microseconds in a loop for 2 s: prints the process's CPU time and
 //     each worker's sleeps and runs (what watching a busy worker's timers costs the idle one).
 
@@ -22,8 +22,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "api/weft.h"
+#include "base/command_line.h"
 #include "base/stress_scale.h"
+
+ABSL_FLAG(int, trials, 0, "trials (default: 12; 6 with --run_next)");
+ABSL_FLAG(int, spin_ms, 50, "how long the pinned fiber spins (>= 2)");
+ABSL_FLAG(bool, run_next, false, "measure a wake-up into a spinning worker's run_next slot");
+ABSL_FLAG(int, tick_us, 0, "instead: one fiber sleeps this many microseconds in a loop for 2 s");
 
 namespace {
 
@@ -113,12 +120,19 @@ int Spin(int trials, milliseconds spin) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--run-next") == 0) {
-    return RunNext(argc > 2 ? std::max(1, std::atoi(argv[2])) : 6);
-  }
-  if (argc > 2 && std::strcmp(argv[1], "--tick") == 0) {
-    return Tick(microseconds(std::max(1, std::atoi(argv[2]))));
-  }
-  const int trials = argc > 1 ? std::max(1, std::atoi(argv[1])) : 12;
-  return Spin(trials, milliseconds(argc > 2 ? std::max(2, std::atoi(argv[2])) : 50));
+  using weft::base_internal::UsageError;
+  std::vector<std::string> rest = weft::base_internal::ParseCommandLine(
+      argc, argv,
+      "how late timers end beside a worker held by a spinning fiber (docs/scheduler.md):\n"
+      "  stuck_worker [--trials 12] [--spin_ms 50] | --run_next [--trials 6] | --tick_us US");
+  if (rest.size() > 1) UsageError("unexpected argument " + rest[1]);
+  const int trials = absl::GetFlag(FLAGS_trials);
+  const int spin_ms = absl::GetFlag(FLAGS_spin_ms);
+  const int tick_us = absl::GetFlag(FLAGS_tick_us);
+  if (trials < 0 || trials > 100000) UsageError("--trials must be 1..100000");
+  if (spin_ms < 2 || spin_ms > 600000) UsageError("--spin_ms must be 2..600000");
+  if (tick_us < 0) UsageError("--tick_us must be positive");
+  if (tick_us > 0) return Tick(microseconds(tick_us));
+  if (absl::GetFlag(FLAGS_run_next)) return RunNext(trials > 0 ? trials : 6);
+  return Spin(trials > 0 ? trials : 12, milliseconds(spin_ms));
 }

@@ -378,6 +378,10 @@ func main() {
 	workers := flag.Int("workers", 0, "GOMAXPROCS (0: all cores)")
 	only := flag.String("only", "", "comma-separated workload ids, e.g. W1,W4")
 	flag.Parse()
+	if *reps < 1 || *workers < 0 || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "go_workloads: --reps must be at least 1, --workers at least 0, and no arguments (--help)")
+		os.Exit(2)
+	}
 	// Keep freed memory, as the other runtimes do (WORKLOADS.md: page faults dominate otherwise).
 	debug.SetGCPercent(400)
 	if *workers > 0 {

@@ -463,27 +463,36 @@ fn w8(rt: &Runtime, reps: usize, workers: usize) {
 }
 
 fn main() {
+    const USAGE: &str = "usage: tokio_workloads [--reps N (5)] [--workers N (0: all cores)] [--only W1,W2]\n\
+                         the standard workloads W1..W8 (WORKLOADS.md) on Tokio, one JSON line each";
+    let usage_error = |message: String| -> ! {
+        eprintln!("tokio_workloads: {message}\n{USAGE}");
+        std::process::exit(2);
+    };
     let mut reps = 5usize;
     let mut workers = 0usize;
     let mut only = String::new();
-    let args: Vec<String> = std::env::args().collect();
-    let mut i = 1;
-    while i < args.len() {
-        let value = args.get(i + 1).cloned().unwrap_or_default();
-        match args[i].as_str() {
-            "--reps" => reps = value.parse().expect("--reps N"),
-            "--workers" => workers = value.parse().expect("--workers N"),
-            "--only" => only = value,
-            other => {
-                eprintln!("unknown argument {other}; usage: tokio_workloads [--reps N] [--workers N] [--only W1,W2]");
-                std::process::exit(2);
-            }
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            return;
         }
-        i += 2;
-    }
-    if reps == 0 {
-        eprintln!("--reps must be at least 1");
-        std::process::exit(2);
+        let Some(value) = args.next() else {
+            usage_error(format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--reps" => match value.parse() {
+                Ok(n) if n >= 1 => reps = n,
+                _ => usage_error(format!("--reps takes a number >= 1, not '{value}'")),
+            },
+            "--workers" => match value.parse() {
+                Ok(n) => workers = n,
+                _ => usage_error(format!("--workers takes a number, not '{value}'")),
+            },
+            "--only" => only = value,
+            other => usage_error(format!("unknown flag {other}")),
+        }
     }
     // Keep freed memory, as the other runtimes do (WORKLOADS.md: page faults dominate otherwise).
     unsafe {

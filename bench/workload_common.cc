@@ -1,0 +1,42 @@
+// bench/workload_common.cc: the workload programs' flags (workload_common.h).
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "base/command_line.h"
+#include "bench/workload_common.h"
+
+ABSL_FLAG(int, reps, 5, "timed runs per workload, after one warm-up");
+ABSL_FLAG(int, workers, 0, "worker threads (0: all cores)");
+ABSL_FLAG(std::string, only, "", "the workloads to run, e.g. W1,W4 (default: all)");
+
+namespace weft::bench {
+
+bool ParseOptions(int argc, char** argv, Options* o, const char* what) {
+  using base_internal::UsageError;
+  std::string usage = std::string(what) +
+                      (*what ? "\n" : "") +
+                      "  the standard workloads W1..W8 (WORKLOADS.md), one JSON line each:\n"
+                      "  [--reps 5] [--workers N] [--only W1,W2]";
+  std::vector<std::string> rest = base_internal::ParseCommandLine(argc, argv, usage.c_str());
+  if (rest.size() > 1) UsageError("unexpected argument " + rest[1]);
+  const int reps = absl::GetFlag(FLAGS_reps), workers = absl::GetFlag(FLAGS_workers);
+  if (reps < 1 || reps > 100000) UsageError("--reps must be 1..100000");
+  if (workers < 0 || workers > 1024) UsageError("--workers must be 0..1024");
+  o->reps = reps;
+  o->workers = static_cast<unsigned>(workers);
+  o->only = absl::GetFlag(FLAGS_only);
+  for (std::size_t start = 0; start <= o->only.size() && !o->only.empty();) {
+    std::size_t end = o->only.find(',', start);
+    if (end == std::string::npos) end = o->only.size();
+    const std::string id = o->only.substr(start, end - start);
+    if (id.size() < 2 || id[0] != 'W' || id.find_first_not_of("0123456789", 1) != std::string::npos) {
+      UsageError("--only takes workload ids such as W1,W4, not '" + id + "'");
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace weft::bench

@@ -1,0 +1,30 @@
+// examples/server_flags.cc: the flags every example server has (server_main.h).
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "base/command_line.h"
+#include "examples/server_main.h"
+
+ABSL_FLAG(int, port, 7000, "the port to listen on (0: any free port; see --port_file)");
+ABSL_FLAG(int, workers, 0, "worker threads (0: one per core)");
+ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once listening");
+
+namespace weft::examples {
+
+ServerFlags ParseServerFlags(int argc, char** argv, const char* usage) {
+  using base_internal::UsageError;
+  std::vector<std::string> rest = base_internal::ParseCommandLine(argc, argv, usage);
+  if (rest.size() > 1) UsageError("unexpected argument " + rest[1]);
+  ServerFlags f;
+  f.port = absl::GetFlag(FLAGS_port);
+  const int workers = absl::GetFlag(FLAGS_workers);
+  f.port_file = absl::GetFlag(FLAGS_port_file);
+  if (f.port < 0 || f.port > 65535) UsageError("--port must be 0..65535");
+  if (workers < 0 || workers > 1024) UsageError("--workers must be 0..1024");
+  f.workers = static_cast<unsigned>(workers);
+  return f;
+}
+
+}  // namespace weft::examples
