@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/report.py: reads the workloads' JSON lines (bench/workload_common.h has the format) and
-Google Benchmark JSON, and writes what bench/run_workloads.sh shows. Python 3 standard library only.
+Google Benchmark JSON, and writes what bench/run_workloads.sh shows. Python 3; `compare` needs
+scipy (Debian's python3-scipy).
 
   report.py table LATEST.jsonl
       The terminal summary: weft against each peer, as ratios.
@@ -9,19 +10,28 @@ Google Benchmark JSON, and writes what bench/run_workloads.sh shows. Python 3 st
   report.py dashboard HISTORY.jsonl OUT.html
       A static HTML page with SVG plots: the newest run's ratios per peer, and every workload's
       history (weft and the peers) across runs.
+  report.py baseline HISTORY OUT [--runs 3]
+      The regression check's baseline: weft's lines of the newest RUNS runs in HISTORY made on this
+      machine from a committed tree, pooled (so the baseline moves with every committed run, and
+      one noisy run does not set it).
+  report.py export LATEST OUTDIR
+      LATEST's figures in github-action-benchmark's custom formats: OUTDIR/smaller_is_better.json
+      (customSmallerIsBetter) and OUTDIR/bigger_is_better.json (customBiggerIsBetter).
   report.py compare BASELINE CURRENT [--threshold 0.15] [--alpha 0.05] [--runtime weft]
       The regression check, for CI. BASELINE and CURRENT are both workload JSON lines or both
       Google Benchmark JSON (--benchmark_repetitions >= 5). A metric regresses when its median is
       worse than the baseline's by more than the threshold AND a one-sided Mann-Whitney U test on
-      the repeated samples says the difference is not noise (p < alpha). Exit status 1 on any
+      the repeated samples (scipy.stats.mannwhitneyu) says the difference is not noise (p < alpha). Exit status 1 on any
       regression, 0 otherwise; 2 on unusable input.
 """
 
 import argparse
+import glob
 import html
-import itertools
 import json
 import math
+import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -40,6 +50,9 @@ METRICS = [
     ("park_many", "rss_kb_per_task", "KiB/task", False, "W8 RSS"),
 ]
 PEER_ORDER = ["go", "tokio", "boost_fiber", "tbb"]
+# Said wherever a workload's ratios are shown, on the same line or group (WORKLOADS.md allows each
+# runtime its natural fork-join primitive for W4).
+CAVEATS = {"fib": "weft runs W4 as stackless fork-join tasks, the peers a spawned task per call"}
 
 
 def read_lines(path):
@@ -141,9 +154,11 @@ def cmd_table(args):
     head = "%-18s %-14s %9s" % ("workload", "unit", "weft")
     head += "".join("%13s %7s" % (p, "x") for p in peers)
     print("\n" + head)
-    for label, unit, w, cells in comparisons(rt, peers):
+    for (label, unit, w, cells), metric in zip(comparisons(rt, peers), METRICS):
+        caveat = CAVEATS.get(metric[0])
         print("%-18s %-14s %9s" % (label, unit, fmt(w)) +
-              "".join("%13s %7s" % (fmt(pv) + ("*" if v else ""), fmt_ratio(r)) for _, pv, r, v in cells))
+              "".join("%13s %7s" % (fmt(pv) + ("*" if v else ""), fmt_ratio(r)) for _, pv, r, v in cells) +
+              ("  (%s)" % caveat if caveat else ""))
     print("\nx: how many times better weft is (> 1: weft ahead); -: the peer has no such workload.")
     notes = variant_notes(rt)
     if notes:
@@ -160,15 +175,102 @@ def git(*argv):
         return "unknown"
 
 
+def first_line(argv):
+    """The first line a command prints (stdout, else stderr), or None if it cannot run."""
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = (p.stdout or p.stderr).strip()
+    return text.splitlines()[0] if text else None
+
+
+def machine():
+    """What a run's figures depend on besides the code: the CPU, cores, kernel, compiler and each
+    peer's toolchain. Runs are compared only on the same machine (its "id")."""
+    cpu = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), None)
+    except OSError:
+        pass
+    boost = None
+    try:
+        with open("/usr/include/boost/version.hpp") as f:
+            boost = next((l.split('"')[1].replace("_", ".") for l in f if "BOOST_LIB_VERSION" in l
+                          and '"' in l), None)
+    except OSError:
+        pass
+    tokio = sorted(glob.glob("/usr/share/cargo/registry/tokio-1.*"))
+    m = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "cxx": first_line(["g++", "--version"]),
+        "go": first_line(["go", "version"]),
+        "rustc": first_line(["rustc", "--version"]) or first_line([os.path.expanduser("~/.cargo/bin/rustc"), "--version"]),
+        "tokio": os.path.basename(tokio[-1])[len("tokio-"):] if tokio else None,
+        "boost": boost,
+        "tbb": first_line(["dpkg-query", "-W", "-f=${Version}", "libtbb-dev"]),
+    }
+    m["id"] = "%s, %s cores, Linux %s" % (cpu or "unknown CPU", m["cores"], m["kernel"])
+    return m
+
+
+def cmd_baseline(args):
+    rows = read_lines(args.history)
+    here = machine()["id"]
+    runs = []
+    for r in rows:
+        if machine_id(r) == here and not r.get("dirty") and r.get("run") and r["run"] not in runs:
+            runs.append(r["run"])
+    chosen = set(runs[-args.runs:])
+    lines = [r for r in rows if r.get("run") in chosen and r.get("runtime") == "weft"]
+    if not lines:
+        print("baseline: no committed run on this machine (%s) in %s" % (here, args.history), file=sys.stderr)
+        return 2
+    with open(args.out, "w") as f:
+        for r in lines:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    print("baseline: %s from %d run(s): %s" % (args.out, len(chosen), ", ".join(sorted(chosen))), file=sys.stderr)
+    return 0
+
+
+def cmd_export(args):
+    """github-action-benchmark's custom formats: one entry per runtime and metric."""
+    rows = read_lines(args.latest)
+    rt = by_runtime(rows)
+    out = {False: [], True: []}
+    for workload, field, unit, higher, label in METRICS:
+        for runtime in ["weft"] + [p for p in peers_in(rows)]:
+            for line in rt.get(runtime, {}).get(workload, []):
+                if line.get(field) is None:
+                    continue
+                entry = {"name": "%s: %s%s" % (label, runtime, "/" + line["variant"] if line.get("variant") else ""),
+                         "unit": unit, "value": line[field]}
+                rng = spread(line, field)
+                if rng:
+                    entry["range"] = "%s..%s" % (fmt(rng[0]), fmt(rng[1]))
+                out[higher].append(entry)
+    os.makedirs(args.outdir, exist_ok=True)
+    for higher, name in ((False, "smaller_is_better.json"), (True, "bigger_is_better.json")):
+        with open(os.path.join(args.outdir, name), "w") as f:
+            json.dump(out[higher], f, indent=1)
+    print("export: %s/{smaller,bigger}_is_better.json (%d and %d entries)"
+          % (args.outdir, len(out[False]), len(out[True])), file=sys.stderr)
+
+
 def cmd_history(args):
     rows = read_lines(args.latest)
     commit = git("rev-parse", "--short", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    dirty = bool(status) and status != "unknown"
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    run = "%s@%s" % (commit + ("+" if dirty and dirty != "unknown" else ""), when)
+    run = "%s@%s" % (commit + ("+" if dirty else ""), when)
+    m = machine()
     with open(args.history, "a") as f:
         for r in rows:
-            r = dict(r, commit=commit, time=when, run=run)
+            r = dict(r, commit=commit, time=when, run=run, dirty=dirty, machine=m)
             f.write(json.dumps(r, sort_keys=True) + "\n")
 
 
@@ -184,6 +286,7 @@ def color(runtime):
 
 def svg_ratio_chart(rt, peers):
     """Horizontal bars on a log axis: for each metric, weft's ratio against each peer."""
+    caveat_of = {m[4]: CAVEATS[m[0]] for m in METRICS if m[0] in CAVEATS}
     bars = [(label, p, r) for label, _, _, cells in comparisons(rt, peers) for p, _, r, _ in cells if r]
     if not bars:
         return "<p>No peer results in the newest run.</p>"
@@ -198,6 +301,10 @@ def svg_ratio_chart(rt, peers):
     parts, y, last = [], 30, None
     for label, p, r in bars:
         if label != last:
+            if last in caveat_of:  # the group's caveat, under its bars
+                parts.append('<text x="%.1f" y="%d" font-size="10" fill="#555">%s</text>'
+                             % (x(1.0) + 4, y + 10, html.escape(caveat_of[last])))
+                y += 12
             y += gap
             parts.append('<text x="%d" y="%d" font-size="12" text-anchor="end">%s</text>'
                          % (left - 8, y + bar_h - 3, html.escape(label)))
@@ -207,6 +314,10 @@ def svg_ratio_chart(rt, peers):
                      % (min(x0, x1), y, abs(x1 - x0), bar_h - 2, color(p), html.escape(p), r))
         parts.append('<text x="%.1f" y="%d" font-size="10">%.2fx</text>' % (max(x0, x1) + 3, y + bar_h - 4, r))
         y += bar_h
+    if last in caveat_of:
+        parts.append('<text x="%.1f" y="%d" font-size="10" fill="#555">%s</text>'
+                     % (x(1.0) + 4, y + 10, html.escape(caveat_of[last])))
+        y += 12
     height = y + 40
     ticks = []
     t = 10 ** math.floor(math.log10(lo))
@@ -226,14 +337,31 @@ def svg_ratio_chart(rt, peers):
             % (width, height, legend, "".join(ticks), x(1.0), x(1.0), y, "".join(parts), left, height - 6))
 
 
-def svg_history(points_by_runtime, runs, title, unit):
-    """One metric across runs: a polyline per runtime, the x axis in run order."""
-    width, height, left, bottom, top = 560, 220, 60, 40, 24
-    values = [v for pts in points_by_runtime.values() for _, v in pts]
+def spread(r, field):
+    """(lowest, highest) of a line's repeated samples, in the units of `field` (every timed metric
+    is a fixed amount of work over a wall, so it scales with each sample's wall; msgs/s inversely),
+    or None when there is one value only (W8's RSS)."""
+    samples, wall = r.get("samples_ms"), r.get("wall_ms")
+    if not samples or not wall or field == "rss_kb_per_task" or r.get(field) is None:
+        return None
+    if field == "msgs_per_s":
+        vals = [r[field] * wall / x for x in samples if x > 0]
+    else:
+        vals = [r[field] * x / wall for x in samples]
+    return (min(vals), max(vals)) if vals else None
+
+
+def svg_history(points_by_runtime, runs, title, unit, dirty_runs=()):
+    """One metric across runs: a polyline per runtime through each run's median, a vertical bar
+    from its fastest to its slowest repetition, the x axis in run order labelled by commit and
+    date. A run made from a tree with uncommitted changes is drawn hollow and labelled "+"."""
+    width, height, left, bottom, top = 560, 230, 60, 50, 24
+    values = [v for pts in points_by_runtime.values() for p in pts for v in (p[1], *(p[2] or ()))]
     if not values:
         return ""
     vmax = max(values) * 1.1 or 1.0
-    log = max(values) / max(min(values), 1e-9) > 50  # a wide spread reads better on a log axis
+    # A wide spread reads better on a log axis (which needs every value above 0).
+    log = min(values) > 0 and max(values) / min(values) > 50
     vmin = min(values) / 1.3 if log else 0.0
 
     def y(v):
@@ -256,53 +384,82 @@ def svg_history(points_by_runtime, runs, title, unit):
                      % (left, width - 20, y(v), y(v), left - 4, y(v) + 3, fmt(v)))
     for i, run in enumerate(runs):
         if len(runs) <= 12 or i % math.ceil(len(runs) / 12) == 0 or i == len(runs) - 1:
+            commit, _, when = run.partition("@")
+            label = "%s %s" % (commit, when[5:10])  # commit, then the date as MM-DD
             parts.append('<text x="%.1f" y="%d" font-size="9" text-anchor="end" transform="rotate(-30 %.1f %d)">%s</text>'
-                         % (x(i), height - bottom + 14, x(i), height - bottom + 14, html.escape(run.split("@")[0])))
+                         % (x(i), height - bottom + 14, x(i), height - bottom + 14, html.escape(label)))
     for rt_name, pts in points_by_runtime.items():
         if not pts:
             continue
-        path = " ".join("%.1f,%.1f" % (x(i), y(v)) for i, v in pts)
+        base = rt_name.split("/")[0]
+        path = " ".join("%.1f,%.1f" % (x(i), y(v)) for i, v, _ in pts)
         dash = "" if rt_name == "weft" else ' stroke-dasharray="4 3"'
-        parts.append('<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>' % (color(rt_name), dash, path))
-        for i, v in pts:
-            parts.append('<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"><title>%s %s: %s %s</title></circle>'
-                         % (x(i), y(v), color(rt_name), html.escape(rt_name), html.escape(runs[i]), fmt(v), html.escape(unit)))
+        parts.append('<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>' % (color(base), dash, path))
+        for i, v, rng in pts:
+            if rng:
+                parts.append('<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-width="1" opacity="0.6"/>'
+                             % (x(i), x(i), y(rng[0]), y(rng[1]), color(base)))
+            hollow = runs[i] in dirty_runs
+            parts.append('<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s" stroke="%s"><title>%s %s: %s %s%s%s</title></circle>'
+                         % (x(i), y(v), "white" if hollow else color(base), color(base), html.escape(rt_name),
+                            html.escape(runs[i]), fmt(v), html.escape(unit),
+                            " (runs %s to %s)" % (fmt(rng[0]), fmt(rng[1])) if rng else "",
+                            ", uncommitted changes" if hollow else ""))
     legend = "".join('<rect x="%d" y="%d" width="10" height="3" fill="%s"/><text x="%d" y="%d" font-size="10">%s</text>'
-                     % (width - 110, top + 12 * k, color(r), width - 96, top + 12 * k + 4, html.escape(r))
+                     % (width - 130, top + 12 * k, color(r.split("/")[0]), width - 116, top + 12 * k + 4, html.escape(r))
                      for k, r in enumerate(points_by_runtime) if points_by_runtime[r])
     return '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d">%s%s</svg>' % (width, height, "".join(parts), legend)
+
+
+UNRECORDED = "machine not recorded"  # history lines written before runs recorded their machine
+
+
+def machine_id(r):
+    return (r.get("machine") or {}).get("id") or UNRECORDED
 
 
 def cmd_dashboard(args):
     rows = read_lines(args.history)
     if not rows:
         sys.exit("%s is empty: run bench/run_workloads.sh first" % args.history)
+    for r in rows:
+        r["run"] = r.get("run") or "%s@%s" % (r.get("commit", "?"), r.get("time", "?"))
+    # Figures from different machines are not comparable: the history shows the runs made on
+    # the newest run's machine, and says how many others there are.
+    here = machine_id(rows[-1])
+    others = {}
     runs = []
     for r in rows:
-        run = r.get("run") or "%s@%s" % (r.get("commit", "?"), r.get("time", "?"))
-        r["run"] = run
-        if run not in runs:
-            runs.append(run)
+        if machine_id(r) != here:
+            others.setdefault(machine_id(r), set()).add(r["run"])
+        elif r["run"] not in runs:
+            runs.append(r["run"])
     runs = runs[-args.last:]
     index = {run: i for i, run in enumerate(runs)}
+    dirty_runs = {r["run"] for r in rows if r["run"] in index and (r.get("dirty") or "+@" in r["run"])}
     newest = [r for r in rows if r["run"] == runs[-1]]
     nrt = by_runtime(newest)
     shown = [r for r in rows if r["run"] in index]
     peers = peers_in(shown)
     # The chart shows the newest run; if that ran no peer, each runtime's latest result instead.
     chart = (nrt, peers_in(newest)) if peers_in(newest) else (by_runtime(shown), peers)
+    m = newest[-1].get("machine") or {}
+    tools = ", ".join("%s %s" % (k, m[k]) for k in ("cxx", "go", "rustc", "tokio", "boost", "tbb") if m.get(k))
     body = ["<h1>weft: standard workloads</h1>",
             "<p>Workloads W1..W8 of WORKLOADS.md, run by <code>bench/run_workloads.sh</code>: weft and each "
             "peer interleaved, the same worker count, the median of repeated runs after a warm-up. Newest run: "
-            "<b>%s</b> (%d runs in the history shown). A ratio above 1 means weft is ahead.</p>"
-            % (html.escape(runs[-1]), len(runs)),
+            "<b>%s</b>%s (%d runs on this machine in the history shown). A ratio above 1 means weft is ahead.</p>"
+            % (html.escape(runs[-1]), " <b>(uncommitted changes)</b>" if runs[-1] in dirty_runs else "",
+               len(runs)),
+            "<p id=machine>Machine: <b>%s</b>%s</p>" % (html.escape(here), ("; " + html.escape(tools)) if tools else ""),
             "<h2>Newest ratios</h2>", svg_ratio_chart(*chart)]
     table = ["<table border=1 cellpadding=4 cellspacing=0><tr><th>workload</th><th>unit</th><th>weft</th>"]
     table += ["<th>%s</th><th>x</th>" % html.escape(p) for p in peers]
     table.append("</tr>")
-    for label, unit, w, cells in comparisons(nrt, peers):
-        table.append("<tr><td>%s</td><td>%s</td><td>%s</td>%s</tr>" % (
-            html.escape(label), unit, fmt(w),
+    for (label, unit, w, cells), metric in zip(comparisons(nrt, peers), METRICS):
+        caveat = CAVEATS.get(metric[0])
+        table.append("<tr><td>%s%s</td><td>%s</td><td>%s</td>%s</tr>" % (
+            html.escape(label), "<br><small>%s</small>" % html.escape(caveat) if caveat else "", unit, fmt(w),
             "".join("<td>%s</td><td>%s</td>" % (fmt(pv) + ("*" if v else ""), fmt_ratio(r))
                     for _, pv, r, v in cells)))
     table.append("</table>")
@@ -311,54 +468,43 @@ def cmd_dashboard(args):
         table.append("<p>*: the peer ran the workload several ways; the table uses its best:</p><ul>%s</ul>"
                      % "".join("<li>%s</li>" % html.escape(n) for n in notes))
     body += ["<h2>Newest run</h2>", "".join(table), "<h2>History</h2>",
-             "<p>weft solid, peers dashed; x axis: runs in order, labelled by commit.</p>"]
+             "<p>weft solid, peers dashed (a peer's variants each their own line); a dot is a run's "
+             "median, its bar the fastest to the slowest repetition; hollow: a run from a tree with "
+             "uncommitted changes (its commit labelled +). x axis: runs in order, by commit and date.</p>"]
+    if others:
+        body.append("<p>Not plotted, from other machines: %s.</p>" % "; ".join(
+            "%s (%d runs)" % (html.escape(k), len(v)) for k, v in sorted(others.items())))
     for workload, field, unit, higher, label in METRICS:
         pts = {}
-        for r in rows:
-            if r["run"] in index and r["workload"] == workload and r.get(field) is not None:
+        for r in shown:
+            if r["workload"] == workload and r.get(field) is not None:
                 name = r["runtime"] + ("/" + r["variant"] if r.get("variant") else "")
-                pts.setdefault(name, []).append((index[r["run"]], r[field]))
+                pts.setdefault(name, []).append((index[r["run"]], r[field], spread(r, field)))
         ordered = {k: pts[k] for k in ["weft"] + PEER_ORDER + sorted(pts) if k in pts}
-        body.append(svg_history(ordered, runs, label + (" (higher is better)" if higher else ""), unit))
+        body.append(svg_history(ordered, runs, label + (" (higher is better)" if higher else ""), unit,
+                                dirty_runs))
     page = ("<!doctype html><html><head><meta charset=utf-8><title>weft benchmarks</title>"
             "<style>body{font-family:sans-serif;max-width:1200px;margin:1em auto}svg{margin:6px}"
             "td{text-align:right}</style></head><body>%s</body></html>\n" % "\n".join(body))
     with open(args.out, "w") as f:
         f.write(page)
-    print("dashboard: %s (%d runs)" % (args.out, len(runs)))
+    print("dashboard: %s (%d runs on %s)" % (args.out, len(runs), here))
 
 
 # ---- regression check ---------------------------------------------------------------------------
 
 def mann_whitney_greater(a, b):
-    """One-sided p-value that samples a tend to be larger than samples b (Mann-Whitney U).
-
-    Exact (every assignment of the pooled ranks) for small samples, the normal approximation with
-    a continuity correction otherwise. Ties count a half.
-    """
-    n1, n2 = len(a), len(b)
-    if n1 == 0 or n2 == 0:
+    """One-sided p-value that samples a tend to be larger than samples b: scipy's Mann-Whitney U
+    test (exact for small samples without ties, else the normal approximation with a continuity
+    correction)."""
+    if not a or not b:
         return 1.0
-
-    def u_of(xs, ys):
-        return sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in xs for y in ys)
-
-    u = u_of(a, b)
-    pooled = list(a) + list(b)
-    if math.comb(n1 + n2, n1) <= 200000:
-        count = total = 0
-        for idx in itertools.combinations(range(n1 + n2), n1):
-            chosen = set(idx)
-            xs = [pooled[i] for i in idx]
-            ys = [pooled[i] for i in range(n1 + n2) if i not in chosen]
-            total += 1
-            if u_of(xs, ys) >= u - 1e-9:
-                count += 1
-        return count / total
-    mean = n1 * n2 / 2.0
-    sd = math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12.0)
-    z = (u - mean - 0.5) / sd
-    return 0.5 * math.erfc(z / math.sqrt(2))
+    try:
+        from scipy.stats import mannwhitneyu
+    except ImportError:
+        sys.exit("report.py compare needs scipy: apt-get install python3-scipy (Debian), then run it "
+                 "with that Python (/usr/bin/python3)")
+    return float(mannwhitneyu(a, b, alternative="greater", method="auto").pvalue)
 
 
 def load_samples(path, runtime):
@@ -442,6 +588,13 @@ def main():
     d.add_argument("history")
     d.add_argument("out")
     d.add_argument("--last", type=int, default=40, help="how many runs of the history to plot")
+    b = sub.add_parser("baseline")
+    b.add_argument("history")
+    b.add_argument("out")
+    b.add_argument("--runs", type=int, default=3)
+    e = sub.add_parser("export")
+    e.add_argument("latest")
+    e.add_argument("outdir")
     c = sub.add_parser("compare")
     c.add_argument("baseline")
     c.add_argument("current")
@@ -455,6 +608,10 @@ def main():
         cmd_history(args)
     elif args.cmd == "dashboard":
         cmd_dashboard(args)
+    elif args.cmd == "baseline":
+        sys.exit(cmd_baseline(args))
+    elif args.cmd == "export":
+        cmd_export(args)
     else:
         sys.exit(cmd_compare(args))
 

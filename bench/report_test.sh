@@ -5,6 +5,9 @@ set -euo pipefail
 report="${TEST_SRCDIR:-$(dirname "$0")/..}/${TEST_WORKSPACE:-weft}/bench/report.py"
 [ -f "$report" ] || report="$(dirname "$0")/report.py"
 dir="${TEST_TMPDIR:-$(mktemp -d)}"
+# Debian's Python, where python3-scipy (./bazelw installs it) lives.
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
 
 line() {  # line RUNTIME WORKLOAD SAMPLES...
   local rt="$1" w="$2"
@@ -31,20 +34,20 @@ line weft spawn_join 8.0 8.1 7.9 8.2 8.0 >"$dir/faster.jsonl"
 line weft spawn_join 9.0 15.0 9.5 14.0 10.0 >"$dir/wild.jsonl"          # median +5%, no signal
 line go spawn_join 9.0 9.0 9.0 9.0 9.0 >>"$dir/slower.jsonl"
 
-expect 1 python3 "$report" compare "$dir/base.jsonl" "$dir/slower.jsonl"
+expect 1 "$python" "$report" compare "$dir/base.jsonl" "$dir/slower.jsonl"
 grep -q REGRESSION "$dir/out"
-expect 0 python3 "$report" compare "$dir/base.jsonl" "$dir/noise.jsonl"
-expect 0 python3 "$report" compare "$dir/base.jsonl" "$dir/faster.jsonl"
+expect 0 "$python" "$report" compare "$dir/base.jsonl" "$dir/noise.jsonl"
+expect 0 "$python" "$report" compare "$dir/base.jsonl" "$dir/faster.jsonl"
 grep -q better "$dir/out"
-expect 0 python3 "$report" compare "$dir/base.jsonl" "$dir/wild.jsonl"
+expect 0 "$python" "$report" compare "$dir/base.jsonl" "$dir/wild.jsonl"
 # A slowdown smaller than the threshold is not a regression, however certain.
-expect 0 python3 "$report" compare --threshold 0.25 "$dir/base.jsonl" "$dir/slower.jsonl"
+expect 0 "$python" "$report" compare --threshold 0.25 "$dir/base.jsonl" "$dir/slower.jsonl"
 
 echo "not json" >"$dir/bad.jsonl"
-expect 2 python3 "$report" compare "$dir/base.jsonl" "$dir/bad.jsonl"
-expect 2 python3 "$report" compare "$dir/base.jsonl" "$dir/missing.jsonl"
+expect 2 "$python" "$report" compare "$dir/base.jsonl" "$dir/bad.jsonl"
+expect 2 "$python" "$report" compare "$dir/base.jsonl" "$dir/missing.jsonl"
 : >"$dir/empty.jsonl"
-expect 2 python3 "$report" compare "$dir/base.jsonl" "$dir/empty.jsonl"
+expect 2 "$python" "$report" compare "$dir/base.jsonl" "$dir/empty.jsonl"
 
 # Google Benchmark JSON with repetitions: the same test on per-repetition real_time.
 gbench() {  # gbench NAME TIMES...
@@ -60,13 +63,13 @@ gbench() {  # gbench NAME TIMES...
 }
 gbench BM_Switch 5.0 5.1 4.9 5.0 5.1 >"$dir/gb_base.json"
 gbench BM_Switch 6.5 6.4 6.6 6.5 6.7 >"$dir/gb_slow.json"
-expect 1 python3 "$report" compare "$dir/gb_base.json" "$dir/gb_slow.json"
-expect 0 python3 "$report" compare "$dir/gb_base.json" "$dir/gb_base.json"
+expect 1 "$python" "$report" compare "$dir/gb_base.json" "$dir/gb_slow.json"
+expect 0 "$python" "$report" compare "$dir/gb_base.json" "$dir/gb_base.json"
 
 # Lines of several runs pool their samples: a baseline of two runs, each 5 samples around 10,
 # against a current run slower by 20%: flagged, on all 10 baseline samples.
 cat "$dir/base.jsonl" "$dir/noise.jsonl" >"$dir/base2.jsonl"
-expect 1 python3 "$report" compare "$dir/base2.jsonl" "$dir/slower.jsonl"
+expect 1 "$python" "$report" compare "$dir/base2.jsonl" "$dir/slower.jsonl"
 grep -q "spawn_join (wall ms) .* 10.0 " "$dir/out"
 
 # A peer that ran a workload two ways (a "variant" field): the table uses its better way, marks
@@ -79,19 +82,19 @@ variant() {  # variant RUNTIME WORKLOAD VARIANT NS
   variant tokio mutex_contended tokio_mutex 160
   variant tokio mutex_contended std_mutex 40
 } >"$dir/variants.jsonl"
-expect 0 python3 "$report" table "$dir/variants.jsonl"
+expect 0 "$python" "$report" table "$dir/variants.jsonl"
 grep -q "W7 mutex .* 40.0\* *2.00x" "$dir/out"
 grep -q "tokio W7 mutex (ns/lock): tokio_mutex 160, std_mutex 40.0 (used)" "$dir/out"
 
 # Table and dashboard.
-expect 0 python3 "$report" table "$dir/slower.jsonl"
+expect 0 "$python" "$report" table "$dir/slower.jsonl"
 grep -q "W2 spawn+join" "$dir/out"
-expect 0 python3 "$report" history "$dir/slower.jsonl" "$dir/history.jsonl"
-expect 0 python3 "$report" history "$dir/base.jsonl" "$dir/history.jsonl"
-expect 0 python3 "$report" dashboard "$dir/history.jsonl" "$dir/dash.html"
+expect 0 "$python" "$report" history "$dir/slower.jsonl" "$dir/history.jsonl"
+expect 0 "$python" "$report" history "$dir/base.jsonl" "$dir/history.jsonl"
+expect 0 "$python" "$report" dashboard "$dir/history.jsonl" "$dir/dash.html"
 [ "$(grep -o '<svg' "$dir/dash.html" | wc -l)" -ge 2 ]
-expect 0 python3 "$report" history "$dir/variants.jsonl" "$dir/history.jsonl"
-expect 0 python3 "$report" dashboard "$dir/history.jsonl" "$dir/dash.html"
+expect 0 "$python" "$report" history "$dir/variants.jsonl" "$dir/history.jsonl"
+expect 0 "$python" "$report" dashboard "$dir/history.jsonl" "$dir/dash.html"
 grep -q "tokio/std_mutex" "$dir/dash.html"
 grep -q "std_mutex 40.0 (used)" "$dir/dash.html"
 echo PASS

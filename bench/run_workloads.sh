@@ -9,13 +9,15 @@
 #   bench/results/latest.jsonl     this run's JSON lines
 #   bench/results/history.jsonl    every run's lines, keyed by commit (committed to the repo)
 #   bench/results/dashboard.html   ratio plot of the newest run and history plots per workload
+#   bench/results/export/          this run in github-action-benchmark's custom formats
 #
 #   bench/run_workloads.sh [--reps N] [--workers N] [--only W1,W2] [--peers go,tokio,...]
 #                          [--no-history] [--check [BASELINE]] [--save-baseline] [--components]
 #
-#   --check       compare weft's results with BASELINE (default bench/results/baseline.jsonl) by
-#                 `bench/report.py compare` and exit 1 on a regression (for CI)
-#   --save-baseline  make this run's weft lines the baseline
+#   --check       compare weft's results with BASELINE by `bench/report.py compare` and exit 1 on
+#                 a regression (for CI). Without BASELINE: weft's lines of the last 3 runs in the
+#                 history made on this machine from a committed tree, pooled (report.py baseline)
+#   --save-baseline  also write this run's weft lines to bench/results/baseline.jsonl
 #   --components  also run the component Google Benchmark suites (//...:*_benchmark) with
 #                 --benchmark_format=json into bench/results/components/
 # docs/bench.md explains the numbers.
@@ -38,7 +40,7 @@ while [ $# -gt 0 ]; do
     --peers) want_peers="$2"; shift 2 ;;
     --no-history) history=0; shift ;;
     --check)
-      if [ $# -gt 1 ] && [ "${2#--}" = "$2" ]; then check="$2"; shift 2; else check=bench/results/baseline.jsonl; shift; fi ;;
+      if [ $# -gt 1 ] && [ "${2#--}" = "$2" ]; then check="$2"; shift 2; else check=history; shift; fi ;;
     --save-baseline) save_baseline=1; shift ;;
     --components) components=1; shift ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
@@ -50,6 +52,12 @@ done
 }
 
 note() { echo "note: $*" >&2; }
+# Debian's Python has python3-scipy (report.py compare's statistics); another python3 first on
+# PATH (pyenv, a venv) may not.
+python=python3
+python3 -c 'import scipy' 2>/dev/null || { [ -x /usr/bin/python3 ] && python=/usr/bin/python3; }
+[ -z "$check" ] || "$python" -c 'import scipy' 2>/dev/null || tools/apt_install.sh python3-scipy ||
+  note "no scipy (apt-get install python3-scipy): --check will fail"
 has_peer() { [[ ",$want_peers," == *",$1,"* ]]; }
 
 # ---- build ----------------------------------------------------------------------------------------
@@ -168,16 +176,22 @@ if [ "$components" = 1 ]; then
 fi
 
 # ---- report ---------------------------------------------------------------------------------------
-if [ "$history" = 1 ]; then
-  python3 bench/report.py history "$out" bench/results/history.jsonl
-  python3 bench/report.py dashboard bench/results/history.jsonl bench/results/dashboard.html >&2
+if [ "$check" = history ]; then  # the baseline from the runs before this one
+  check=bench/results/check_baseline.jsonl
+  "$python" bench/report.py baseline bench/results/history.jsonl "$check" --runs 3 ||
+    { note "no baseline for --check on this machine yet: run without --check first"; check=""; }
 fi
-python3 bench/report.py table "$out"
+if [ "$history" = 1 ]; then
+  "$python" bench/report.py history "$out" bench/results/history.jsonl
+  "$python" bench/report.py dashboard bench/results/history.jsonl bench/results/dashboard.html >&2
+fi
+"$python" bench/report.py export "$out" bench/results/export
+"$python" bench/report.py table "$out"
 if [ "$save_baseline" = 1 ]; then
   grep '"runtime": *"weft"' "$out" >bench/results/baseline.jsonl
   echo "baseline: bench/results/baseline.jsonl" >&2
 fi
 if [ -n "$check" ]; then
   echo >&2
-  python3 bench/report.py compare "$check" "$out"
+  "$python" bench/report.py compare "$check" "$out"
 fi
