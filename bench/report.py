@@ -263,7 +263,9 @@ def cmd_export(args):
 def cmd_history(args):
     rows = read_lines(args.latest)
     commit = git("rev-parse", "--short", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    # Dirty: uncommitted changes to the code. bench/results/ is left out: runs write it (a second
+    # run after a first one is still of the committed code).
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results")
     dirty = bool(status) and status != "unknown"
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     run = "%s@%s" % (commit + ("+" if dirty else ""), when)
