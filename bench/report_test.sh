@@ -97,4 +97,16 @@ expect 0 "$python" "$report" history "$dir/variants.jsonl" "$dir/history.jsonl"
 expect 0 "$python" "$report" dashboard "$dir/history.jsonl" "$dir/dash.html"
 grep -q "tokio/std_mutex" "$dir/dash.html"
 grep -q "std_mutex 40.0 (used)" "$dir/dash.html"
+# The export for github-action-benchmark: a list of {name, unit, value[, range]} per direction.
+expect 0 "$python" "$report" export "$dir/variants.jsonl" "$dir/export"
+"$python" - "$dir/export" <<'PY'
+import json, os, sys
+small = json.load(open(os.path.join(sys.argv[1], "smaller_is_better.json")))
+big = json.load(open(os.path.join(sys.argv[1], "bigger_is_better.json")))
+names = {e["name"]: e for e in small}
+assert names["W7 mutex: weft"]["value"] == 20 and names["W7 mutex: weft"]["unit"] == "ns/lock", names
+assert "W7 mutex: tokio/std_mutex" in names and "W7 mutex: tokio/tokio_mutex" in names, names
+assert all(set(e) <= {"name", "unit", "value", "range"} for e in small + big)
+assert isinstance(big, list)
+PY
 echo PASS
