@@ -21,7 +21,8 @@ scipy (Debian's python3-scipy).
       The regression check, for CI. BASELINE and CURRENT are both workload JSON lines or both
       Google Benchmark JSON (--benchmark_repetitions >= 5). A metric regresses when its median is
       worse than the baseline's by more than the threshold AND a one-sided Mann-Whitney U test on
-      the repeated samples (scipy.stats.mannwhitneyu) says the difference is not noise (p < alpha). Exit status 1 on any
+      the repeated samples (scipy.stats.mannwhitneyu) says the difference is not noise (p < alpha).
+      Each line also gives a 95% bootstrap interval of the change (scipy.stats.bootstrap). Exit status 1 on any
       regression, 0 otherwise; 2 on unusable input.
 """
 
@@ -509,6 +510,18 @@ def mann_whitney_greater(a, b):
     return float(mannwhitneyu(a, b, alternative="greater", method="auto").pvalue)
 
 
+def change_interval(b, c):
+    """95% bootstrap interval (scipy.stats.bootstrap, percentile, seeded) of the relative change
+    of the median from samples b to samples c, or None with fewer than 2 samples a side."""
+    if len(b) < 2 or len(c) < 2:
+        return None
+    import numpy as np
+    from scipy.stats import bootstrap
+    r = bootstrap((b, c), lambda x, y: np.median(y) / np.median(x) - 1, vectorized=False,
+                  n_resamples=2000, confidence_level=0.95, method="percentile", random_state=1)
+    return r.confidence_interval.low, r.confidence_interval.high
+
+
 def load_samples(path, runtime):
     """{metric name: (samples, higher_is_better)} from workload lines or Google Benchmark JSON."""
     try:
@@ -556,7 +569,8 @@ def cmd_compare(args):
         print("compare: no %s results in %s" % (args.runtime, args.baseline if not base else args.current))
         return 2
     regressions = 0
-    print("%-36s %12s %12s %8s %8s  %s" % ("metric", "baseline", "current", "change", "p", "verdict"))
+    print("%-36s %12s %12s %8s %17s %8s  %s" % ("metric", "baseline", "current", "change", "95% interval", "p",
+                                                "verdict"))
     for name in sorted(set(base) & set(cur)):
         (b, higher), (c, _) = base[name], cur[name]
         mb, mc = statistics.median(b), statistics.median(c)
@@ -571,7 +585,10 @@ def cmd_compare(args):
             ptxt = "n/a"
         regressions += regressed
         verdict = "REGRESSION" if regressed else ("better" if worse < -args.threshold else "ok")
-        print("%-36s %12s %12s %+7.1f%% %8s  %s" % (name[:36], fmt(mb), fmt(mc), 100 * change, ptxt, verdict))
+        ci = change_interval(b, c)
+        citxt = "[%+.0f%%, %+.0f%%]" % (100 * ci[0], 100 * ci[1]) if ci else "n/a"
+        print("%-36s %12s %12s %+7.1f%% %17s %8s  %s" % (name[:36], fmt(mb), fmt(mc), 100 * change, citxt, ptxt,
+                                                        verdict))
     for name in sorted(set(base) - set(cur)):
         print("%-36s missing from the current run" % name[:36])
     print("\n%d regression(s) beyond %.0f%% at p < %.2f" % (regressions, 100 * args.threshold, args.alpha))
