@@ -1,7 +1,7 @@
 // alloc/slab.cc: SlabAllocator's slow paths (new slabs, partial and empty lists, remote frees)
 // and SizeClassShard. See slab.h for the layout and invariants.
 
-#include "alloc/slab.h"
+#include "weft/alloc/slab.h"
 
 #ifdef _WIN32
 #include <windows.h>
@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <new>
 
-#include "base/fault.h"
+#include "weft/base/fault.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define WEFT_ALLOC_ASAN 1

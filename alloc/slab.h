@@ -27,7 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "base/atomic.h"
+#include "weft/base/atomic.h"
 
 namespace weft {
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "alloc/slab.h"
+#include "weft/alloc/slab.h"
 #include "benchmark/benchmark.h"
 
 namespace weft {

@@ -6,10 +6,10 @@
 #include <new>
 #include <set>
 
-#include "alloc/slab.h"
+#include "weft/alloc/slab.h"
 #include "gtest/gtest.h"
-#include "model/model.h"
-#include "model/testing.h"
+#include "weft/model/model.h"
+#include "weft/model/testing.h"
 
 namespace weft {
 namespace {

@@ -3,7 +3,7 @@
 // cross-thread frees (each object freed exactly once and reused later), and no live objects at
 // teardown. Under --config=asan freed objects are poisoned, so a use after free would be caught.
 
-#include "alloc/slab.h"
+#include "weft/alloc/slab.h"
 
 #include <atomic>
 #include <cstdint>
@@ -14,8 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "base/stress_scale.h"
-#include "deque/mpmc_ring.h"
+#include "weft/base/stress_scale.h"
+#include "weft/deque/mpmc_ring.h"
 #include "gtest/gtest.h"
 
 namespace weft {

@@ -19,9 +19,9 @@
 #include <system_error>
 #include <vector>
 
-#include "api/weft.h"
-#include "base/fault.h"
-#include "base/stress_scale.h"
+#include "weft/api/weft.h"
+#include "weft/base/fault.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
 
 namespace weft {

@@ -1,9 +1,9 @@
 // api/io.cc: the fiber I/O calls, each one reactor operation run through scheduler/io.h.
 
-#include "api/io.h"
+#include "weft/api/io.h"
 
 #ifdef _WIN32
-#include "base/internal/win_errno.h"
+#include "weft/base/internal/win_errno.h"
 #else
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -12,8 +12,8 @@
 
 #include <cerrno>
 
-#include "base/fault.h"
-#include "scheduler/io.h"
+#include "weft/base/fault.h"
+#include "weft/scheduler/io.h"
 
 namespace weft::io {
 namespace {

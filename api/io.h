@@ -29,9 +29,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "base/result.h"
-#include "reactor/reactor.h"  // IoVec
-#include "sync/cancellation.h"
+#include "weft/base/result.h"
+#include "weft/reactor/reactor.h"  // IoVec
+#include "weft/sync/cancellation.h"
 
 namespace weft::io {
 

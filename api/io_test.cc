@@ -3,7 +3,7 @@
 // checked on every blocking call; bad input gives errors; close and shutdown with operations in
 // flight complete them with operation_canceled.
 
-#include "api/io.h"
+#include "weft/api/io.h"
 
 #ifndef _WIN32
 #include <fcntl.h>
@@ -22,11 +22,11 @@
 #include <thread>
 #include <vector>
 
-#include "api/net.h"
-#include "base/stress_scale.h"
+#include "weft/api/net.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
-#include "scheduler/runtime.h"
-#include "sync/coordination.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/coordination.h"
 
 namespace weft {
 namespace {

@@ -1,11 +1,11 @@
 // api/net.cc: addresses, resolution and the TCP types.
 
-#include "api/net.h"
+#include "weft/api/net.h"
 
 #ifdef _WIN32
 #include <mutex>
 
-#include "base/internal/win_errno.h"
+#include "weft/base/internal/win_errno.h"
 #else
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -16,8 +16,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "api/io.h"
-#include "scheduler/runtime.h"
+#include "weft/api/io.h"
+#include "weft/scheduler/runtime.h"
 
 namespace weft::net {
 namespace {

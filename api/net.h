@@ -22,8 +22,8 @@
 #include <string_view>
 #include <vector>
 
-#include "base/result.h"
-#include "sync/cancellation.h"
+#include "weft/base/result.h"
+#include "weft/sync/cancellation.h"
 
 namespace weft::net {
 

@@ -15,11 +15,11 @@
 #include <cstring>
 #include <vector>
 
-#include "api/net.h"
-#include "base/stress_scale.h"
+#include "weft/api/net.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
-#include "scheduler/runtime.h"
-#include "sync/coordination.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/coordination.h"
 
 namespace weft {
 namespace {

@@ -5,13 +5,13 @@
 #ifndef WEFT_API_WEFT_H_
 #define WEFT_API_WEFT_H_
 
-#include "api/io.h"             // IWYU pragma: export
-#include "api/net.h"            // IWYU pragma: export
-#include "base/result.h"        // IWYU pragma: export
-#include "scheduler/runtime.h"  // IWYU pragma: export
-#include "sync/cancellation.h"  // IWYU pragma: export
-#include "sync/channel.h"       // IWYU pragma: export
-#include "sync/coordination.h"  // IWYU pragma: export
-#include "sync/mutex.h"         // IWYU pragma: export
+#include "weft/api/io.h"             // IWYU pragma: export
+#include "weft/api/net.h"            // IWYU pragma: export
+#include "weft/base/result.h"        // IWYU pragma: export
+#include "weft/scheduler/runtime.h"  // IWYU pragma: export
+#include "weft/sync/cancellation.h"  // IWYU pragma: export
+#include "weft/sync/channel.h"       // IWYU pragma: export
+#include "weft/sync/coordination.h"  // IWYU pragma: export
+#include "weft/sync/mutex.h"         // IWYU pragma: export
 
 #endif  // WEFT_API_WEFT_H_

@@ -19,7 +19,7 @@
 
 #include <atomic>
 
-#include "base/atomic.h"
+#include "weft/base/atomic.h"
 
 namespace weft::base_internal {
 

@@ -4,12 +4,12 @@
 // it: with the HeavyFence call removed, 49-289 of its 10,000 rounds (five runs) missed both
 // ways on the 2-core VM of docs/scheduler.md.
 
-#include "base/asymmetric_fence.h"
+#include "weft/base/asymmetric_fence.h"
 
 #include <atomic>
 #include <thread>
 
-#include "base/stress_scale.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
 
 namespace weft::base_internal {

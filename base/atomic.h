@@ -18,10 +18,12 @@
 #ifndef WEFT_BASE_ATOMIC_H_
 #define WEFT_BASE_ATOMIC_H_
 
+#include "weft/base/config.h"  // first: the C++20 check
+
 #include <atomic>
 
 #ifdef WEFT_MODEL
-#include "base/internal/atomic_model.h"  // IWYU pragma: export
+#include "weft/base/internal/atomic_model.h"  // IWYU pragma: export
 #else
 namespace weft {
 

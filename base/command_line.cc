@@ -1,6 +1,6 @@
 // base/command_line.cc: see command_line.h.
 
-#include "base/command_line.h"
+#include "weft/base/command_line.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -4,7 +4,7 @@
 #ifndef WEFT_BASE_CPU_RELAX_H_
 #define WEFT_BASE_CPU_RELAX_H_
 
-#include "base/internal/model_hooks.h"
+#include "weft/base/internal/model_hooks.h"
 
 namespace weft {
 

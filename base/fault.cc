@@ -1,6 +1,6 @@
 // base/fault.cc: WEFT_FAULTS, the per-thread generators and the counts (see fault.h).
 
-#include "base/fault.h"
+#include "weft/base/fault.h"
 
 #include <array>
 #include <cstdio>

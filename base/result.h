@@ -9,6 +9,8 @@
 #ifndef WEFT_BASE_RESULT_H_
 #define WEFT_BASE_RESULT_H_
 
+#include "weft/base/config.h"  // first: the C++20 check
+
 #include <cstdio>
 #include <cstdlib>
 #include <optional>

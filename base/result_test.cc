@@ -1,4 +1,4 @@
-#include "base/result.h"
+#include "weft/base/result.h"
 
 #include <memory>
 #include <string>

@@ -2,7 +2,7 @@
 // a non-null value, with that value; ThreadOwned gives each thread its own object and deletes it
 // at exit.
 
-#include "base/thread_exit.h"
+#include "weft/base/thread_exit.h"
 
 #include <atomic>
 #include <cstdint>

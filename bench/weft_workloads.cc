@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "api/weft.h"
-#include "bench/workload_common.h"
+#include "weft/api/weft.h"
+#include "weft/bench/workload_common.h"
 
 namespace {
 

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "base/command_line.h"
-#include "bench/workload_common.h"
+#include "weft/base/command_line.h"
+#include "weft/bench/workload_common.h"
 
 ABSL_FLAG(int, reps, 5, "timed runs per workload, after one warm-up");
 ABSL_FLAG(int, workers, 0, "worker threads (0: all cores)");

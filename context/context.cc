@@ -4,7 +4,7 @@
 // becomes `to`; ASan and TSan are told; the raw backend switches; on arrival the resumed side
 // finishes the switch for ASan and marks itself running (sp = null).
 
-#include "context/context.h"
+#include "weft/context/context.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -12,9 +12,9 @@
 #include <cstring>
 #include <new>
 
-#include "context/internal/raw.h"
-#include "context/internal/record.h"
-#include "context/internal/sanitizers.h"
+#include "weft/context/internal/raw.h"
+#include "weft/context/internal/record.h"
+#include "weft/context/internal/sanitizers.h"
 
 #if WEFT_ASAN
 #include <sanitizer/asan_interface.h>

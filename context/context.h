@@ -24,8 +24,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "base/result.h"
-#include "context/internal/prefetch.h"
+#include "weft/base/result.h"
+#include "weft/context/internal/prefetch.h"
 
 namespace weft {
 
@@ -119,6 +119,6 @@ std::string_view context_name(Context context) noexcept;
 
 }  // namespace weft
 
-#include "context/internal/context_inl.h"  // IWYU pragma: export
+#include "weft/context/internal/context_inl.h"  // IWYU pragma: export
 
 #endif  // WEFT_CONTEXT_CONTEXT_H_

@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "context/context.h"
-#include "context/internal/raw.h"
-#include "context/stack.h"
+#include "weft/context/context.h"
+#include "weft/context/internal/raw.h"
+#include "weft/context/stack.h"
 
 namespace weft {
 namespace {

@@ -3,7 +3,7 @@
 // exceptions, migration between threads, (Windows) the TEB's stack bounds, and misuse that must
 // fail loudly. Runs against whichever backend the build selected.
 
-#include "context/context.h"
+#include "weft/context/context.h"
 
 #ifdef _WIN32
 #include <windows.h>
@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "base/stress_scale.h"
-#include "context/stack.h"
+#include "weft/base/stress_scale.h"
+#include "weft/context/stack.h"
 #include "gtest/gtest.h"
 
 namespace weft {

@@ -2,7 +2,7 @@
 // and words, the cursor follows inserts below it, and a random mix of inserts and takes matches a
 // std::set model.
 
-#include "context/internal/slot_set.h"
+#include "weft/context/internal/slot_set.h"
 
 #include <algorithm>
 #include <cstddef>

@@ -14,7 +14,7 @@
 // mapping with its guard area protected (2 VMAs on Linux). The OS calls are behind
 // context/internal/vm.h.
 
-#include "context/stack.h"
+#include "weft/context/stack.h"
 
 #include <algorithm>
 #include <atomic>
@@ -28,10 +28,10 @@
 #include <mutex>
 #include <vector>
 
-#include "context/internal/prefetch.h"
-#include "context/internal/record.h"
-#include "context/internal/slot_set.h"
-#include "context/internal/vm.h"
+#include "weft/context/internal/prefetch.h"
+#include "weft/context/internal/record.h"
+#include "weft/context/internal/slot_set.h"
+#include "weft/context/internal/vm.h"
 
 namespace weft {
 namespace {

@@ -32,8 +32,8 @@
 #include <memory>
 #include <vector>
 
-#include "base/result.h"
-#include "context/context.h"
+#include "weft/base/result.h"
+#include "weft/context/context.h"
 
 namespace weft {
 

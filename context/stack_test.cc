@@ -2,7 +2,7 @@
 // trimming, overflow diagnostics for both protection classes, 100,000 live stacks on a stock
 // kernel, and concurrent use. Each test's pool must end with no live stacks (checked at teardown).
 
-#include "context/stack.h"
+#include "weft/context/stack.h"
 
 #if !defined(_WIN32)
 #include <sys/mman.h>
@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "base/stress_scale.h"
-#include "context/context.h"
+#include "weft/base/stress_scale.h"
+#include "weft/context/context.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -36,7 +36,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "base/atomic.h"
+#include "weft/base/atomic.h"
 
 namespace weft {
 

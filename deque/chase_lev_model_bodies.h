@@ -10,9 +10,9 @@
 #include <optional>
 #include <vector>
 
-#include "deque/chase_lev.h"
-#include "model/model.h"
-#include "model/testing.h"
+#include "weft/deque/chase_lev.h"
+#include "weft/model/model.h"
+#include "weft/model/testing.h"
 
 namespace weft::chase_lev_model {
 

@@ -4,9 +4,9 @@
 
 #include <cstdio>
 
-#include "deque/chase_lev_model_bodies.h"
+#include "chase_lev_model_bodies.h"
 #include "gtest/gtest.h"
-#include "model/testing.h"
+#include "weft/model/testing.h"
 
 namespace weft {
 namespace {

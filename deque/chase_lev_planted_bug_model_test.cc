@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "deque/chase_lev_model_bodies.h"
+#include "chase_lev_model_bodies.h"
 #include "gtest/gtest.h"
 
 namespace weft {

@@ -2,7 +2,7 @@
 // an owner against thieves with every item taken exactly once. WEFT_STRESS_SCALE=N runs the
 // stress N times longer.
 
-#include "deque/chase_lev.h"
+#include "weft/deque/chase_lev.h"
 
 #include <atomic>
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/stress_scale.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
 
 namespace weft {

@@ -18,9 +18,9 @@
 #include <thread>
 
 #include "benchmark/benchmark.h"
-#include "deque/chase_lev.h"
-#include "deque/fork_join.h"
-#include "deque/spmc_ring.h"
+#include "weft/deque/chase_lev.h"
+#include "weft/deque/fork_join.h"
+#include "weft/deque/spmc_ring.h"
 #include "oneapi/tbb/task_arena.h"
 #include "oneapi/tbb/task_group.h"
 

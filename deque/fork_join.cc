@@ -11,7 +11,7 @@
 //                sees more left, wakes one if any sleep (a cascade proportional to the work);
 //                the destructor wakes all.
 
-#include "deque/fork_join.h"
+#include "weft/deque/fork_join.h"
 
 #include <algorithm>
 #include <chrono>
@@ -23,8 +23,8 @@
 #include <pthread.h>
 #endif
 
-#include "base/cpu_relax.h"
-#include "base/futex.h"
+#include "weft/base/cpu_relax.h"
+#include "weft/base/futex.h"
 
 namespace weft {
 namespace fork_join_internal {

@@ -39,9 +39,9 @@
 #include <utility>
 #include <vector>
 
-#include "base/atomic.h"
-#include "deque/mpmc_ring.h"
-#include "deque/split_deque.h"
+#include "weft/base/atomic.h"
+#include "weft/deque/mpmc_ring.h"
+#include "weft/deque/split_deque.h"
 
 namespace weft {
 

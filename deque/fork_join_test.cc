@@ -3,7 +3,7 @@
 // concurrent external submission; nested run() from a worker; LIFO misuse caught in debug
 // builds; and an idle pool that stays (nearly) off the CPU.
 
-#include "deque/fork_join.h"
+#include "weft/deque/fork_join.h"
 
 #include <time.h>
 
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/stress_scale.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
 
 namespace weft {

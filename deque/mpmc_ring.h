@@ -22,7 +22,7 @@
 #include <optional>
 #include <utility>
 
-#include "base/atomic.h"
+#include "weft/base/atomic.h"
 
 namespace weft {
 

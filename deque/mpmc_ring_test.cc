@@ -1,7 +1,7 @@
 // Tests of MpmcRing: FIFO order, fullness reported without losing the item, move-only values,
 // draining through the cleanup hook, and exact delivery with several producers and consumers.
 
-#include "deque/mpmc_ring.h"
+#include "weft/deque/mpmc_ring.h"
 
 #include <atomic>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/stress_scale.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
 
 namespace weft {

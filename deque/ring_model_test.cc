@@ -7,11 +7,11 @@
 #include <optional>
 #include <vector>
 
-#include "deque/mpmc_ring.h"
-#include "deque/spmc_ring.h"
+#include "weft/deque/mpmc_ring.h"
+#include "weft/deque/spmc_ring.h"
 #include "gtest/gtest.h"
-#include "model/model.h"
-#include "model/testing.h"
+#include "weft/model/model.h"
+#include "weft/model/testing.h"
 
 namespace weft {
 namespace {

@@ -1,7 +1,7 @@
 // deque/split_deque.cc: the split deque's slow paths (publishing, taking back, stealing) and its
 // memory. See split_deque.h for the algorithm and its departures from Lace.
 
-#include "deque/split_deque.h"
+#include "weft/deque/split_deque.h"
 
 #include <cstdio>
 #include <cstdlib>

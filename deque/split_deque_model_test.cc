@@ -7,10 +7,10 @@
 
 #include <new>
 
-#include "deque/split_deque.h"
+#include "weft/deque/split_deque.h"
 #include "gtest/gtest.h"
-#include "model/model.h"
-#include "model/testing.h"
+#include "weft/model/model.h"
+#include "weft/model/testing.h"
 
 namespace weft {
 namespace {

@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "base/atomic.h"
+#include "weft/base/atomic.h"
 
 namespace weft {
 

@@ -2,14 +2,14 @@
 // exact delivery (every item taken exactly once) with one owner pushing and taking while
 // thieves take single items and halves.
 
-#include "deque/spmc_ring.h"
+#include "weft/deque/spmc_ring.h"
 
 #include <atomic>
 #include <cstdint>
 #include <thread>
 #include <vector>
 
-#include "base/stress_scale.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
 
 namespace weft {

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "base/command_line.h"
-#include "examples/server_main.h"
+#include "weft/base/command_line.h"
+#include "weft/examples/server_main.h"
 
 ABSL_FLAG(long, outbox, 1024, "lines queued per client before it counts as a slow consumer");
 ABSL_FLAG(std::string, slow, "disconnect", "a slow consumer: disconnect (after the grace) or drop");

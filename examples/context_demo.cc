@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "context/context.h"
-#include "context/stack.h"
+#include "weft/context/context.h"
+#include "weft/context/stack.h"
 
 namespace {
 

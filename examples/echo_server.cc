@@ -3,7 +3,7 @@
 //   ./bazelw run -c opt //examples:echo_server -- --port 7000
 //   ./bazelw run -c opt //examples:load_driver -- --mode echo --port 7000 --conns 100
 
-#include "examples/server_main.h"
+#include "weft/examples/server_main.h"
 
 int main(int argc, char** argv) {
   using namespace weft;

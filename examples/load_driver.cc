@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "api/weft.h"
-#include "base/command_line.h"
+#include "weft/api/weft.h"
+#include "weft/base/command_line.h"
 
 ABSL_FLAG(std::string, mode, "", "echo or chat (required)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "the server's host");

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "base/command_line.h"
-#include "examples/server_main.h"
+#include "weft/base/command_line.h"
+#include "weft/examples/server_main.h"
 
 ABSL_FLAG(int, port, 7000, "the port to listen on (0: any free port; see --port_file)");
 ABSL_FLAG(int, workers, 0, "worker threads (0: one per core)");

@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "api/weft.h"
+#include "weft/api/weft.h"
 
 namespace weft::examples {
 

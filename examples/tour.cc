@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "api/weft.h"
+#include "weft/api/weft.h"
 
 namespace {
 

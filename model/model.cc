@@ -16,7 +16,7 @@
 // synchronises with the ones before it: stronger than C++, so it finds no false failures but
 // misses bugs that need seq_cst to be weaker than that.
 
-#include "model/model.h"
+#include "weft/model/model.h"
 
 #include <algorithm>
 #include <array>
@@ -33,9 +33,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "base/internal/model_hooks.h"
-#include "context/context.h"
-#include "sync/waiter.h"
+#include "weft/base/internal/model_hooks.h"
+#include "weft/context/context.h"
+#include "weft/sync/waiter.h"
 
 namespace weft::model {
 namespace {

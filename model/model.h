@@ -5,7 +5,7 @@
 //
 // Defines: weft::model::check, Options, Report, thread, Cell, yield, fail, WEFT_MODEL_ASSERT.
 //
-//   #include "model/model.h"
+//   #include "weft/model/model.h"
 //   TEST(MyLock, NoLostWakeup) {
 //     weft::model::Report r = weft::model::check([] {
 //       MyLock lock;

@@ -2,7 +2,7 @@
 // what it must find (races, stale reads the C++ memory model allows, lost wake-ups, livelocks)
 // and what it must not report (the same protocols written correctly).
 
-#include "model/model.h"
+#include "weft/model/model.h"
 
 #include <memory>
 #include <new>
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "base/atomic.h"
-#include "base/cpu_relax.h"
+#include "weft/base/atomic.h"
+#include "weft/base/cpu_relax.h"
 #include "gtest/gtest.h"
-#include "sync/waiter.h"
+#include "weft/sync/waiter.h"
 
 namespace weft::model {
 namespace {

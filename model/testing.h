@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/model.h"
+#include "weft/model/model.h"
 
 namespace weft::model {
 

@@ -1,11 +1,16 @@
 """Compiler options and rule wrappers that every weft target uses.
 
-The language standard (-std=c++20) and the opt/dbg/asan/tsan/ubsan configs are in //:.bazelrc, so
-that a consuming monorepo's own .bazelrc decides them; the warnings and wrappers below travel with
-weft's BUILD files.
+They travel with weft's BUILD files, so a consuming monorepo builds weft as weft is built here
+without copying a flag: C++20 (weft's own compile actions get -std=c++20 whatever the consumer's
+default; a consumer's file that includes a weft header must itself be C++20, and
+weft/base/config.h says so with a clear error otherwise) and the warnings. Headers are included
+as "weft/<package>/<file>.h" (include_prefix), so that a consumer's own //base or //sync never
+shadows them. The opt/dbg/asan/tsan/ubsan configs are in //:.bazelrc, for a consumer's own
+.bazelrc to decide.
 """
 
 WEFT_COPTS = [
+    "-std=c++20",
     "-Wall",
     "-Wextra",
     "-Wno-unused-parameter",
@@ -27,7 +32,14 @@ _WEFT_OS_COPTS = select({
 WEFT_TEST_COPTS = WEFT_COPTS
 
 def weft_cc_library(name, copts = [], **kwargs):
-    native.cc_library(name = name, copts = WEFT_COPTS + copts + _WEFT_OS_COPTS, **kwargs)
+    """A cc_library whose headers are included as "weft/<package>/<file>.h"."""
+    native.cc_library(
+        name = name,
+        copts = WEFT_COPTS + copts + _WEFT_OS_COPTS,
+        # The prefix goes before each header's package-relative path.
+        include_prefix = "weft/" + native.package_name(),
+        **kwargs
+    )
 
 def weft_cc_binary(name, copts = [], **kwargs):
     native.cc_binary(name = name, copts = WEFT_COPTS + copts + _WEFT_OS_COPTS, **kwargs)

@@ -3,7 +3,7 @@
 // (ENOSYS: too old or seccomp; EPERM: kernel.io_uring_disabled or a container profile; ENOMEM:
 // a small RLIMIT_MEMLOCK on kernels before 5.12), saying why once per process.
 
-#include "reactor/reactor.h"
+#include "weft/reactor/reactor.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,8 +12,8 @@
 #include <string_view>
 #include <utility>
 
-#include "base/fault.h"
-#include "reactor/internal/backends.h"
+#include "weft/base/fault.h"
+#include "weft/reactor/internal/backends.h"
 
 namespace weft {
 

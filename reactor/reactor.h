@@ -47,8 +47,8 @@
 #include <optional>
 #include <string_view>
 
-#include "base/result.h"
-#include "timer/timer_heap.h"
+#include "weft/base/result.h"
+#include "weft/timer/timer_heap.h"
 
 namespace weft {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "reactor/reactor.h"
+#include "weft/reactor/reactor.h"
 
 namespace weft {
 namespace {

@@ -3,7 +3,7 @@
 // exactly once: each test's ops count their completions, and the fixture checks that nothing is
 // left pending at teardown.
 
-#include "reactor/reactor.h"
+#include "weft/reactor/reactor.h"
 
 #ifndef _WIN32
 #include <arpa/inet.h>

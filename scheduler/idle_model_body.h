@@ -13,12 +13,12 @@
 #include <cstdint>
 #include <mutex>
 
-#include "base/atomic.h"
-#include "base/cpu_relax.h"
-#include "model/model.h"
-#include "model/testing.h"
-#include "scheduler/internal/idle.h"
-#include "sync/internal/spin_lock.h"
+#include "weft/base/atomic.h"
+#include "weft/base/cpu_relax.h"
+#include "weft/model/model.h"
+#include "weft/model/testing.h"
+#include "weft/scheduler/internal/idle.h"
+#include "weft/sync/internal/spin_lock.h"
 
 namespace weft::scheduler_internal {
 

@@ -10,9 +10,9 @@
 #include <mutex>
 
 #include "gtest/gtest.h"
-#include "model/model.h"
-#include "model/testing.h"
-#include "scheduler/idle_model_body.h"
+#include "weft/model/model.h"
+#include "weft/model/testing.h"
+#include "idle_model_body.h"
 
 namespace weft::scheduler_internal {
 namespace {

@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <utility>
 
-#include "reactor/reactor.h"
-#include "sync/cancellation.h"
+#include "weft/reactor/reactor.h"
+#include "weft/sync/cancellation.h"
 
 namespace weft::scheduler_internal {
 

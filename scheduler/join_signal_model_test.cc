@@ -6,9 +6,9 @@
 #include <cstdio>
 
 #include "gtest/gtest.h"
-#include "model/model.h"
-#include "model/testing.h"
-#include "scheduler/runtime.h"
+#include "weft/model/model.h"
+#include "weft/model/testing.h"
+#include "weft/scheduler/runtime.h"
 
 namespace weft::scheduler_internal {
 namespace {

@@ -26,13 +26,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "base/stress_scale.h"
-#include "context/stack.h"
+#include "weft/base/stress_scale.h"
+#include "weft/context/stack.h"
 #include "gtest/gtest.h"
-#include "scheduler/runtime.h"
-#include "sync/channel.h"
-#include "sync/coordination.h"
-#include "sync/mutex.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/channel.h"
+#include "weft/sync/coordination.h"
+#include "weft/sync/mutex.h"
 
 namespace weft {
 namespace {

@@ -11,11 +11,11 @@
 
 #include <cstdint>
 
-#include "base/atomic.h"
-#include "base/cpu_relax.h"
-#include "model/model.h"
-#include "model/testing.h"
-#include "scheduler/internal/park.h"
+#include "weft/base/atomic.h"
+#include "weft/base/cpu_relax.h"
+#include "weft/model/model.h"
+#include "weft/model/testing.h"
+#include "weft/scheduler/internal/park.h"
 
 namespace weft::scheduler_internal {
 

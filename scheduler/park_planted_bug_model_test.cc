@@ -9,8 +9,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "model/model.h"
-#include "scheduler/park_model_body.h"
+#include "weft/model/model.h"
+#include "park_model_body.h"
 
 namespace weft::scheduler_internal {
 namespace {

@@ -35,7 +35,7 @@
 // notifier may still call notify() on a fiber that already resumed and finished (see the lifetime
 // contract in sync/waiter.h). A late notify only leaves a stale permit.
 
-#include "scheduler/runtime.h"
+#include "weft/scheduler/runtime.h"
 
 #include <unistd.h>
 
@@ -55,23 +55,23 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "alloc/slab.h"
-#include "base/asymmetric_fence.h"
-#include "base/futex.h"
-#include "base/thread_exit.h"
-#include "context/context.h"
-#include "context/internal/vm.h"
-#include "context/stack.h"
-#include "deque/mpmc_ring.h"
-#include "deque/spmc_ring.h"
-#include "scheduler/internal/blocking_pool.h"
-#include "scheduler/internal/idle.h"
-#include "scheduler/internal/park.h"
-#include "scheduler/io.h"
-#include "sync/internal/spin_lock.h"
-#include "sync/internal/wait_queue.h"
-#include "sync/waiter.h"
-#include "timer/timer_heap.h"
+#include "weft/alloc/slab.h"
+#include "weft/base/asymmetric_fence.h"
+#include "weft/base/futex.h"
+#include "weft/base/thread_exit.h"
+#include "weft/context/context.h"
+#include "weft/context/internal/vm.h"
+#include "weft/context/stack.h"
+#include "weft/deque/mpmc_ring.h"
+#include "weft/deque/spmc_ring.h"
+#include "internal/blocking_pool.h"
+#include "weft/scheduler/internal/idle.h"
+#include "weft/scheduler/internal/park.h"
+#include "weft/scheduler/io.h"
+#include "weft/sync/internal/spin_lock.h"
+#include "weft/sync/internal/wait_queue.h"
+#include "weft/sync/waiter.h"
+#include "weft/timer/timer_heap.h"
 
 namespace weft {
 namespace scheduler_internal {

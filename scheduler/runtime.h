@@ -25,14 +25,14 @@
 #include <utility>
 #include <variant>
 
-#include "base/atomic.h"
-#include "base/result.h"
-#include "context/stack.h"
-#include "deque/fork_join.h"
-#include "reactor/reactor.h"
-#include "sync/cancellation.h"
-#include "sync/coordination.h"
-#include "sync/waiter.h"
+#include "weft/base/atomic.h"
+#include "weft/base/result.h"
+#include "weft/context/stack.h"
+#include "weft/deque/fork_join.h"
+#include "weft/reactor/reactor.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/coordination.h"
+#include "weft/sync/waiter.h"
 
 namespace weft {
 

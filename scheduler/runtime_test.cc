@@ -1,7 +1,7 @@
 // Tests of the runtime core: spawn/join (values, void, exceptions, deadlines), yields, sleeps,
 // ids and names, many fibers, work spread across workers, and //sync primitives parking fibers.
 
-#include "scheduler/runtime.h"
+#include "weft/scheduler/runtime.h"
 
 #include <array>
 #include <atomic>
@@ -13,11 +13,11 @@
 #include <thread>
 #include <vector>
 
-#include "base/stress_scale.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
-#include "sync/channel.h"
-#include "sync/coordination.h"
-#include "sync/mutex.h"
+#include "weft/sync/channel.h"
+#include "weft/sync/coordination.h"
+#include "weft/sync/mutex.h"
 
 namespace weft {
 namespace {

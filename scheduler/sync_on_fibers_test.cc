@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "scheduler/runtime.h"
-#include "sync/cancellation.h"
-#include "sync/coordination.h"
-#include "sync/mutex.h"
-#include "sync/sync_suite.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/coordination.h"
+#include "weft/sync/mutex.h"
+#include "weft/sync/sync_suite.h"
 
 namespace weft {
 namespace {

@@ -6,12 +6,12 @@
 // callback's fiber may need that worker to finish), which keeps the promise that a callback is
 // not running once Deregister returns.
 
-#include "sync/cancellation.h"
+#include "weft/sync/cancellation.h"
 
 #include <atomic>
 
-#include "base/atomic.h"
-#include "sync/internal/spin_lock.h"
+#include "weft/base/atomic.h"
+#include "internal/spin_lock.h"  // a private header here (srcs)
 
 namespace weft {
 namespace sync_internal {

@@ -13,7 +13,7 @@
 #include <memory>
 #include <optional>
 
-#include "sync/waiter.h"
+#include "weft/sync/waiter.h"
 
 namespace weft {
 

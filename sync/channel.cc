@@ -12,7 +12,7 @@
 // group.fired (-1 -> its case); a node whose select already fired is dropped. A timeout or
 // cancellation claims it with -2 instead, so exactly one outcome wins.
 
-#include "sync/channel.h"
+#include "weft/sync/channel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -21,8 +21,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "base/atomic.h"
-#include "base/internal/model_hooks.h"
+#include "weft/base/atomic.h"
+#include "weft/base/internal/model_hooks.h"
 
 namespace weft {
 namespace sync_internal {

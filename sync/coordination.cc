@@ -1,6 +1,6 @@
 // sync/coordination.cc: Semaphore, WaitGroup, Event and Barrier over one WaitList each.
 
-#include "sync/coordination.h"
+#include "weft/sync/coordination.h"
 
 #include <cassert>
 #include <chrono>

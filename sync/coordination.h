@@ -12,10 +12,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "base/result.h"
-#include "sync/cancellation.h"
-#include "sync/internal/spin_lock.h"
-#include "sync/internal/wait_queue.h"
+#include "weft/base/result.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/internal/spin_lock.h"
+#include "weft/sync/internal/wait_queue.h"
 
 namespace weft {
 

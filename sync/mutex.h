@@ -18,12 +18,12 @@
 
 #include <cstdint>
 
-#include "base/atomic.h"
-#include "base/result.h"
-#include "sync/cancellation.h"
-#include "sync/internal/spin_lock.h"
-#include "sync/internal/wait_queue.h"
-#include "sync/waiter.h"
+#include "weft/base/atomic.h"
+#include "weft/base/result.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/internal/spin_lock.h"
+#include "weft/sync/internal/wait_queue.h"
+#include "weft/sync/waiter.h"
 
 namespace weft {
 

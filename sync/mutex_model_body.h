@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "model/model.h"
-#include "sync/mutex.h"
+#include "weft/model/model.h"
+#include "weft/sync/mutex.h"
 
 namespace weft {
 

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "model/model.h"
-#include "sync/mutex_model_body.h"
+#include "weft/model/model.h"
+#include "mutex_model_body.h"
 
 namespace weft {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
-#include "sync/channel.h"
-#include "sync/mutex.h"
+#include "weft/sync/channel.h"
+#include "weft/sync/mutex.h"
 
 namespace weft {
 namespace {

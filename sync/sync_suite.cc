@@ -1,7 +1,7 @@
 // sync/sync_suite.cc: the //sync tests, parameterised by a Runner (see sync_suite.h).
 // WEFT_STRESS_SCALE=N lengthens the stress tests.
 
-#include "sync/sync_suite.h"
+#include "weft/sync/sync_suite.h"
 
 #include <array>
 #include <atomic>
@@ -10,12 +10,12 @@
 #include <thread>
 #include <vector>
 
-#include "base/cpu_relax.h"
-#include "base/stress_scale.h"
-#include "sync/cancellation.h"
-#include "sync/channel.h"
-#include "sync/coordination.h"
-#include "sync/mutex.h"
+#include "weft/base/cpu_relax.h"
+#include "weft/base/stress_scale.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/channel.h"
+#include "weft/sync/coordination.h"
+#include "weft/sync/mutex.h"
 
 namespace weft {
 namespace {

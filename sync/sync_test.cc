@@ -8,13 +8,13 @@
 #include <thread>
 #include <vector>
 
-#include "base/stress_scale.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
-#include "sync/channel.h"
-#include "sync/internal/spin_lock.h"
-#include "sync/internal/wait_queue.h"
-#include "sync/mutex.h"
-#include "sync/sync_suite.h"
+#include "weft/sync/channel.h"
+#include "weft/sync/internal/spin_lock.h"
+#include "weft/sync/internal/wait_queue.h"
+#include "weft/sync/mutex.h"
+#include "weft/sync/sync_suite.h"
 
 namespace weft {
 namespace {

@@ -4,7 +4,7 @@
 //   kEmpty --notify--> kNotified --wait (consumes)--> kEmpty
 // notify wakes the futex only if it found kParked: an uncontended notify is one exchange.
 
-#include "sync/waiter.h"
+#include "weft/sync/waiter.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,8 +12,8 @@
 #include <mutex>
 #include <vector>
 
-#include "base/futex.h"
-#include "base/thread_exit.h"
+#include "weft/base/futex.h"
+#include "weft/base/thread_exit.h"
 
 namespace weft {
 namespace {

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "sync/internal/wait_node.h"
+#include "weft/sync/internal/wait_node.h"
 
 namespace weft {
 

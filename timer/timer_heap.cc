@@ -1,6 +1,6 @@
 // timer/timer_heap.cc: TimerHeap's sifting and growth. See timer_heap.h for the invariants.
 
-#include "timer/timer_heap.h"
+#include "weft/timer/timer_heap.h"
 
 #include <cstdlib>
 

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "base/result.h"
+#include "weft/base/result.h"
 
 namespace weft {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "timer/timer_heap.h"
+#include "weft/timer/timer_heap.h"
 
 namespace weft {
 namespace {

@@ -1,7 +1,7 @@
 // Tests of TimerHeap: ordering, FIFO ties, cancel of the root, a leaf and a fired timer,
 // reschedule earlier and later, a randomized run against a std::multimap model, and 1M timers.
 
-#include "timer/timer_heap.h"
+#include "weft/timer/timer_heap.h"
 
 #include <cstdint>
 #include <map>
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "base/stress_scale.h"
+#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
 
 namespace weft {

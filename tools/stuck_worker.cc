@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "api/weft.h"
-#include "base/command_line.h"
-#include "base/stress_scale.h"
+#include "weft/api/weft.h"
+#include "weft/base/command_line.h"
+#include "weft/base/stress_scale.h"
 
 ABSL_FLAG(int, trials, 0, "trials (default: 12; 6 with --run_next)");
 ABSL_FLAG(int, spin_ms, 50, "how long the pinned fiber spins (>= 2)");

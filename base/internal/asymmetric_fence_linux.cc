@@ -5,7 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "base/asymmetric_fence.h"
+#include "weft/base/asymmetric_fence.h"
 
 namespace weft::base_internal {
 

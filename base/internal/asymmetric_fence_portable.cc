@@ -3,7 +3,7 @@
 
 #include <atomic>
 
-#include "base/asymmetric_fence.h"
+#include "weft/base/asymmetric_fence.h"
 
 namespace weft::base_internal {
 

@@ -14,7 +14,7 @@
 #include <source_location>
 #include <type_traits>
 
-#include "base/internal/model_hooks.h"
+#include "weft/base/internal/model_hooks.h"
 
 namespace weft {
 namespace base_internal {

@@ -5,7 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/futex.h"
+#include "weft/base/futex.h"
 
 namespace weft::base_internal {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "base/futex.h"
+#include "weft/base/futex.h"
 
 namespace weft::base_internal {
 

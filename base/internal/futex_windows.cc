@@ -4,7 +4,7 @@
 
 #include <windows.h>
 
-#include "base/futex.h"
+#include "weft/base/futex.h"
 
 namespace weft::base_internal {
 

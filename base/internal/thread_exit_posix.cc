@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "base/thread_exit.h"
+#include "weft/base/thread_exit.h"
 
 namespace weft::base_internal {
 

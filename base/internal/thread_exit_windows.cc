@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "base/thread_exit.h"
+#include "weft/base/thread_exit.h"
 
 namespace weft::base_internal {
 

@@ -8,9 +8,9 @@
 #ifndef WEFT_CONTEXT_INTERNAL_CONTEXT_INL_H_
 #define WEFT_CONTEXT_INTERNAL_CONTEXT_INL_H_
 
-#include "context/internal/raw.h"
-#include "context/internal/record.h"
-#include "context/internal/sanitizers.h"
+#include "weft/context/internal/raw.h"
+#include "weft/context/internal/record.h"
+#include "weft/context/internal/sanitizers.h"
 
 namespace weft::context_internal {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "context/internal/frame_aarch64_aapcs.h"
-#include "context/internal/raw.h"
+#include "frame_aarch64_aapcs.h"
+#include "weft/context/internal/raw.h"
 
 extern "C" void weft_context_trampoline();
 

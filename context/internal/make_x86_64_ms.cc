@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "context/internal/frame_x86_64_ms.h"
-#include "context/internal/raw.h"
+#include "frame_x86_64_ms.h"
+#include "weft/context/internal/raw.h"
 
 extern "C" void weft_context_trampoline();
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "context/internal/frame_x86_64_sysv.h"
-#include "context/internal/raw.h"
+#include "frame_x86_64_sysv.h"
+#include "weft/context/internal/raw.h"
 
 extern "C" void weft_context_trampoline();
 

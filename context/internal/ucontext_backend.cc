@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "context/internal/raw.h"
+#include "weft/context/internal/raw.h"
 
 namespace {
 

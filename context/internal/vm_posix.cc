@@ -17,8 +17,8 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "base/fault.h"
-#include "context/internal/vm.h"
+#include "weft/base/fault.h"
+#include "weft/context/internal/vm.h"
 
 namespace weft::context_internal {
 

@@ -13,7 +13,7 @@
 
 #include <mutex>
 
-#include "context/internal/vm.h"
+#include "weft/context/internal/vm.h"
 
 namespace weft::context_internal {
 

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <memory>
 
-#include "base/result.h"
-#include "reactor/reactor.h"
+#include "weft/base/result.h"
+#include "weft/reactor/reactor.h"
 
 namespace weft::reactor_internal {
 

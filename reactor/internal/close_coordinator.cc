@@ -2,7 +2,7 @@
 // per-fd sets of reactors (a two-level table of 64-bit words, grown on demand and never freed),
 // the live reactors by slot, and the notices and acknowledgements between them.
 
-#include "reactor/internal/close_coordinator.h"
+#include "weft/reactor/internal/close_coordinator.h"
 
 #include <unistd.h>
 

@@ -37,8 +37,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/atomic.h"
-#include "reactor/reactor.h"
+#include "weft/base/atomic.h"
+#include "weft/reactor/reactor.h"
 
 namespace weft::reactor_internal {
 

@@ -10,7 +10,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "base/atomic.h"
+#include "weft/base/atomic.h"
 
 namespace weft::reactor_internal {
 

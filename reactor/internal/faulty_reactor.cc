@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "base/fault.h"
-#include "reactor/internal/backends.h"
-#include "reactor/reactor.h"
+#include "weft/base/fault.h"
+#include "weft/reactor/internal/backends.h"
+#include "weft/reactor/reactor.h"
 
 namespace weft::reactor_internal {
 namespace {

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "reactor/reactor.h"
+#include "weft/reactor/reactor.h"
 
 namespace weft::reactor_internal {
 

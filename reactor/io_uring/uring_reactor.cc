@@ -20,11 +20,11 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "base/fault.h"
-#include "reactor/internal/backends.h"
-#include "reactor/internal/close_coordinator.h"
-#include "reactor/internal/eventfd_waker.h"
-#include "reactor/internal/op_list.h"
+#include "weft/base/fault.h"
+#include "weft/reactor/internal/backends.h"
+#include "weft/reactor/internal/close_coordinator.h"
+#include "weft/reactor/internal/eventfd_waker.h"
+#include "weft/reactor/internal/op_list.h"
 
 namespace weft::reactor_internal {
 namespace {

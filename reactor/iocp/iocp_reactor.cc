@@ -41,9 +41,9 @@
 #include <system_error>
 #include <thread>
 
-#include "base/internal/win_errno.h"
-#include "reactor/internal/backends.h"
-#include "reactor/internal/op_list.h"
+#include "weft/base/internal/win_errno.h"
+#include "weft/reactor/internal/backends.h"
+#include "weft/reactor/internal/op_list.h"
 
 namespace weft::reactor_internal {
 namespace {

@@ -1,10 +1,10 @@
 // scheduler/internal/blocking_pool.cc
 
-#include "scheduler/internal/blocking_pool.h"
+#include "blocking_pool.h"
 
 #include <system_error>
 
-#include "base/fault.h"
+#include "weft/base/fault.h"
 
 namespace weft::scheduler_internal {
 

@@ -33,7 +33,7 @@
 #include <mutex>
 #include <vector>
 
-#include "base/atomic.h"
+#include "weft/base/atomic.h"
 
 namespace weft::scheduler_internal {
 

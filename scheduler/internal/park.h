@@ -24,8 +24,8 @@
 
 #include <atomic>
 
-#include "base/asymmetric_fence.h"
-#include "base/atomic.h"
+#include "weft/base/asymmetric_fence.h"
+#include "weft/base/atomic.h"
 
 namespace weft::scheduler_internal {
 

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "base/atomic.h"
-#include "base/cpu_relax.h"
+#include "weft/base/atomic.h"
+#include "weft/base/cpu_relax.h"
 
 namespace weft::sync_internal {
 

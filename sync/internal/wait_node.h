@@ -4,7 +4,7 @@
 #ifndef WEFT_SYNC_INTERNAL_WAIT_NODE_H_
 #define WEFT_SYNC_INTERNAL_WAIT_NODE_H_
 
-#include "base/atomic.h"
+#include "weft/base/atomic.h"
 
 namespace weft {
 class Waiter;

@@ -1,6 +1,6 @@
 // sync/internal/wait_queue.cc: the out-of-line part of the shared wait machinery.
 
-#include "sync/internal/wait_queue.h"
+#include "weft/sync/internal/wait_queue.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -16,11 +16,11 @@
 #include <system_error>
 #include <vector>
 
-#include "base/internal/model_hooks.h"
-#include "sync/cancellation.h"
-#include "sync/internal/spin_lock.h"
-#include "sync/internal/wait_node.h"
-#include "sync/waiter.h"
+#include "weft/base/internal/model_hooks.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/internal/spin_lock.h"
+#include "weft/sync/internal/wait_node.h"
+#include "weft/sync/waiter.h"
 
 namespace weft::sync_internal {
 

@@ -37,7 +37,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/workload_common.h"
+#include "weft/bench/workload_common.h"
 
 namespace {
 

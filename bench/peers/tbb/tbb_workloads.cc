@@ -17,7 +17,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "bench/workload_common.h"
+#include "weft/bench/workload_common.h"
 #include "oneapi/tbb/global_control.h"
 #include "oneapi/tbb/task_arena.h"
 #include "oneapi/tbb/task_group.h"

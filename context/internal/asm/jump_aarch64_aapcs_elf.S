@@ -16,7 +16,7 @@
  * which tells the linker this object is BTI- and PAC-compatible.
  */
 
-#include "context/internal/frame_aarch64_aapcs.h"
+#include "../frame_aarch64_aapcs.h"
 
     .text
 

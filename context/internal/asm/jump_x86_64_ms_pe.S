@@ -20,7 +20,7 @@
  * (none in practice: they touch only the two stacks and the TEB).
  */
 
-#include "context/internal/frame_x86_64_ms.h"
+#include "../frame_x86_64_ms.h"
 
     .text
 

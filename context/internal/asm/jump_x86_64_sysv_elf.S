@@ -27,7 +27,7 @@
  * .note.gnu.property: the linker then marks the whole program as not SHSTK-ready, which is true.
  */
 
-#include "context/internal/frame_x86_64_sysv.h"
+#include "../frame_x86_64_sysv.h"
 
     .text
 
