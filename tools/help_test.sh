@@ -25,6 +25,8 @@ expect() {
 expect 0 "WEFT_TEST_CONFIGS" "$root/tools/test_all.sh" --help
 expect 2 "takes no arguments" "$root/tools/test_all.sh" --bogus
 expect 0 "WEFT_SOAK_SCALE" "$root/tools/soak.sh" --help
+expect 0 "pkgconfig" "$root/tools/install.sh" --help
+expect 2 "PREFIX" "$root/tools/install.sh"
 
 driver="$root/examples/load_driver"
 expect 0 "--conns" "$driver" --help

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# tools/install_test.sh: weft outside Bazel, as a non-Bazel user gets it (CI runs it from .ci/run).
+# Installs to a temporary prefix with tools/install.sh, then:
+#   - builds examples/tour.cc with plain g++ and `pkg-config --cflags --libs weft`, and runs it;
+#   - links the same program against libweft.a, and runs it;
+#   - checks that libweft.so exports weft's symbols only (nm -D) and has its soname.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+tools/install.sh "$tmp/prefix"
+export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
+fail() { echo "install_test: $*" >&2; exit 1; }
+
+# shellcheck disable=SC2046
+g++ -O1 -o "$tmp/tour" examples/tour.cc $(pkg-config --cflags --libs weft) -Wl,-rpath,"$tmp/prefix/lib"
+"$tmp/tour" >"$tmp/out" || fail "the tour built against libweft.so failed"
+grep -q "echoed hello" "$tmp/out" || fail "the tour (shared) printed: $(head -3 "$tmp/out")"
+
+# shellcheck disable=SC2046
+g++ -O1 -o "$tmp/tour_static" examples/tour.cc $(pkg-config --cflags weft) "$tmp/prefix/lib/libweft.a" \
+  -pthread $(pkg-config --libs liburing)
+"$tmp/tour_static" >"$tmp/out" || fail "the tour built against libweft.a failed"
+grep -q "echoed hello" "$tmp/out" || fail "the tour (static) printed: $(head -3 "$tmp/out")"
+ldd "$tmp/tour_static" | grep -q libweft && fail "the static tour still needs libweft.so"
+
+so="$tmp/prefix/lib/libweft.so"
+objdump -p "$so" | grep -q 'SONAME *libweft.so.0$' || fail "libweft.so's soname is not libweft.so.0"
+exported="$(nm -D --defined-only "$so" | awk '{print $3}' | c++filt)"
+[ -n "$exported" ] || fail "libweft.so exports nothing"
+others="$(grep -v -E '^(weft::|(typeinfo|typeinfo name|vtable|VTT|guard variable) for weft::)' <<<"$exported" || true)"
+[ -z "$others" ] || fail "libweft.so exports symbols that are not weft's: $(head -5 <<<"$others")"
+echo "install_test: ok ($(wc -l <<<"$exported") weft symbols exported; the tour runs shared and static)"
