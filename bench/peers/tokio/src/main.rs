@@ -374,42 +374,33 @@ fn w6(rt: &Runtime, reps: usize, workers: usize) {
 fn w7(rt: &Runtime, reps: usize, workers: usize) {
     const TASKS: usize = 1000;
     const OPS: usize = 1000;
-    let tokio_mutex = repeat(reps, || {
-        root(rt, async {
-            let counter = Arc::new(Mutex::new(0usize));
-            let start = Instant::now();
-            spawn_all_then_join(TASKS, || {
-                let counter = counter.clone();
-                async move {
-                    for _ in 0..OPS {
-                        *counter.lock().await += 1;
-                    }
-                }
+    // One run: TASKS tasks each add 1 OPS times under `$new` (a mutex), locking with `$lock`.
+    macro_rules! contended {
+        ($new:expr, |$m:ident| $lock:expr) => {
+            repeat(reps, || {
+                root(rt, async {
+                    let counter = Arc::new($new);
+                    let start = Instant::now();
+                    spawn_all_then_join(TASKS, || {
+                        let counter = counter.clone();
+                        async move {
+                            for _ in 0..OPS {
+                                let $m = &counter;
+                                *$lock += 1;
+                            }
+                        }
+                    })
+                    .await;
+                    let wall = ms(start.elapsed());
+                    let $m = &counter;
+                    assert_eq!(*$lock, TASKS * OPS, "W7: lost increments");
+                    wall
+                })
             })
-            .await;
-            let wall = ms(start.elapsed());
-            assert_eq!(*counter.lock().await, TASKS * OPS, "W7: lost increments");
-            wall
-        })
-    });
-    let std_mutex = repeat(reps, || {
-        root(rt, async {
-            let counter = Arc::new(std::sync::Mutex::new(0usize));
-            let start = Instant::now();
-            spawn_all_then_join(TASKS, || {
-                let counter = counter.clone();
-                async move {
-                    for _ in 0..OPS {
-                        *counter.lock().unwrap() += 1;
-                    }
-                }
-            })
-            .await;
-            let wall = ms(start.elapsed());
-            assert_eq!(*counter.lock().unwrap(), TASKS * OPS, "W7: lost increments");
-            wall
-        })
-    });
+        };
+    }
+    let tokio_mutex = contended!(Mutex::new(0usize), |m| m.lock().await);
+    let std_mutex = contended!(std::sync::Mutex::new(0usize), |m| m.lock().unwrap());
     let ops = (TASKS * OPS) as f64;
     emit_variant("mutex_contended", "tokio_mutex", ops as u64, ops, workers, tokio_mutex);
     emit_variant("mutex_contended", "std_mutex", ops as u64, ops, workers, std_mutex);
