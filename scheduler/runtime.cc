@@ -58,6 +58,7 @@
 #include "weft/alloc/slab.h"
 #include "weft/base/asymmetric_fence.h"
 #include "weft/base/futex.h"
+#include "weft/base/internal/fd_table.h"
 #include "weft/base/thread_exit.h"
 #include "weft/context/context.h"
 #include "weft/context/internal/vm.h"
@@ -1959,37 +1960,18 @@ bool TakeDirectIoTurn() {
 }
 
 namespace {
-// Close epochs: chunks of 64 Ki counters, made on a first close in their range, never freed.
-constexpr int kEpochChunkShift = 16;
-constexpr int kEpochChunks = 1 << (24 - kEpochChunkShift);
-std::atomic<std::atomic<std::uint32_t>*> g_close_epochs[kEpochChunks];
-std::mutex g_close_epochs_mu;  // makes chunks
-
-std::atomic<std::uint32_t>* EpochOf(int fd, bool make) {
-  if (fd < 0 || fd >= (kEpochChunks << kEpochChunkShift)) return nullptr;
-  auto& slot = g_close_epochs[fd >> kEpochChunkShift];
-  // acquire: the chunk's zeroed counters were written before its publication.
-  std::atomic<std::uint32_t>* chunk = slot.load(std::memory_order_acquire);
-  if (chunk == nullptr && make) {
-    std::lock_guard<std::mutex> lock(g_close_epochs_mu);
-    chunk = slot.load(std::memory_order_acquire);
-    if (chunk == nullptr) {
-      chunk = new (std::nothrow) std::atomic<std::uint32_t>[std::size_t{1} << kEpochChunkShift]();
-      slot.store(chunk, std::memory_order_release);  // null if refused: that fd goes untracked
-    }
-  }
-  return chunk == nullptr ? nullptr : &chunk[fd & ((1 << kEpochChunkShift) - 1)];
-}
+// Close epochs: chunks of 64 Ki counters, made on a first close in their range.
+base_internal::FdTable<std::uint32_t, 16, 1 << 24> g_close_epochs;
 }  // namespace
 
 std::uint32_t CloseEpoch(int fd) {
-  std::atomic<std::uint32_t>* e = EpochOf(fd, /*make=*/false);
+  std::atomic<std::uint32_t>* e = g_close_epochs.at(fd, /*make=*/false);
   // seq_cst: pairs with the bump in CloseFd, which comes before the close begins.
   return e == nullptr ? 0 : e->load(std::memory_order_seq_cst);
 }
 
 void CloseFd(int fd) {
-  if (std::atomic<std::uint32_t>* e = EpochOf(fd, /*make=*/true)) {
+  if (std::atomic<std::uint32_t>* e = g_close_epochs.at(fd, /*make=*/true)) {
     e->fetch_add(1, std::memory_order_seq_cst);  // before the close begins: see CloseEpoch
   }
   // Through the calling execution's reactor, as an operation: it ends the fd's operations in

@@ -1,5 +1,5 @@
 // reactor/internal/close_coordinator.cc: the process-wide registry behind CloseCoordinator: the
-// per-fd sets of reactors (a two-level table of 64-bit words, grown on demand and never freed),
+// per-fd sets of reactors (base/internal/fd_table.h: 64-bit words, grown on demand, never freed),
 // the live reactors by slot, and the notices and acknowledgements between them.
 
 #include "weft/reactor/internal/close_coordinator.h"
@@ -8,6 +8,8 @@
 
 #include <mutex>
 #include <new>
+
+#include "weft/base/internal/fd_table.h"
 
 namespace weft::reactor_internal {
 
@@ -27,11 +29,8 @@ namespace {
 
 constexpr int kSlots = 64;
 constexpr int kSharedSlot = kSlots - 1;
-constexpr int kChunkBits = 12;
-constexpr int kChunkSize = 1 << kChunkBits;
-constexpr int kChunks = CloseCoordinator::kMaxTrackedFd / kChunkSize;
-
-std::atomic<std::atomic<std::uint64_t>*> g_chunks[kChunks];
+// Each fd's set of user reactors, one bit each; chunks of 4 Ki fds.
+base_internal::FdTable<std::uint64_t, 12, CloseCoordinator::kMaxTrackedFd> g_users;
 
 }  // namespace
 
@@ -59,23 +58,7 @@ struct CloseRegistry {
 };
 
 std::atomic<std::uint64_t>* CloseCoordinator::UsersOf(int fd, bool make) {
-  if (fd < 0 || fd >= kMaxTrackedFd) return nullptr;
-  std::atomic<std::atomic<std::uint64_t>*>& slot = g_chunks[fd >> kChunkBits];
-  // acquire: a chunk published by another thread's CAS is seen zero-initialised.
-  std::atomic<std::uint64_t>* chunk = slot.load(std::memory_order_acquire);
-  if (chunk == nullptr) {
-    if (!make) return nullptr;
-    auto* fresh = new (std::nothrow) std::atomic<std::uint64_t>[kChunkSize]();
-    if (fresh == nullptr) return nullptr;  // out of memory: this fd stays untracked
-    // acq_rel: release publishes the zeroed chunk; acquire reads a competitor's on failure.
-    if (slot.compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel,
-                                     std::memory_order_acquire)) {
-      chunk = fresh;
-    } else {
-      delete[] fresh;
-    }
-  }
-  return &chunk[fd & (kChunkSize - 1)];
+  return g_users.at(fd, make);  // null out of range or out of memory: this fd stays untracked
 }
 
 CloseCoordinator::CloseCoordinator(Reactor* self) : self_(self) {
