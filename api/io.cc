@@ -40,18 +40,19 @@ Result<std::size_t> Size(std::int64_t r) {
 // (a backend that kept failing so would otherwise spin the fiber).
 constexpr int kTransientRetries = 64;
 
-// Absorbing: runs one reactor operation on fd again while it fails with an error its caller
-// should never see (as Go's runtime, and SA_RESTART for blocking calls): EINTR (a signal
-// interrupted it, or an injected fault), EAGAIN unless the caller asked not to wait
-// (MSG_DONTWAIT), and for an accept ECONNABORTED (a connection reset before it was taken: take
-// the next one). Not once fd's close has begun (another fiber closed it meanwhile): the number
-// may be a new file's by now; the call ends with ECANCELED, as an operation in flight would.
+// RunAbsorbing: RunIo(submit) on fd, run again while it fails with an error its caller should
+// never see (as Go's runtime, and SA_RESTART for blocking calls): EINTR (a signal interrupted
+// it, or an injected fault), EAGAIN unless the caller asked not to wait (MSG_DONTWAIT), and for
+// an accept ECONNABORTED (a connection reset before it was taken: take the next one). Not once
+// fd's close has begun (another fiber closed it meanwhile): the number may be a new file's by
+// now; the call ends with ECANCELED, as an operation in flight would.
 enum class Absorb { kEintr, kEagain, kAccept };
-template <typename F>
-std::int64_t Absorbing(Absorb what, int fd, const F& run) {
+template <typename Submit>
+std::int64_t RunAbsorbing(Absorb what, int fd, const Submit& submit, const WaitOptions& options,
+                          const char* name) {
   const std::uint32_t epoch = scheduler_internal::CloseEpoch(fd);
   for (int i = 0;; ++i) {
-    std::int64_t r = run();
+    std::int64_t r = RunIo(submit, options, name, fd);
     bool transient = r == -EINTR ||
                      (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
                      (what == Absorb::kAccept && r == -ECONNABORTED);
@@ -71,40 +72,35 @@ Absorb ForFlags(int flags) {
 
 Result<std::size_t> read(int fd, void* buf, std::size_t len, const WaitOptions& options,
                          std::int64_t offset) {
-  return Size(Absorbing(Absorb::kEagain, fd, [&] {
-    return RunIo([&](Reactor& r, IoOp& op) { r.read(op, fd, buf, len, offset); }, options,
-                 "io read", fd);
-  }));
+  return Size(RunAbsorbing(
+      Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.read(op, fd, buf, len, offset); }, options,
+      "io read"));
 }
 
 Result<std::size_t> write(int fd, const void* buf, std::size_t len, const WaitOptions& options,
                           std::int64_t offset) {
-  return Size(Absorbing(Absorb::kEagain, fd, [&] {
-    return RunIo([&](Reactor& r, IoOp& op) { r.write(op, fd, buf, len, offset); }, options,
-                 "io write", fd);
-  }));
+  return Size(RunAbsorbing(
+      Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.write(op, fd, buf, len, offset); },
+      options, "io write"));
 }
 
 Result<std::size_t> readv(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
-  return Size(Absorbing(Absorb::kEagain, fd, [&] {
-    return RunIo([&](Reactor& r, IoOp& op) { r.readv(op, fd, iov, iovcnt); }, options,
-                 "io readv", fd);
-  }));
+  return Size(RunAbsorbing(
+      Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.readv(op, fd, iov, iovcnt); }, options,
+      "io readv"));
 }
 
 Result<std::size_t> writev(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
-  return Size(Absorbing(Absorb::kEagain, fd, [&] {
-    return RunIo([&](Reactor& r, IoOp& op) { r.writev(op, fd, iov, iovcnt); }, options,
-                 "io writev", fd);
-  }));
+  return Size(RunAbsorbing(
+      Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.writev(op, fd, iov, iovcnt); }, options,
+      "io writev"));
 }
 
 Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags,
                          const WaitOptions& options) {
-  return Size(Absorbing(ForFlags(flags), fd, [&] {
-    return RunIo([&](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); }, options,
-                 "io recv", fd);
-  }));
+  return Size(RunAbsorbing(
+      ForFlags(flags), fd, [&](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); }, options,
+      "io recv"));
 }
 
 Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
@@ -127,10 +123,10 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
   }
 #endif
   // MSG_NOSIGNAL: a closed peer is an EPIPE error, not a process-killing SIGPIPE.
-  return Size(Absorbing(ForFlags(flags), fd, [&] {
-    return RunIo([&](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | kNoSignal); },
-                 options, "io send", fd);
-  }));
+  return Size(RunAbsorbing(
+      ForFlags(flags), fd,
+      [&](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | kNoSignal); }, options,
+      "io send"));
 }
 
 namespace {
@@ -171,10 +167,9 @@ Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& o
 }
 
 Result<int> accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
-  std::int64_t r = Absorbing(Absorb::kAccept, fd, [&] {
-    return RunIo([&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); }, options,
-                 "io accept", fd);
-  });
+  std::int64_t r = RunAbsorbing(
+      Absorb::kAccept, fd, [&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); },
+      options, "io accept");
   if (r < 0) return ErrcOf(r);
   return static_cast<int>(r);
 }
