@@ -2,11 +2,12 @@
 
 #include "weft/base/command_line.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-
-#include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
@@ -43,7 +44,7 @@ void PrintHelp(const char* usage) {
 
 }  // namespace
 
-std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage) {
+void ParseCommandLine(int argc, char** argv, const char* usage) {
   // --help (and -h) print the usage and the program's flags and exit 0, before any parsing: absl's
   // own --help exits 1 and lists only the flags of a file named after the program, which misses
   // flags shared by several programs. absl's other help flags (--helpfull...) work as absl's.
@@ -62,8 +63,8 @@ std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usa
     absl::string_view path = argv[0];
     Program() = std::string(path.substr(path.rfind('/') + 1));
   }
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  return std::vector<std::string>(rest.begin(), rest.end());
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);  // argv[0] first
+  if (rest.size() > 1) UsageError(std::string("unexpected argument ") + rest[1]);
 }
 
 void UsageError(const std::string& message) {

@@ -15,14 +15,13 @@
 #define WEFT_BASE_COMMAND_LINE_H_
 
 #include <string>
-#include <vector>
 
 namespace weft::base_internal {
 
-// ParseCommandLine: sets `usage` as the program's usage message (the first lines of --help),
-// parses argv's flags (exiting on --help or a bad flag, as absl does) and returns the other
-// arguments, argv[0] first.
-std::vector<std::string> ParseCommandLine(int argc, char** argv, const char* usage);
+// ParseCommandLine: sets `usage` as the program's usage message (the first lines of --help) and
+// parses argv's flags, exiting on --help, on a bad flag (as absl does) and on an argument that is
+// not a flag (UsageError): weft's programs take flags only.
+void ParseCommandLine(int argc, char** argv, const char* usage);
 
 // UsageError: prints "<program>: <message>" and a hint to --help on stderr and exits with 2 (a
 // flag whose value parsed but is out of range).

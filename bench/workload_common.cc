@@ -1,7 +1,6 @@
 // bench/workload_common.cc: the workload programs' flags (workload_common.h).
 
 #include <string>
-#include <vector>
 
 #include "absl/flags/flag.h"
 #include "weft/base/command_line.h"
@@ -19,8 +18,7 @@ bool ParseOptions(int argc, char** argv, Options* o, const char* what) {
                       (*what ? "\n" : "") +
                       "  the standard workloads W1..W8 (WORKLOADS.md), one JSON line each:\n"
                       "  [--reps 5] [--workers N] [--only W1,W2]";
-  std::vector<std::string> rest = base_internal::ParseCommandLine(argc, argv, usage.c_str());
-  if (rest.size() > 1) UsageError("unexpected argument " + rest[1]);
+  base_internal::ParseCommandLine(argc, argv, usage.c_str());
   const int reps = absl::GetFlag(FLAGS_reps), workers = absl::GetFlag(FLAGS_workers);
   if (reps < 1 || reps > 100000) UsageError("--reps must be 1..100000");
   if (workers < 0 || workers > 1024) UsageError("--workers must be 0..1024");

@@ -285,12 +285,11 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long
 
 int main(int argc, char** argv) {
   using weft::base_internal::UsageError;
-  std::vector<std::string> rest = weft::base_internal::ParseCommandLine(
+  weft::base_internal::ParseCommandLine(
       argc, argv,
       "floods the echo or chat example server and checks exact delivery:\n"
       "  load_driver --mode echo --port 7000 --conns 100 --messages 1000 [--rounds 3]\n"
       "  load_driver --mode chat --port 7001 --conns 50 --messages 100 [--server_pid PID]");
-  if (rest.size() > 1) UsageError("unexpected argument " + rest[1]);
   Flags f;
   f.mode = absl::GetFlag(FLAGS_mode);
   f.host = absl::GetFlag(FLAGS_host);

@@ -1,7 +1,6 @@
 // examples/server_flags.cc: the flags every example server has (server_main.h).
 
 #include <string>
-#include <vector>
 
 #include "absl/flags/flag.h"
 #include "weft/base/command_line.h"
@@ -15,8 +14,7 @@ namespace weft::examples {
 
 ServerFlags ParseServerFlags(int argc, char** argv, const char* usage) {
   using base_internal::UsageError;
-  std::vector<std::string> rest = base_internal::ParseCommandLine(argc, argv, usage);
-  if (rest.size() > 1) UsageError("unexpected argument " + rest[1]);
+  base_internal::ParseCommandLine(argc, argv, usage);
   ServerFlags f;
   f.port = absl::GetFlag(FLAGS_port);
   const int workers = absl::GetFlag(FLAGS_workers);

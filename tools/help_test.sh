@@ -34,6 +34,7 @@ expect nonzero "conns" "$driver" --mode echo --conns abc
 expect 2 "--conns must be positive" "$driver" --mode echo --conns -1
 expect 2 "--mode must be echo or chat" "$driver" --mode nope
 expect nonzero "bogus" "$driver" --bogus 1
+expect 2 "unexpected argument extra" "$driver" --mode echo extra
 for server in echo_server chat_server; do
   expect 0 "--port_file" "$root/examples/$server" --help
   expect nonzero "port" "$root/examples/$server" --port seven
