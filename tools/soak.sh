@@ -27,21 +27,14 @@ bin="$(./bazelw info -c opt bazel-bin 2>/dev/null)/examples"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
+# shellcheck source=examples/drive_server.sh
+source examples/drive_server.sh
 status=0
 run() {  # name server driver-args...
   local name="$1" server="$2"
   shift 2
-  "$bin/$server" --port 0 --workers 2 --port_file "$tmp/$name.port" &
-  local pid=$!
-  for _ in $(seq 1 500); do [ -s "$tmp/$name.port" ] && break; sleep 0.01; done
-  local port
-  port="$(cat "$tmp/$name.port")"
-  if ! "$bin/load_driver" --port "$port" --server_pid "$pid" --workers 2 --rounds "$rounds" "$@" |
-    tee "$tmp/$name.json"; then
+  drive_server "$name" "$bin/$server" "$bin/load_driver" "$tmp" -- --rounds "$rounds" "$@" ||
     status=1
-  fi
-  kill -TERM "$pid"
-  wait "$pid" || status=1
   python3 - "$name" "$tmp/$name.json" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
