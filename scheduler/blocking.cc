@@ -1,0 +1,117 @@
+// scheduler/blocking.cc: blocking work off the workers. call_blocking (RunBlocking): the call runs
+// on the runtime's blocking pool while the fiber parks. BlockingRegion: the fiber itself moves to
+// a blocking thread for the scope (its context resumed there, keeping its own Waiter), and comes
+// back to the workers when the scope ends.
+
+#include <atomic>
+#include <cerrno>
+#include <optional>
+
+#include "internal/runtime_impl.h"
+#include "weft/context/context.h"
+#include "weft/context/stack.h"
+#include "weft/sync/waiter.h"
+
+namespace weft {
+namespace scheduler_internal {
+
+namespace {
+
+struct BlockingCall {
+  BlockingTask task;  // first member
+  void (*fn)(void*);
+  void* arg;
+  Waiter* waiter;
+  std::atomic<bool> done{false};
+};
+
+Transfer AfterEnterRegion(Transfer t) {
+  auto* f = static_cast<Fiber*>(t.data);
+  f->state.store(kBlocking, std::memory_order_relaxed);
+  if (!f->rt->blocking->submit(&f->region_task.task)) {
+    // No blocking thread can start: stay on the worker (the region then blocks it).
+    f->state.store(kRunnable, std::memory_order_relaxed);
+    f->rt->PushLocal(*f->worker, f);
+  }
+  return t;
+}
+
+// ProvideRegionWaiter: on a blocking thread running a region, the region's fiber's Waiter (its
+// identity for Mutex ownership, and its interruption at shutdown); null otherwise.
+Waiter* ProvideRegionWaiter(void*) {
+  return t_region_fiber != nullptr ? &t_region_fiber->waiter : nullptr;
+}
+
+// RunRegion: on a blocking thread, runs the fiber there until it leaves the region.
+void RunRegion(BlockingTask* task) {
+  Fiber* f = reinterpret_cast<Fiber::RegionTask*>(task)->fiber;
+  f->region_home = current_context();
+  t_region_fiber = f;
+  // The fiber's stack may overflow here as on a worker: the SIGSEGV handler needs this thread's
+  // alternate signal stack to print its diagnostic (once per thread; then one flag test).
+  install_stack_overflow_handler();
+  set_waiter_provider(&ProvideRegionWaiter, nullptr);
+  errno = f->saved_errno;
+  jump_context(f->context(), f);
+  set_waiter_provider(nullptr, nullptr);  // call_blocking work on this thread: its own waiter
+  t_region_fiber = nullptr;
+}
+
+Transfer AfterLeaveRegion(Transfer t) {
+  auto* f = static_cast<Fiber*>(t.data);
+  f->state.store(kRunnable, std::memory_order_relaxed);
+  f->rt->Schedule(f);  // from a blocking thread: the inject queue (or the pinned worker)
+  return t;
+}
+
+}  // namespace
+
+bool RunBlocking(void (*fn)(void*), void* arg) {
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  if (f == nullptr) return false;
+  BlockingCall call;
+  call.task.run = [](BlockingTask* t) {
+    auto* c = reinterpret_cast<BlockingCall*>(t);
+    c->fn(c->arg);
+    Waiter* waiter = c->waiter;  // read first: c may be gone once `done` is seen
+    // release: fn's effects happen before the fiber's acquire load.
+    c->done.store(true, std::memory_order_release);
+    waiter->notify();
+  };
+  call.fn = fn;
+  call.arg = arg;
+  call.waiter = &f->waiter;
+  if (!f->rt->blocking->submit(&call.task)) return false;  // no thread: run it inline
+  f->waiter.note_wait("call_blocking", nullptr);
+  // Not interruptible: fn must finish before `call` (on this stack) may go.
+  while (!call.done.load(std::memory_order_acquire)) (void)f->waiter.wait(std::nullopt);
+  f->waiter.note_wait(nullptr, nullptr);
+  return true;
+}
+
+}  // namespace scheduler_internal
+
+using namespace scheduler_internal;
+
+BlockingRegion::BlockingRegion() : entered_(false) {
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  if (f == nullptr) return;
+  entered_ = true;
+  f->region_task.task.run = &RunRegion;
+  f->saved_errno = *w->errno_slot;  // RunRegion puts it back, on the blocking thread
+  jump_context_ontop(w->home, f, &AfterEnterRegion);
+  // Now on a blocking thread (or still on a worker, if none could start).
+}
+
+BlockingRegion::~BlockingRegion() {
+  if (!entered_) return;
+  Fiber* f = t_region_fiber;
+  if (f == nullptr) return;  // stayed on the worker
+  f->saved_errno = errno;    // a worker's Started puts it back
+  jump_context_ontop(f->region_home, f, &AfterLeaveRegion);
+  f->state.store(kRunning, std::memory_order_relaxed);
+}
+
+}  // namespace weft

@@ -1,0 +1,359 @@
+// scheduler/internal/fiber.h: a fiber as the runtime keeps it, and the small types around it.
+//
+// Defines (weft::scheduler_internal): Fiber (a fiber's object: its context and stack, the
+// park/notify state of scheduler/internal/park.h, identity, fiber-local slots), FiberWaiter (the
+// Waiter that lets //sync park a fiber), FiberBlock and RetiredBlocks (where Fiber objects live,
+// and why they are never freed), TimerEntry (a parked fiber's deadline), IoRequest (a fiber's I/O
+// operation), FiberFifo (a queue of runnable fibers that cannot fail), Counters, the clock and
+// the timer constants.
+//
+// Fiber objects (and so their Waiters) are recycled, never freed while the runtime lives: a
+// notifier may still call notify() on a fiber that already resumed and finished (the lifetime
+// contract in sync/waiter.h). A late notify only leaves a stale permit.
+//
+// Touches no worker or runtime state: worker.h and runtime_impl.h build on it.
+
+#ifndef WEFT_SCHEDULER_INTERNAL_FIBER_H_
+#define WEFT_SCHEDULER_INTERNAL_FIBER_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "blocking_pool.h"
+#include "weft/base/atomic.h"
+#include "weft/context/context.h"
+#include "weft/context/internal/vm.h"
+#include "weft/context/stack.h"
+#include "weft/reactor/reactor.h"
+#include "weft/scheduler/internal/idle.h"
+#include "weft/scheduler/internal/park.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/internal/spin_lock.h"
+#include "weft/sync/waiter.h"
+#include "weft/timer/timer_heap.h"
+
+namespace weft {
+namespace scheduler_internal {
+
+using Clock = std::chrono::steady_clock;
+// Worker::timer_head when the worker's heap is empty (scheduler/internal/idle.h's kNoDeadline).
+static_assert(std::is_same_v<Clock::rep, std::int64_t>);
+constexpr Clock::rep kNoTimer = kNoDeadline;
+// How overdue a worker's earliest timer must be before an idle worker pops it (RescueTimers).
+// A worker that switches fibers pops its own due timers within a fairness pass; one that has
+// not is stuck in one fiber (CPU-bound, or a blocking call outside call_blocking), and its
+// sleepers would otherwise wait for it. Tokio's timer resolution; Go steals at once, but a
+// fiber woken on its own worker finds its stack and object in that worker's cache.
+constexpr std::chrono::milliseconds kTimerRescueGrace{1};
+
+inline const char* StateName(int s) {
+  switch (s) {
+    case kRunnable:
+      return "runnable";
+    case kRunning:
+      return "running";
+    case kParked:
+      return "parked";
+    case kBlocking:
+      return "blocking";
+    default:
+      return "done";
+  }
+}
+
+struct Worker;
+struct Fiber;
+struct IoRequest;
+
+// A fiber's Waiter: never spins (that would hold up the worker's other fibers); interrupted
+// once its runtime shuts down (Runtime::Impl::shutting_down).
+class FiberWaiter final : public Waiter {
+ public:
+  explicit FiberWaiter(const std::atomic<bool>* shutting_down)
+      : Waiter(/*spins_before_park=*/0, shutting_down) {}
+  bool wait(std::optional<SyncClock::time_point> deadline) override;
+  void notify() override;
+  // Renew: a new fiber in this Fiber object: its id is the Waiter's identity (Mutex ownership).
+  void Renew(std::uint64_t fiber_id) { set_identity(fiber_id); }
+  // Rebind: the Fiber object now belongs to another runtime (a retired FiberBlock reused).
+  void Rebind(const std::atomic<bool>* shutting_down) { set_interrupt(shutting_down); }
+  // Its fiber: it is always Fiber::waiter. Computed, not stored: a stored pointer sat on a line
+  // of the Fiber that a wait touched for nothing else.
+  Fiber* fiber();
+};
+
+// A deadline of a parked fiber. Two references: the heap side (dropped when the owner worker pops
+// or cancels it) and the fiber side (dropped when the fiber resumes from that wait). The last one
+// frees it (FreeTimerEntry: to the releasing worker's spares). Its heap state is only ever touched
+// on the owner worker's thread.
+struct TimerEntry {
+  TimerNode node;  // first member: the heap hands back &node
+  Fiber* fiber = nullptr;
+  std::uint64_t gen = 0;
+  Worker* owner = nullptr;
+  std::chrono::steady_clock::time_point deadline;
+  weft::atomic<int> refs{2};
+  // Set by the owner worker as its deadline wakes the fiber (ClaimTimedOut), before the fiber is
+  // published; read by the fiber's wait after it resumes, while it still holds its reference.
+  // So the wait tells its own timer's wake-up from a stale entry's (of an earlier wait, which can
+  // still win the CAS against this park between its generation check and the CAS): spurious.
+  bool fired = false;
+  TimerEntry* next_spare = nullptr;  // on its worker's spare list (Worker::spare_timers)
+};
+
+// Counters: written by their worker only (a relaxed load+store, no read-modify-write), read by
+// stats_json from any thread.
+struct Counters {
+  std::atomic<std::uint64_t> spawned{0}, run{0}, stolen{0}, parked{0}, polled{0}, sleeps{0},
+      idle_ns{0}, no_stack{0}, rescued{0};
+};
+inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+// Line-aligned, so that its first 128 bytes are two lines (not three): W2 on 1 worker
+// 22.0 -> 16.0 ms with the layout below. Made 64 at a time in a populated FiberBlock
+// (NewFiberBlock), 448 bytes apart: the spacing glibc's aligned new gave them one at a time.
+// Packed closer, 320 or 384 bytes apart, W2 on 1 worker measured a third slower
+// (docs/scheduler.md).
+struct alignas(64) Fiber {
+  // shutting_down: the runtime's flag, which interrupts the fiber's waits once set.
+  Fiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down)
+      : rt(runtime), waiter(shutting_down) {}
+  Fiber(const Fiber&) = delete;
+  Fiber& operator=(const Fiber&) = delete;
+
+  // The first 128 bytes hold what a spawn writes and a first run reads (W2: a queued fiber has
+  // left the caches by the time it runs, so each line here is a miss at both ends); the fields
+  // of parks, wake-ups and dumps follow.
+  Runtime::Impl* rt;
+  // Null until the fiber first runs: its stack comes then, from the cache of the worker that
+  // runs it (Impl::Prepare), not at spawn. A queued fiber holds no stack, and the one it gets is
+  // typically the one the worker's last finished fiber left, warm in that core's cache.
+  // Atomic only so that a worker may read it as a prefetch hint for a fiber it has not taken
+  // (TakeOwnQueue); its owner's accesses go through context() and set_context(), relaxed: the
+  // fiber itself is handed over through the run queues and switches, which order them.
+  std::atomic<Context> ctx{nullptr};
+  Context context() const { return ctx.load(std::memory_order_relaxed); }
+  void set_context(Context c) { ctx.store(c, std::memory_order_relaxed); }
+  Stack stack;
+  FiberBody* body = nullptr;  // what it runs: its SpawnState, which frees itself (JoinSignal)
+  Worker* worker = nullptr;   // the worker running it (or that last ran it)
+  Worker* pinned = nullptr;   // non-null: runs only there
+  // Identity: id, name_len and name are written at spawn and read by dumps, both under
+  // meta_lock. name_len is the length of name, which is written (and terminated) only when not
+  // empty.
+  std::uint64_t id = 0;
+  LocalSlots locals;
+  TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
+  weft::atomic<int> state{kDone};       // made free, as a finished one (Spawn sets kRunnable)
+  // The fd of the I/O it waits on, for dumps (relaxed: informational); what it waits on is
+  // the waiter's note_wait.
+  weft::atomic<int> wait_fd{-1};
+  // The stack it asks for at its first run: StackOptions, packed (sizes are at most 64 MiB).
+  std::uint32_t stack_size = 0;
+  StackProtection stack_protection = StackProtection::kAuto;
+  weft::atomic<bool> permit{false};
+  // Set by a notify that won the kParked -> kRunnable CAS, before it schedules the fiber; read
+  // and reset by the fiber (the scheduling hand-off orders the two).
+  bool woken_by_notify = false;
+  // errno, kept per fiber: saved as the fiber stops running, put back into the thread's errno
+  // as it runs again (on whichever thread), so a value set before a switch is read after it.
+  int saved_errno = 0;
+  // Set by a sleep whose deadline it has just checked against a fresh clock reading: the next
+  // wait skips its own check (and clock read) once. Owner only.
+  bool deadline_checked = false;
+  sync_internal::SpinLock meta_lock;
+  std::uint8_t name_len = 0;
+  // The generation of its current (or last) wait; a timer entry of another is stale. On the
+  // same line as state, which a timer's wake-up reads too (PopDueTimers).
+  weft::atomic<std::uint64_t> wait_gen{0};
+  // ---- 128 bytes: a wait adds the waiter's first line (a sleep touches no other).
+  FiberWaiter waiter;
+  char name[32] = {};
+  // A blocking region: the blocking thread's own context, and the task that moves it there.
+  Context region_home = nullptr;
+  struct RegionTask {
+    BlockingTask task;  // first member: the pool hands back &task
+    Fiber* fiber;
+  } region_task{{}, this};
+  // The next fiber in a FiberFifo's out-of-memory chain (see FiberFifo).
+  Fiber* queue_next = nullptr;
+  // The runtime's light_park, copied here so that a notify reads no Runtime memory unless it
+  // wakes the fiber (a late notify of a finished fiber may come after its runtime is gone; the
+  // Fiber itself outlives it, see RetiredBlocks). relaxed: set before the fiber is handed out.
+  weft::atomic<bool> light_park{false};
+  // A wait inside a region blocks the blocking thread (the fiber keeps its own Waiter, so a
+  // Mutex it holds stays its own across the region): it sleeps on region_word (a futex) with
+  // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
+  std::atomic<std::uint32_t> region_word{0};
+  std::atomic<bool> region_waiting{false};
+};
+
+// FiberBlock: Fiber objects are made kFibers at a time, kStride bytes apart, in one page-aligned
+// block whose pages get their memory with one system call (context_internal::VmPrefaultWrite:
+// MADV_POPULATE_WRITE, Linux 5.14+) before the Fibers are constructed in it. Made one at a time by
+// malloc, each new page of Fibers faulted in on its first write (15-23 us here, for 9 Fibers), and
+// a burst of spawns past the most fibers alive so far (W5's reps that grow) paid that on the
+// spawning worker. kStride: in the stride experiment of docs/scheduler.md (W2), 448 bytes apart
+// measured as fast as malloc's own spacing (which is 448 too), 320 and 384 a third slower. The
+// blocks live as long as the runtime (the free-fiber lists reuse their Fibers).
+class FiberBlock {
+ public:
+  static constexpr std::size_t kFibers = 64;
+  static constexpr std::size_t kStride = 448;
+  static constexpr std::size_t kBytes = kFibers * kStride;  // 28 KiB, 7 pages
+  static constexpr std::size_t kPageAlign = 4096;
+  static_assert(sizeof(Fiber) <= kStride && kStride % alignof(Fiber) == 0);
+  static_assert(kBytes % kPageAlign == 0);
+
+  FiberBlock(Runtime::Impl* rt, const std::atomic<bool>* shutting_down)
+      : mem_(static_cast<std::byte*>(::operator new (kBytes, std::align_val_t{kPageAlign}))) {
+    context_internal::VmPrefaultWrite(mem_, kBytes, 1, kBytes);  // a hint: else they fault in
+    for (std::size_t i = 0; i < kFibers; ++i) new (mem_ + i * kStride) Fiber(rt, shutting_down);
+  }
+  ~FiberBlock() {
+    for (std::size_t i = 0; i < kFibers; ++i) at(i)->~Fiber();
+    ::operator delete (mem_, std::align_val_t{kPageAlign});
+  }
+  FiberBlock(const FiberBlock&) = delete;
+  FiberBlock& operator=(const FiberBlock&) = delete;
+
+  // Bind: the Fibers now belong to `rt` (a new block, or a retired one reused). Every Fiber in it
+  // is finished (kDone, no stack, no context).
+  void Bind(Runtime::Impl* rt, const std::atomic<bool>* shutting_down, bool light_park) {
+    for (std::size_t i = 0; i < kFibers; ++i) {
+      Fiber* f = at(i);
+      f->rt = rt;
+      f->waiter.Rebind(shutting_down);
+      f->light_park.store(light_park, std::memory_order_relaxed);
+    }
+  }
+
+  Fiber* at(std::size_t i) const {
+    return std::launder(reinterpret_cast<Fiber*>(mem_ + i * kStride));
+  }
+
+ private:
+  std::byte* mem_;
+};
+
+// RetiredBlocks: the FiberBlocks of runtimes that are gone, for later runtimes to reuse; never
+// freed. A release (Event::set from a plain thread, say) takes a fiber's Waiter under its lock and
+// notifies it after unlocking; the fiber may finish and its runtime be destroyed in between. The
+// late notify then finds a finished Fiber (kDone: it only leaves a stale permit, which every wait
+// tolerates) in memory that is still a Fiber, instead of freed memory. The pool holds as many
+// Fibers as the most that any runtimes had at once.
+struct RetiredBlocks {
+  std::mutex mu;
+  std::vector<std::unique_ptr<FiberBlock>> blocks;
+  static RetiredBlocks& Get() {
+    static RetiredBlocks* r = new RetiredBlocks;  // never destroyed: late notifies may come
+    return *r;
+  }
+};
+
+// An I/O operation of a fiber, on its stack. Worker-thread fields are touched only on the owner's
+// thread; the atomics tell the fiber what happened.
+struct IoRequest {
+  IoOp op;
+  Waiter* waiter = nullptr;
+  Worker* owner = nullptr;
+  std::int64_t result = 0;
+  weft::atomic<bool> finished{false};     // the completion ran (release: result is written)
+  weft::atomic<bool> cancel_done{false};  // the owner consumed our cancel request
+  IoRequest* next_cancel = nullptr;       // the owner's mailbox
+};
+
+// offsetof on a Fiber, which is not standard-layout (its waiter has virtual functions): GCC,
+// Clang and MSVC all give the member's offset for a class without virtual bases.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+inline Fiber* FiberWaiter::fiber() {
+  return reinterpret_cast<Fiber*>(reinterpret_cast<std::byte*>(this) - offsetof(Fiber, waiter));
+}
+// The layout the comments at Fiber and PopDueTimers count on.
+static_assert(offsetof(Fiber, wait_gen) + sizeof(Fiber::wait_gen) <= 128, "hot fields: 2 lines");
+static_assert(offsetof(Fiber, state) / 64 == offsetof(Fiber, wait_gen) / 64,
+              "a timer's wake-up reads state and wait_gen from one line");
+#pragma GCC diagnostic pop
+
+// FiberFifo: a FIFO of runnable fibers that never fails to take one: a power-of-two ring that
+// doubles when full (made on first use, so an empty one owns no memory), and, when it cannot
+// grow (out of memory), a chain through the fibers themselves (Fiber::queue_next: a runnable
+// fiber is in one queue at a time). Fibers chained go after those in the ring, and new ones go
+// to the chain while it is not empty, so the order stays first in, first out. A push that threw
+// std::bad_alloc would lose the fiber from inside a notify or a yield, and ~Runtime would wait
+// for it forever.
+// Fault injection for tests (WEFT_TEST_QUEUE_OOM, read by the Runtime's constructor).
+extern std::atomic<bool> g_fail_queue_growth;
+
+struct FiberFifo {
+  std::vector<Fiber*> buf;
+  std::size_t head = 0, ring = 0;  // the ring: buf[head..], `ring` of them
+  std::size_t count = 0;           // every fiber held: the ring's and the chain's
+  Fiber* chain_head = nullptr;
+  Fiber* chain_tail = nullptr;
+  void push(Fiber* f) {
+    if (ring == buf.size() || chain_head != nullptr) [[unlikely]]
+      return PushSlow(f);
+    buf[(head + ring++) & (buf.size() - 1)] = f;
+    ++count;
+  }
+  Fiber* pop() {
+    if (ring == 0) [[unlikely]]
+      return PopChain();
+    Fiber* f = buf[head];
+    head = (head + 1) & (buf.size() - 1);
+    --ring;
+    --count;
+    return f;
+  }
+  [[gnu::noinline]] void PushSlow(Fiber* f) {
+    if (chain_head == nullptr && Grow()) return push(f);  // room in the ring now
+    f->queue_next = nullptr;
+    if (chain_tail != nullptr) {
+      chain_tail->queue_next = f;
+    } else {
+      chain_head = f;
+    }
+    chain_tail = f;
+    ++count;
+  }
+  [[gnu::noinline]] Fiber* PopChain() {
+    Fiber* f = chain_head;
+    if (f == nullptr) return nullptr;
+    chain_head = f->queue_next;
+    if (chain_head == nullptr) chain_tail = nullptr;
+    --count;
+    return f;
+  }
+  // Grow: doubles the ring (64 at first); false without memory.
+  bool Grow() {
+    // relaxed: a test knob, set before the runtime's threads start.
+    if (g_fail_queue_growth.load(std::memory_order_relaxed) && !buf.empty()) return false;
+    std::vector<Fiber*> grown;
+    try {
+      grown.resize(buf.empty() ? 64 : buf.size() * 2);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    for (std::size_t i = 0; i < ring; ++i) grown[i] = buf[(head + i) & (buf.size() - 1)];
+    buf.swap(grown);
+    head = 0;
+    return true;
+  }
+};
+
+}  // namespace scheduler_internal
+}  // namespace weft
+
+#endif  // WEFT_SCHEDULER_INTERNAL_FIBER_H_

@@ -1,0 +1,443 @@
+// scheduler/internal/runtime_impl.h: Runtime::Impl, the state one runtime shares among its
+// workers, and the inline paths every part of the runtime takes.
+//
+// Defines: weft::Runtime::Impl: the workers; the inject queue (from plain threads) and the
+// overflow list (from full run queues); the sleeping workers (scheduler/internal/idle.h) and the
+// wake-ups (WakeOne, WakeWorker, WatchTimers, Mail); scheduling (Schedule, PushLocal, Overflow,
+// TakeOverflow, NextLocal, DirectNext); fiber objects (NewFiber, Recycle, Retire) and live-fiber
+// credits; a fiber's first run (Prepare: its stack and context). The worker loop's members are
+// defined in worker_loop.cc and timers.cc.
+//
+// Where runnable fibers go, and why, is drawn in docs/scheduler.md.
+
+#ifndef WEFT_SCHEDULER_INTERNAL_RUNTIME_IMPL_H_
+#define WEFT_SCHEDULER_INTERNAL_RUNTIME_IMPL_H_
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "blocking_pool.h"
+#include "fiber.h"
+#include "weft/base/atomic.h"
+#include "weft/context/context.h"
+#include "weft/context/stack.h"
+#include "weft/deque/fork_join.h"
+#include "weft/deque/mpmc_ring.h"
+#include "weft/scheduler/internal/idle.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/internal/spin_lock.h"
+#include "worker.h"
+
+namespace weft {
+namespace scheduler_internal {
+// FiberMain: where every fiber's context starts (made by Impl::Prepare; worker_loop.cc).
+[[noreturn]] void FiberMain(Transfer t);
+}  // namespace scheduler_internal
+
+struct Runtime::Impl {
+  using Clock = scheduler_internal::Clock;
+  using Fiber = scheduler_internal::Fiber;
+  using FiberBlock = scheduler_internal::FiberBlock;
+  using FiberFifo = scheduler_internal::FiberFifo;
+  using IoRequest = scheduler_internal::IoRequest;
+  using RetiredBlocks = scheduler_internal::RetiredBlocks;
+  using Worker = scheduler_internal::Worker;
+  using BlockingPool = scheduler_internal::BlockingPool;
+
+  Runtime* self = nullptr;
+  RuntimeOptions options;
+  std::vector<std::unique_ptr<Worker>> workers;
+  MpmcRing<Fiber*> inject{1 << 16};  // spawns and wake-ups from outside the workers (bounded)
+  // Overflow list: the older halves of full run queues (Go's global run queue), unbounded;
+  // every worker takes batches from it. overflow_size mirrors overflow.count for lock-free
+  // looks (relaxed: a hint; the lock orders the contents).
+  std::mutex overflow_mu;
+  FiberFifo overflow;  // guarded by overflow_mu
+  weft::atomic<std::size_t> overflow_size{0};
+  // Sleeping workers, and the handshake that wakes them (scheduler/internal/idle.h).
+  scheduler_internal::IdleWorkers<Worker, std::mutex> idle;
+  weft::atomic<bool> stop{false};
+  std::atomic<bool> shutting_down{false};
+  // light_park: the park/notify Dekker pair is asymmetric (the file comment); set once, before
+  // any worker starts.
+  bool light_park = false;
+  // credits: one per live fiber, plus the spare ones workers hold (Worker::credits). Spawns on
+  // a worker take a local credit (reserving kCreditBatch from here when out); exits give theirs
+  // to the worker they end on, which returns surplus batches, and all it holds before it sleeps.
+  // Every term is >= 0, so credits == 0 means no fiber is alive: an exact test without a shared
+  // counter touched twice per fiber (which cost ~100 ns per spawn+join across two cores).
+  static constexpr std::int64_t kCreditBatch = 64;
+  weft::atomic<std::int64_t> credits{0};
+  static constexpr std::uint64_t kIdBlock = 1024;  // ids handed to a worker at once
+  std::atomic<std::uint64_t> spawned_outside{0};
+  // Finished fibers for reuse, moved to and from the workers' free lists in batches. A spin
+  // lock: a spawning worker refills while another spills, and a futex wake per contended
+  // unlock (a system call) cost more than the few pointer moves it guards.
+  sync_internal::SpinLock pool_lock;
+  std::vector<Fiber*> pool;  // guarded by pool_lock
+  // Every Fiber object this runtime made (they live as long as it does), for dumps and shutdown.
+  mutable std::mutex fibers_mu;
+  std::vector<std::unique_ptr<FiberBlock>> all_fibers;  // guarded by fibers_mu
+  // ForEachFiberLocked: f(Fiber*) for every Fiber made, free ones too (state kDone); with
+  // fibers_mu held.
+  template <typename F>
+  void ForEachFiberLocked(F&& f) const {
+    for (const auto& block : all_fibers) {
+      for (std::size_t i = 0; i < FiberBlock::kFibers; ++i) f(block->at(i));
+    }
+  }
+  std::unique_ptr<BlockingPool> blocking;
+  std::unique_ptr<ForkJoinPool> fork_join;  // hosted: the workers are this runtime's
+
+  // WakeOne: new work exists; wake one sleeping worker, if any. Cheap when none sleeps.
+  void WakeOne() { idle.WakeOne(); }
+  // WatchTimers: w's earliest deadline became `head`, earlier than before. A sleeping worker
+  // that would not wake by head + kTimerRescueGrace could not rescue it if w got stuck
+  // (RescueTimers): wake it, so that it sleeps again with head in its deadline (as Go's
+  // wakeNetPoller does when a timer is added). Only a new earliest deadline pays this.
+  void WatchTimers(Worker& w, Clock::rep head) {
+    idle.WatchTimers(workers, w,
+                     head + Clock::duration(scheduler_internal::kTimerRescueGrace).count());
+  }
+  // WakeWorker: w specifically has work (its mailbox).
+  void WakeWorker(Worker& w) { idle.WakeWorker(w); }
+  void WakeAll() {
+    std::lock_guard<std::mutex> lock(idle.lock());
+    for (auto& w : workers) {
+      if (!w->exited) w->Wake();
+    }
+  }
+
+  void Mail(Worker& w, Fiber* f, IoRequest* cancel) {
+    {
+      std::lock_guard<std::mutex> lock(w.mail_mu);
+      if (f != nullptr) w.mail_fibers.push(f);
+      if (cancel != nullptr) {
+        cancel->next_cancel = w.mail_cancels;
+        w.mail_cancels = cancel;
+      }
+      w.has_mail.store(true, std::memory_order_relaxed);  // the lock publishes the contents
+    }
+    WakeWorker(w);
+  }
+
+  // PushLocal: a runnable fiber onto the current worker w (owner thread).
+  [[gnu::noinline]] void PushLocal(Worker& w, Fiber* f) {
+    if (PushLocalQuiet(w, f)) WakeOne();  // surplus work a sleeping worker could steal
+  }
+  // PushLocalQuiet: PushLocal without the wake-up, for a caller that pushes several and wakes
+  // once (PopDueTimers). True if f went where thieves find it (a pinned fiber does not).
+  bool PushLocalQuiet(Worker& w, Fiber* f) {
+    if (f->pinned != nullptr) {
+      w.pinned_local.push(f);
+      return false;
+    }
+    QueueLocal(w, f);
+    return true;
+  }
+  // QueueLocal: f onto w's run queue (owner thread); when that is full, its older half and f go
+  // to the overflow list instead.
+  void QueueLocal(Worker& w, Fiber* f) {
+    while (!w.queue.push(f)) {
+      if (Overflow(w, f)) return;
+    }
+  }
+
+  // Schedule: makes f runnable from any thread. On a worker of this runtime it becomes that
+  // worker's next fiber (a woken fiber runs right after its waker: message-passing locality).
+  [[gnu::noinline]] void Schedule(Fiber* f) {
+    Worker* w = scheduler_internal::WorkerOf(this);
+    if (w != nullptr && (f->pinned == nullptr || f->pinned == w)) [[likely]] {
+      if (Fiber* displaced = w->run_next) PushLocal(*w, displaced);
+      w->run_next = f;
+      return;
+    }
+    ScheduleElsewhere(f);
+  }
+  // ScheduleElsewhere: f is pinned to another worker, or the caller is not a worker of this
+  // runtime. Out of line, so that the common case above saves and restores no registers.
+  [[gnu::noinline]] void ScheduleElsewhere(Fiber* f) {
+    if (f->pinned != nullptr) {
+      Mail(*f->pinned, f, nullptr);
+      return;
+    }
+    while (!inject.try_push(f)) std::this_thread::yield();
+    WakeOne();
+  }
+
+  // Overflow: w's run queue is full: its older half and f go to the overflow list, where every
+  // worker finds them (Go's runqputslow). Without this, a fiber that spawns thousands of fibers
+  // keeps them on its own worker, and thieves that find other work never come for them. False
+  // if thieves emptied the queue meanwhile (push again).
+  [[gnu::noinline]] bool Overflow(Worker& w, Fiber* f) {
+    Fiber* batch[scheduler_internal::kRunQueueCapacity / 2 + 1];
+    std::size_t n = w.queue.take_half(batch, scheduler_internal::kRunQueueCapacity / 2);
+    if (n == 0) return false;
+    batch[n++] = f;
+    std::lock_guard<std::mutex> lock(overflow_mu);
+    for (std::size_t i = 0; i < n; ++i) overflow.push(batch[i]);
+    overflow_size.store(overflow.count, std::memory_order_relaxed);
+    return true;
+  }
+  // TakeOverflow: from the overflow list (Go's globrunqget), one fiber to run now and, with
+  // `batch`, more onto w's queue: a fair share (count / workers + 1), at most half a queue.
+  // Null if the list is empty.
+  Fiber* TakeOverflow(Worker& w, bool batch) {
+    if (overflow_size.load(std::memory_order_relaxed) == 0) return nullptr;
+    std::lock_guard<std::mutex> lock(overflow_mu);
+    std::size_t n = batch ? std::min(overflow.count / workers.size() + 1,
+                                     scheduler_internal::kRunQueueCapacity / 2)
+                          : 1;
+    // Room: others only ever take from w's queue, so its free room only grows meanwhile.
+    n = std::min(
+        {n, overflow.count, scheduler_internal::kRunQueueCapacity - w.queue.size_approx() + 1});
+    Fiber* first = overflow.pop();
+    for (std::size_t i = 1; i < n; ++i) {
+      Fiber* g = overflow.pop();
+      // Cannot fail (n fits the room above); were it to, g goes back rather than be lost.
+      if (!w.queue.push(g)) [[unlikely]] {
+        overflow.push(g);
+        break;
+      }
+    }
+    overflow_size.store(overflow.count, std::memory_order_relaxed);
+    return first;
+  }
+
+  // Fiber objects: a free list per worker, refilled from and spilled to the shared pool in
+  // batches, so that spawning on one worker and exiting on another takes the pool lock once per
+  // kFiberBatch fibers, not twice per fiber.
+  static constexpr std::size_t kFiberBatch = 32;
+  // A spawn prefetches the Fiber that the kSpawnAhead-th spawn after it will take, and a take
+  // from the run queue the one kObjectAhead places behind the next (PrefetchHotLines).
+  static constexpr std::size_t kSpawnAhead = 3;
+  static constexpr std::size_t kObjectAhead = 2;
+  Fiber* NewFiber(Worker* w, const FiberOptions& fiber_options, Worker* pinned_to) {
+    Fiber* f = nullptr;
+    if (w != nullptr && !w->free_fibers.empty()) {
+      f = w->free_fibers.back();
+      w->free_fibers.pop_back();
+      if (w->free_fibers.size() >= kSpawnAhead) {
+        PrefetchHotLines(w->free_fibers[w->free_fibers.size() - kSpawnAhead]);
+      }
+    } else {
+      {
+        std::lock_guard<sync_internal::SpinLock> lock(pool_lock);
+        if (!pool.empty()) {
+          f = pool.back();
+          pool.pop_back();
+          for (std::size_t i = 0; w != nullptr && i < kFiberBatch && !pool.empty(); ++i) {
+            w->free_fibers.push_back(pool.back());
+            pool.pop_back();
+          }
+        }
+      }
+      if (f == nullptr) f = NewFiberBlock(w);
+    }
+    f->meta_lock.lock();
+    // relaxed (both): only uniqueness matters.
+    if (w == nullptr) {
+      f->id = scheduler_internal::g_next_fiber_id.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      if (w->next_id == w->id_end) {
+        w->next_id =
+            scheduler_internal::g_next_fiber_id.fetch_add(kIdBlock, std::memory_order_relaxed);
+        w->id_end = w->next_id + kIdBlock;
+      }
+      f->id = w->next_id++;
+    }
+    f->waiter.Renew(f->id);
+    std::size_t n = std::min(fiber_options.name.size(), sizeof f->name - 1);
+    if (n != 0) {  // (a nameless fiber leaves name's line alone)
+      std::memcpy(f->name, fiber_options.name.data(), n);
+      f->name[n] = '\0';
+    }
+    f->name_len = static_cast<std::uint8_t>(n);
+    f->pinned = pinned_to;
+    f->meta_lock.unlock();
+    return f;
+  }
+  // NewFiberBlock: makes a FiberBlock; returns its first Fiber and queues the rest on w's free
+  // list (from a plain thread, w null, in the pool), so that they are taken in address order.
+  Fiber* NewFiberBlock(Worker* w) {
+    std::unique_ptr<FiberBlock> block;
+    {
+      RetiredBlocks& retired = RetiredBlocks::Get();
+      std::lock_guard<std::mutex> lock(retired.mu);
+      if (!retired.blocks.empty()) {
+        block = std::move(retired.blocks.back());
+        retired.blocks.pop_back();
+      }
+    }
+    if (block == nullptr) block = std::make_unique<FiberBlock>(this, &shutting_down);
+    block->Bind(this, &shutting_down, light_park);
+    const FiberBlock& b = *block;
+    {
+      std::lock_guard<std::mutex> lock(fibers_mu);
+      all_fibers.push_back(std::move(block));
+    }
+    if (w != nullptr) {
+      for (std::size_t i = FiberBlock::kFibers; i-- > 1;) w->free_fibers.push_back(b.at(i));
+    } else {
+      std::lock_guard<sync_internal::SpinLock> lock(pool_lock);
+      for (std::size_t i = FiberBlock::kFibers; i-- > 1;) pool.push_back(b.at(i));
+    }
+    return b.at(0);
+  }
+  // Recycle: on the worker where f finished.
+  void Recycle(Worker& w, Fiber* f) {
+    f->state.store(scheduler_internal::kDone, std::memory_order_relaxed);
+    w.free_fibers.push_back(f);
+    if (w.free_fibers.size() >= 2 * kFiberBatch) {
+      std::lock_guard<sync_internal::SpinLock> lock(pool_lock);
+      for (std::size_t i = 0; i < kFiberBatch; ++i) {
+        pool.push_back(w.free_fibers.back());
+        w.free_fibers.pop_back();
+      }
+    }
+  }
+  static constexpr std::uint64_t kFairnessInterval = 61;  // Go's schedtick check
+  static constexpr std::chrono::milliseconds kIdleNetMin{100}, kIdleNetMax{1600};
+  static constexpr std::chrono::microseconds kRescueRetry{100};
+  static constexpr std::chrono::milliseconds kWatchMax{10};
+  // NextLocal: the worker's own runnable fibers: run_next, pinned, queue (FIFO), yield ring.
+  Fiber* NextLocal(Worker& w) {
+    if (Fiber* g = w.run_next) {
+      w.run_next = nullptr;
+      return g;
+    }
+    if (w.pinned_local.count != 0) return w.pinned_local.pop();
+    if (w.queue.size_approx() != 0) {
+      if (Fiber* g = TakeOwnQueue(w)) return g;
+    }
+    return w.yields.pop();
+  }
+  // PrefetchHotLines: asks, for writing, for the lines of f's first 128 bytes: what a spawn
+  // writes, and what starting or resuming f reads and writes. Used a few fibers ahead, where
+  // the Fiber has usually left the caches (a recycled one, or one that waited in a queue), so
+  // that the misses overlap instead of stalling one after another. (context.h's prefetch loop.)
+  [[gnu::always_inline]] static void PrefetchHotLines(const Fiber* f) {
+    const auto lo = reinterpret_cast<std::uintptr_t>(f) & ~std::uintptr_t{63};
+    const auto hi = reinterpret_cast<std::uintptr_t>(&f->wait_gen + 1);  // the last hot field
+    context_internal::PrefetchLinesForWrite(lo, 0, static_cast<int>((hi - lo + 63) / 64));
+  }
+  // TakeOwnQueue: the oldest fiber of w's own queue (FIFO, so fibers take turns), or null.
+  // Out of line: its out-parameter is a local whose address escapes, which would keep callers
+  // (yield) from making their final switch a tail call.
+  [[gnu::noinline]] static Fiber* TakeOwnQueue(Worker& w) {
+    Fiber* g = nullptr;
+    if (!w.queue.pop(&g)) return nullptr;
+    // Software pipelining of cold resumes: a fiber that waited in a queue finds its object and
+    // its stack out of the caches, and its resume waits on those misses one after another. So
+    // as each fiber is taken, ask for the stack of the one after it (whose object was asked for
+    // two takes earlier) and for the object of the one kObjectAhead after that. Hints only:
+    // any of them may be taken by a thief meanwhile.
+    Fiber* next = nullptr;
+    if (w.queue.peek(0, &next)) {
+      if (Context c = next->context()) prefetch_context(c);
+      Fiber* ahead = nullptr;
+      if (w.queue.peek(kObjectAhead, &ahead)) PrefetchHotLines(ahead);
+    }
+    return g;
+  }
+  // DirectNext: the fiber to switch to directly from the running one, made current; null when
+  // the worker loop must run (nothing local, a fairness pass is due, or a fiber found no stack).
+  Fiber* DirectNext(Worker& w) {
+    if (w.tick - w.fair_tick >= kFairnessInterval) return nullptr;
+    Fiber* next = NextLocal(w);
+    if (next == nullptr || !Prepare(w, next)) return nullptr;
+    Started(w, next);
+    return next;
+  }
+  // Prepare: a fiber about to run for the first time gets its stack, from w's cache, and its
+  // context. False if no stack could be had: f is then queued on w.unstartable, for the worker
+  // loop to fail (its join reports the error), and must not run.
+  // Inline, with the first run's work out of line: a fiber that ran before costs one test here
+  // (as one function, every switch paid the stack allocation's register saves and restores).
+  bool Prepare(Worker& w, Fiber* f) {
+    if (f->context() != nullptr) [[likely]]
+      return true;
+    return PrepareFirstRun(w, f);
+  }
+  [[gnu::noinline]] bool PrepareFirstRun(Worker& w, Fiber* f) {
+    Result<Stack> stack =
+        w.stacks->allocate({.size = f->stack_size, .protection = f->stack_protection});
+    if (!stack.ok()) [[unlikely]] {
+      w.unstartable.emplace_back(f, stack.error_code());
+      return false;
+    }
+    f->stack = std::move(stack).value();
+    f->set_context(*make_context(f->stack.span(), &scheduler_internal::FiberMain));
+    f->saved_errno = 0;  // a new fiber starts with errno 0 (Started puts it in place)
+    // The name was written at spawn, before f was queued; a fresh record's name is empty.
+    if (f->name_len != 0) set_context_name(f->context(), {f->name, f->name_len});
+    return true;
+  }
+  // Retire: f finished (or failed before it started) on w: its object and its credit stay here.
+  void Retire(Worker& w, Fiber* f) {
+    Recycle(w, f);
+    // The fiber's credit stays with this worker (returned in batches, and before it sleeps).
+    std::int64_t spare = w.credits.load(std::memory_order_relaxed) + 1;
+    w.credits.store(spare, std::memory_order_relaxed);
+    if (spare >= 2 * kCreditBatch) ReturnCredits(w, kCreditBatch);
+  }
+  void FailUnstartable(Worker& w);
+  void Started(Worker& w, Fiber* f) {
+    *w.errno_slot = f->saved_errno;  // the fiber's own errno (see Fiber::saved_errno)
+    f->worker = &w;
+    f->state.store(scheduler_internal::kRunning, std::memory_order_relaxed);
+    w.current = f;
+    ++w.tick;
+    scheduler_internal::Bump(w.counters.run);
+  }
+  // Spill: half of the yield ring to the stealable queue, for a thief that asked or a sleeping
+  // worker; pinned fibers stay.
+  void Spill(Worker& w) {
+    w.steal_request.store(false, std::memory_order_relaxed);
+    std::size_t n = w.yields.count / 2;
+    bool moved = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      Fiber* f = w.yields.pop();
+      if (f->pinned != nullptr) {
+        w.yields.push(f);
+      } else {
+        QueueLocal(w, f);
+        moved = true;
+      }
+    }
+    if (moved) WakeOne();
+  }
+  // ReturnCredits: n of w's spare credits back to the shared count (owner thread).
+  void ReturnCredits(Worker& w, std::int64_t n) {
+    if (n == 0) return;
+    w.credits.store(w.credits.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
+    // release: what the fibers behind these credits did happens before a zero is seen.
+    credits.fetch_sub(n, std::memory_order_release);
+  }
+  void WorkerLoop(Worker& w);
+  Fiber* FindWork(Worker& w);
+  void TakeMail(Worker& w);
+  // PopDueTimers: wakes the fibers whose deadlines in `heap`'s timers have passed, onto w (the
+  // calling thread's worker; heap is w, or a stuck worker's in RescueTimers). Returns how many
+  // it popped (none if another thread held heap's lock and try_lock is set).
+  std::size_t PopDueTimers(Worker& w, Worker& heap, bool try_lock = false);
+  void PopDueTimers(Worker& w) { (void)PopDueTimers(w, w); }
+  Fiber* RescueTimers(Worker& w);
+  int PollReactor(Worker& w, std::optional<Clock::time_point> deadline);
+  void Sleep(Worker& w);
+  void Run(Worker& w, Fiber* f);
+};
+
+}  // namespace weft
+
+#endif  // WEFT_SCHEDULER_INTERNAL_RUNTIME_IMPL_H_

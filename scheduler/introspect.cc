@@ -1,0 +1,88 @@
+// scheduler/introspect.cc: what a runtime shows of itself: stats_json() (per-worker counters,
+// live fibers, blocking threads) and dump_fibers() (one line per live fiber: id, name, state, what
+// it waits on). Both read other threads' state relaxed: a snapshot, not a consistent cut.
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "internal/runtime_impl.h"
+
+namespace weft {
+
+using namespace scheduler_internal;
+
+namespace {
+// TimersOf: how many deadlines w's heap holds now.
+std::size_t TimersOf(Worker& w) {
+  w.timer_mu.lock();
+  std::size_t n = w.timers.size();
+  w.timer_mu.unlock();
+  return n;
+}
+}  // namespace
+
+std::string Runtime::stats_json() const {
+  std::string out = "{\"workers\":[";
+  char buf[512];
+  for (const auto& w : impl_->workers) {
+    const Counters& c = w->counters;
+    auto get = [](const std::atomic<std::uint64_t>& a) {
+      return a.load(std::memory_order_relaxed);
+    };
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"index\":%u,\"reactor\":\"%s\",\"spawned\":%" PRIu64 ",\"run\":%" PRIu64
+                  ",\"stolen\":%" PRIu64 ",\"parked\":%" PRIu64 ",\"polled\":%" PRIu64
+                  ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"no_stack\":%" PRIu64
+                  ",\"rescued\":%" PRIu64 ",\"timers\":%zu}",
+                  w->index == 0 ? "" : ",", w->index,
+                  w->reactor != nullptr ? std::string(w->reactor->backend_name()).c_str() : "none",
+                  get(c.spawned), get(c.run), get(c.stolen), get(c.parked), get(c.polled),
+                  get(c.sleeps), get(c.idle_ns), get(c.no_stack), get(c.rescued), TimersOf(*w));
+    out += buf;
+  }
+  std::int64_t live = impl_->credits.load(std::memory_order_relaxed);
+  for (const auto& w : impl_->workers) live -= w->credits.load(std::memory_order_relaxed);
+  std::snprintf(buf, sizeof buf,
+                "],\"spawned_outside\":%" PRIu64 ",\"live_fibers\":%" PRId64
+                ",\"blocking_threads\":%zu,\"blocking_busy\":%zu}",
+                impl_->spawned_outside.load(std::memory_order_relaxed), live,
+                impl_->blocking != nullptr ? impl_->blocking->threads() : 0,
+                impl_->blocking != nullptr ? impl_->blocking->busy() : 0);
+  out += buf;
+  return out;
+}
+
+std::string Runtime::dump_fibers() const {
+  std::string out;
+  char buf[256];
+  std::lock_guard<std::mutex> lock(impl_->fibers_mu);
+  impl_->ForEachFiberLocked([&](Fiber* f) {
+    int s = f->state.load(std::memory_order_relaxed);
+    if (s == kDone) return;
+    const char* what = f->waiter.waiting_on();
+    f->meta_lock.lock();
+    int n = std::snprintf(buf, sizeof buf, "fiber %" PRIu64 " \"%.*s\" %s", f->id, f->name_len,
+                          f->name, StateName(s));
+    Worker* pinned = f->pinned;
+    f->meta_lock.unlock();
+    if (what != nullptr && s == kParked) {
+      int fd = f->wait_fd.load(std::memory_order_relaxed);
+      if (fd >= 0) {
+        n += std::snprintf(buf + n, sizeof buf - n, " on %s fd %d", what, fd);
+      } else {
+        n += std::snprintf(buf + n, sizeof buf - n, " on %s %p", what,
+                           f->waiter.waiting_on_object());
+      }
+    }
+    if (Worker* w = pinned) n += std::snprintf(buf + n, sizeof buf - n, " pinned %u", w->index);
+    out.append(buf);
+    out += '\n';
+  });
+  return out;
+}
+
+}  // namespace weft

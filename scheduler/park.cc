@@ -1,0 +1,189 @@
+// scheduler/park.cc: how a fiber waits and is woken: FiberWaiter::wait and notify (the Waiter
+// seam //sync parks through), the on-top function that publishes a park (AfterPark: it inserts
+// the wait's timer and runs the Dekker half of internal/park.h), Leave (the switch away, direct
+// to the worker's next fiber when it has one), and waits inside a BlockingRegion (RegionWait).
+//
+// Fiber states and who moves them:
+//
+//   kRunnable --worker runs it--> kRunning --wait(): switch, on-top fn (worker)--> kParked
+//   kParked --notify / its timer / the on-top fn finding a permit--> kRunnable (queued)
+//   kRunning --BlockingRegion--> kBlocking (on a blocking thread) --leave--> kRunnable
+//
+// A fiber publishes "parked" only in the on-top function that runs on its worker after the
+// switch, so nothing can resume it while it is still on its own stack (the handshake's code is
+// scheduler/internal/park.h, which the model checker runs too). The on-top function
+// stores kParked and then reads the permit; notify, when it finds the fiber not parked yet,
+// stores the permit and then reads the state (Dekker), so one of them sees the other, and the
+// one that wins the kParked -> kRunnable CAS queues the fiber. Every park makes that store and
+// load, and a notify almost always finds the fiber parked already (its fast path: the CAS
+// alone), so on x86-64 Linux the pair is asymmetric (base/asymmetric_fence.h): the park's side
+// has a compiler fence only, and the rare notify that must leave a permit runs membarrier(2) as
+// the fence for both. A park then costs no locked instruction, a wake one (the CAS). Elsewhere,
+// or where membarrier is refused (or WEFT_PARK_FENCE=symmetric), both sides are seq_cst, and a
+// park costs one locked instruction (the kParked store).
+
+#include "weft/scheduler/internal/park.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "internal/runtime_impl.h"
+#include "weft/base/futex.h"
+#include "weft/context/context.h"
+#include "weft/sync/waiter.h"
+
+namespace weft {
+namespace scheduler_internal {
+namespace {
+
+Transfer AfterPark(Transfer t) {
+  auto* f = static_cast<Fiber*>(t.data);
+  Worker* w = f->worker;
+  Bump(w->counters.parked);
+  Runtime::Impl* rt = f->rt;  // f may run elsewhere once it is published as parked
+  TimerEntry* e = f->pending_timer;
+  Clock::rep head_before = 0, head = 0;
+  if (e != nullptr) {
+    e->owner = w;
+    // Held until kParked is published: an idle worker that pops the entry (RescueTimers) must
+    // find the fiber parked, or its claim would fail and the timer's wake-up be lost.
+    w->timer_mu.lock();
+    head_before = w->timer_head.load(std::memory_order_relaxed);  // written under the lock
+    if (!w->timers.insert(e->node, e->deadline).ok()) {
+      w->timer_mu.unlock();
+      // No memory for the timer: wake the fiber at once; its wait retries.
+      FreeTimerEntry(e);
+      f->pending_timer = nullptr;
+      f->state.store(kRunnable, std::memory_order_relaxed);
+      rt->PushLocal(*w, f);
+      return t;
+    }
+    head = PublishTimerHead(*w);
+  }
+  // Store then load: the Dekker pairing with notify (park.h).
+  bool claimed = PublishParked(*f, rt->light_park);
+  if (e != nullptr) w->timer_mu.unlock();
+  if (claimed) rt->PushLocal(*w, f);
+  if (head < head_before) rt->WatchTimers(*w, head);
+  return t;
+}
+
+// Leave: the running fiber f stops running (fn, on the next context, says how); the worker's
+// next local fiber runs at once if there is one (a direct switch: one context switch instead of
+// two through the worker loop), else the worker loop.
+void Leave(Worker& w, Fiber* f, OnTopFn fn) {
+  f->saved_errno = *w.errno_slot;  // before DirectNext puts the next fiber's in place
+  Fiber* next = f->rt->DirectNext(w);
+  jump_context_ontop(next != nullptr ? next->context() : w.home, f, fn);
+}
+
+// RegionWait: FiberWaiter::wait for a fiber inside a BlockingRegion: it runs on a blocking
+// thread, so the wait blocks that thread. The permit is the same as a parked fiber's.
+bool RegionWait(Fiber* f, std::optional<SyncClock::time_point> deadline) {
+  for (;;) {
+    // The word is read before region_waiting is published and the permit checked: a notify
+    // that sees region_waiting (seq_cst, the Dekker pair with its permit store) bumps the word
+    // after this read, so the futex wait below returns at once.
+    std::uint32_t word = f->region_word.load(std::memory_order_acquire);
+    f->region_waiting.store(true, std::memory_order_seq_cst);
+    if (TakePermit(*f)) break;
+    std::chrono::microseconds left = std::chrono::microseconds::max();
+    if (deadline) {
+      auto now = SyncClock::now();
+      if (*deadline <= now) {
+        f->region_waiting.store(false, std::memory_order_relaxed);
+        return false;
+      }
+      left = std::chrono::ceil<std::chrono::microseconds>(*deadline - now);
+    }
+    base_internal::FutexWait(f->region_word, word, left);
+  }
+  f->region_waiting.store(false, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace
+
+bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
+  Fiber* f = fiber();
+  // In a BlockingRegion (set before the fiber moved to its blocking thread, by the hand-off
+  // that moved it): block that thread instead of parking.
+  if (f->state.load(std::memory_order_relaxed) == kBlocking) [[unlikely]]
+    return RegionWait(f, deadline);
+  // A permit this misses is found by the on-top function (AfterPark), after kParked is
+  // published: the Dekker read is there.
+  bool deadline_checked = std::exchange(f->deadline_checked, false);
+  if (TakePermit(*f)) return true;
+  // A resume can come without a permit: a notifier that stored its permit for an earlier wait
+  // (which consumed it) may still win the CAS from this wait's kParked. Such a resume is
+  // spurious; only a passed deadline makes this return false.
+  for (;;) {
+    if (deadline && !deadline_checked && *deadline <= SyncClock::now()) return false;
+    deadline_checked = false;
+    // wait_gen has one writer, this fiber: a load and a store, no read-modify-write. release:
+    // a timer entry that reads the new value sees the wait it belongs to.
+    std::uint64_t gen = f->wait_gen.load(std::memory_order_relaxed) + 1;
+    f->wait_gen.store(gen, std::memory_order_release);
+    f->woken_by_notify = false;  // before AfterPark publishes kParked: only then can it be set
+    TimerEntry* entry = nullptr;
+    if (deadline) {  // inserted into the worker's heap by AfterPark, on the worker's thread
+      entry = NewTimerEntry();
+      entry->fiber = f;
+      entry->gen = gen;
+      entry->deadline = *deadline;
+    }
+    f->pending_timer = entry;
+    Leave(*f->worker, f, &AfterPark);
+    // Resumed, perhaps on another worker (f->worker was updated by Run).
+    f->state.store(kRunning, std::memory_order_relaxed);
+    // Any timer of this wait is now stale (one writer, as above).
+    f->wait_gen.store(gen + 1, std::memory_order_release);
+    bool timed_out = false;
+    if (entry != nullptr && f->pending_timer == entry) {
+      f->pending_timer = nullptr;
+      timed_out = entry->fired;  // before our reference goes
+      // Take it out of its owner's heap now (the heap side's reference with it), unless it was
+      // popped already (it fired, or an idle worker rescued it): on any worker, under the
+      // owner's timer lock. Left for the owner to pop at its deadline, a woken wait's entry
+      // would hold memory for as long as its timeout (waits resumed on another worker with a
+      // 1 h timeout: 80 B per wait for an hour).
+      // A timer that fired was popped: no lock needed to know it is out of the heap.
+      if (Worker* owner = entry->owner; owner != nullptr && !timed_out) {
+        owner->timer_mu.lock();
+        bool queued = entry->node.queued();
+        if (queued) {
+          owner->timers.cancel(entry->node);
+          PublishTimerHead(*owner);
+        }
+        owner->timer_mu.unlock();
+        if (queued) Release(entry);
+      }
+      Release(entry);
+    }
+    if (TakeWakeUp(*f)) return true;
+    if (timed_out) return false;  // its own timer, popped as due
+  }
+}
+
+void FiberWaiter::notify() {
+  Fiber* f = fiber();
+  // The handshake is park.h's; it reads f->light_park, not f->rt's: a finished fiber's runtime
+  // may be gone.
+  if (NotifyParked(*f)) {
+    f->rt->Schedule(f);
+    return;
+  }
+  if (NotifyWithPermit(*f)) f->rt->Schedule(f);
+  // Or it waits inside a BlockingRegion (RegionWait): seq_cst, the Dekker pair with its
+  // region_waiting store.
+  if (f->region_waiting.load(std::memory_order_seq_cst)) [[unlikely]] {
+    f->region_word.fetch_add(1, std::memory_order_release);
+    base_internal::FutexWake(f->region_word, 1);
+  }
+}
+
+}  // namespace scheduler_internal
+}  // namespace weft

@@ -1,0 +1,118 @@
+// scheduler/spawn.cc: spawning a fiber (Spawn: its Fiber object, a live-fiber credit, and its
+// first schedule; the stack comes at its first run), the spawn states that carry its callable and
+// result (from the worker's slab, freed by whichever of the fiber and the handle lets go second),
+// and the slow path of a join (JoinSignal::WaitSlow).
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <system_error>
+
+#include "internal/runtime_impl.h"
+#include "weft/alloc/slab.h"
+#include "weft/context/stack.h"
+#include "weft/sync/internal/wait_queue.h"
+
+namespace weft {
+namespace scheduler_internal {
+
+void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options) {
+  Runtime::Impl& impl = *rt.impl_;
+  Worker* w = WorkerOf(&impl);
+  StackOptions so{.size = options.stack_size != 0 ? options.stack_size : impl.options.stack_size,
+                  .protection = options.protection};
+  // The stack itself comes when the fiber first runs (Impl::Prepare); a size no stack class has
+  // is bad input, reported now.
+  if (!valid_stack_size(so.size)) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "weft: a fiber stack size must be 1 byte .. 64 MiB");
+  }
+  Worker* pinned_to =
+      options.pinned_worker >= 0
+          ? impl.workers[static_cast<unsigned>(options.pinned_worker) % impl.workers.size()].get()
+          : nullptr;
+  Fiber* f = impl.NewFiber(w, options, pinned_to);
+  f->stack_size = static_cast<std::uint32_t>(so.size);
+  f->stack_protection = so.protection;
+  f->body = body;
+  f->permit.store(false, std::memory_order_relaxed);
+  f->pending_timer = nullptr;
+  // (The waiter's note_wait is null already: every wait resets it as it ends.)
+  f->state.store(kRunnable, std::memory_order_relaxed);
+  if (w != nullptr) {
+    std::int64_t spare = w->credits.load(std::memory_order_relaxed);
+    if (spare == 0) {
+      impl.credits.fetch_add(Runtime::Impl::kCreditBatch, std::memory_order_relaxed);
+      spare = Runtime::Impl::kCreditBatch;
+    }
+    w->credits.store(spare - 1, std::memory_order_relaxed);
+  } else {
+    impl.credits.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (w != nullptr) {
+    Bump(w->counters.spawned);
+  } else {
+    impl.spawned_outside.fetch_add(1, std::memory_order_relaxed);
+  }
+  impl.Schedule(f);
+}
+
+namespace {
+constexpr std::size_t kSpawnHeader = 16;  // keeps the object 16-byte aligned
+constexpr std::uint64_t kFromHeap = 0, kFromSlab = 1;
+}  // namespace
+
+void* AllocateSpawnState(std::size_t bytes) {
+  const std::size_t total = bytes + kSpawnHeader;
+  Worker* w = t_worker;
+  void* base = nullptr;
+  std::uint64_t tag = kFromHeap;
+  if (w != nullptr && w->spawn_states != nullptr) {
+    base = w->spawn_states->allocate(total);  // null past 8 KiB or without memory
+    if (base != nullptr) tag = kFromSlab;
+  }
+  if (base == nullptr) base = ::operator new(total);  // std::bad_alloc, as make_shared would
+  std::memcpy(base, &tag, sizeof tag);
+  return static_cast<std::byte*>(base) + kSpawnHeader;
+}
+
+void FreeSpawnState(void* p) noexcept {
+  void* base = static_cast<std::byte*>(p) - kSpawnHeader;
+  std::uint64_t tag;
+  std::memcpy(&tag, base, sizeof tag);
+  if (tag == kFromHeap) {
+    ::operator delete(base);
+  } else if (Worker* w = t_worker; w != nullptr && w->spawn_states != nullptr) {
+    w->spawn_states->free(base);  // ours: locally; another worker's: its remote-free list
+  } else {
+    SlabAllocator::free_mt(base);  // a plain thread (a handle joined or dropped outside)
+  }
+}
+
+Result<void> JoinSignal::WaitSlow(const WaitOptions& options) {
+  Waiter& self = current_waiter();
+  const auto me = reinterpret_cast<std::uintptr_t>(&self);
+  std::uintptr_t seen = kOpen;
+  // release: our Waiter is ready before set() can see it; acquire (also on failure): a kSet we
+  // find comes with the result.
+  if (!word_.compare_exchange_strong(seen, me, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+    if (seen == kSet) return {};
+    return std::errc::device_or_resource_busy;
+  }
+  sync_internal::ParkResult r = sync_internal::Park(
+      self, [this] { return is_set(); }, options, "JoinHandle", this);
+  if (r == sync_internal::ParkResult::kWoken) return {};
+  // Gave up: withdraw, unless set() took the word first; then the join succeeded after all, and
+  // its notify leaves a stale permit, which every wait tolerates (sync/waiter.h). acquire: as
+  // above, for the result.
+  seen = me;
+  if (word_.compare_exchange_strong(seen, kOpen, std::memory_order_acquire)) {
+    return sync_internal::ErrorOf(r);
+  }
+  return {};
+}
+
+}  // namespace scheduler_internal
+}  // namespace weft
