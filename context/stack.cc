@@ -1,6 +1,7 @@
-// context/stack.cc: StackPool (size classes, guarded and compact stacks, caching) and the
-// stack-overflow diagnostic with its registry of guard pages (the fault handler itself, SIGSEGV
-// or a vectored exception handler, is in context/internal/vm_*.cc).
+// context/stack.cc: StackPool (size classes, guarded and compact stacks, carving, caching, the
+// deferred give-back of memory) and Stack. The overflow diagnostic and its registry of guard
+// areas are in stack_guard.cc; a worker's StackCache in stack_cache.cc; the size classes and the
+// slot layout in internal/stack_layout.h.
 //
 // Slot layout, for both protection classes (G = kGuard: 4 KiB, 8 KiB on Windows; S = the
 // class's usable size):
@@ -28,267 +29,16 @@
 #include <mutex>
 #include <vector>
 
+#include "internal/stack_guard.h"
+#include "internal/stack_layout.h"
 #include "weft/context/internal/prefetch.h"
 #include "weft/context/internal/record.h"
 #include "weft/context/internal/slot_set.h"
 #include "weft/context/internal/vm.h"
 
 namespace weft {
-namespace {
 
-constexpr std::size_t kPage = 4096;
-// kGuard: the guard area or red zone below each stack (see context/internal/vm.h).
-constexpr std::size_t kGuard = context_internal::kVmGuardBytes;
-constexpr int kMinClassShift = 14;  // 16 KiB
-constexpr int kMaxClassShift = 26;  // 64 MiB
-static_assert(std::size_t{1} << kMaxClassShift == kMaxStackSize);
-constexpr int kNumClasses = kMaxClassShift - kMinClassShift + 1;
-constexpr std::size_t kCompactChunkBytes = std::size_t{4} << 20;
-constexpr std::size_t kRedZoneCheckBytes = 256;
-
-constexpr std::size_t ClassSize(int index) { return std::size_t{1} << (kMinClassShift + index); }
-constexpr std::size_t SlotSize(int index) { return ClassSize(index) + kGuard; }
-// SlotsPerChunk: how many slots of class `index` a chunk (compact or guarded) holds.
-constexpr std::size_t SlotsPerChunk(int index) {
-  return std::max<std::size_t>(1, kCompactChunkBytes / SlotSize(index));
-}
-static_assert(SlotsPerChunk(0) <= UINT16_MAX, "Stack::slot_ must hold a slot index");
-// kLooseChunk: Stack::chunk_ of a guarded stack in its own mapping (no guard markers).
-constexpr std::uint32_t kLooseChunk = UINT32_MAX;
-
-int ClassIndex(std::size_t size) {
-  int index = 0;
-  while (ClassSize(index) < size) ++index;
-  return index;
-}
-
-// ---- Guard-page registry, read by the signal handler ----------------------------------------
-//
-// Open addressing over guard-page addresses. Slots hold 0 (never used), kTombstone (freed) or
-// the page address. The handler only reads; writers hold the registry mutex. A slot's usable
-// size is published before its address (release) and read after it (acquire), so the handler
-// never pairs an address with a stale size.
-constexpr std::size_t kRegistrySlots = std::size_t{1} << 17;
-constexpr std::uintptr_t kTombstone = 1;
-std::atomic<std::uintptr_t> g_guard_page[kRegistrySlots];
-std::atomic<std::size_t> g_guard_usable[kRegistrySlots];
-std::size_t g_registry_used = 0;  // under g_registry_mu; includes tombstones
-std::mutex g_registry_mu;
-
-std::size_t RegistryHash(std::uintptr_t page) {
-  return static_cast<std::size_t>((page >> 12) * 0x9E3779B97F4A7C15ull >> 47) &
-         (kRegistrySlots - 1);
-}
-
-void RegisterGuard(std::byte* page, std::size_t usable) {
-  auto key = reinterpret_cast<std::uintptr_t>(page);
-  std::lock_guard<std::mutex> lock(g_registry_mu);
-  if (g_registry_used >= kRegistrySlots / 4 * 3)
-    return;  // full: the stack still works,
-             // its overflow message is generic
-  for (std::size_t i = RegistryHash(key);; i = (i + 1) & (kRegistrySlots - 1)) {
-    // relaxed: writers are serialised by g_registry_mu.
-    std::uintptr_t v = g_guard_page[i].load(std::memory_order_relaxed);
-    if (v == 0 || v == kTombstone) {
-      if (v == 0) ++g_registry_used;
-      // relaxed: ordered before the address by the release store below.
-      g_guard_usable[i].store(usable, std::memory_order_relaxed);
-      // release: a handler that sees the address also sees the size stored above.
-      g_guard_page[i].store(key, std::memory_order_release);
-      return;
-    }
-  }
-}
-
-void UnregisterGuard(std::byte* page) {
-  auto key = reinterpret_cast<std::uintptr_t>(page);
-  std::lock_guard<std::mutex> lock(g_registry_mu);
-  for (std::size_t i = RegistryHash(key);; i = (i + 1) & (kRegistrySlots - 1)) {
-    // relaxed: writers are serialised by g_registry_mu.
-    std::uintptr_t v = g_guard_page[i].load(std::memory_order_relaxed);
-    if (v == 0) return;  // not registered (registry was full)
-    if (v == key) {
-      // relaxed: the handler tolerates a stale view; the page is unmapped after this anyway.
-      g_guard_page[i].store(kTombstone, std::memory_order_relaxed);
-      return;
-    }
-  }
-}
-
-// ---- Guard chunks, read by the signal handler ------------------------------------------------
-//
-// With guard markers, guarded stacks are carved from chunks: the handler finds the chunk by
-// address and the slot by offset. Writers hold g_registry_mu; an entry's fields are published
-// before its base (release) and read after it (acquire). A freed entry's base is 0 and a later
-// chunk may reuse it; a fault racing that reuse (a pool destroyed and another created while a
-// fiber overflows) could read a mixed entry and print the wrong stack or the generic message.
-struct GuardChunkEntry {
-  std::atomic<std::uintptr_t> base{0};
-  std::atomic<std::size_t> bytes{0};
-  std::atomic<std::size_t> slot{0};
-};
-constexpr std::size_t kMaxGuardChunks = std::size_t{1} << 14;  // 64 GiB of 4 MiB chunks
-GuardChunkEntry g_guard_chunks[kMaxGuardChunks];
-std::atomic<std::size_t> g_guard_chunks_used{0};
-
-void RegisterGuardChunk(std::byte* base, std::size_t bytes, std::size_t slot) {
-  std::lock_guard<std::mutex> lock(g_registry_mu);
-  // relaxed (all three): writers are serialised by g_registry_mu.
-  std::size_t used = g_guard_chunks_used.load(std::memory_order_relaxed);
-  std::size_t i = 0;
-  while (i < used && g_guard_chunks[i].base.load(std::memory_order_relaxed) != 0) ++i;
-  if (i == kMaxGuardChunks) return;  // full: the stacks still work, their message is generic
-  GuardChunkEntry& e = g_guard_chunks[i];
-  // relaxed: ordered before the base by the release store below.
-  e.bytes.store(bytes, std::memory_order_relaxed);
-  e.slot.store(slot, std::memory_order_relaxed);
-  // release: a handler that sees the base also sees the sizes stored above.
-  e.base.store(reinterpret_cast<std::uintptr_t>(base), std::memory_order_release);
-  // release: a handler that reads the new count sees the entry's base (and so its sizes).
-  if (i == used) g_guard_chunks_used.store(used + 1, std::memory_order_release);
-}
-
-void UnregisterGuardChunk(std::byte* base) {
-  std::lock_guard<std::mutex> lock(g_registry_mu);
-  std::size_t used = g_guard_chunks_used.load(std::memory_order_relaxed);  // under the mutex
-  for (std::size_t i = 0; i < used; ++i) {
-    // relaxed: under the mutex; the handler tolerates a stale view (the chunk is unmapped after).
-    if (g_guard_chunks[i].base.load(std::memory_order_relaxed) ==
-        reinterpret_cast<std::uintptr_t>(base)) {
-      g_guard_chunks[i].base.store(0, std::memory_order_relaxed);
-      return;
-    }
-  }
-}
-
-// LookupGuardChunk: whether addr is in the guard area of a slot of a guarded chunk; sets the
-// slot's usable start and size. Async-signal-safe (atomic loads only).
-bool LookupGuardChunk(std::uintptr_t addr, std::uintptr_t* usable_lo, std::size_t* usable) {
-  // acquire: pairs with the count's release store, so each entry below is fully published.
-  std::size_t used = g_guard_chunks_used.load(std::memory_order_acquire);
-  for (std::size_t i = 0; i < used && i < kMaxGuardChunks; ++i) {
-    // acquire: pairs with RegisterGuardChunk's release, so the sizes read below are this base's.
-    std::uintptr_t base = g_guard_chunks[i].base.load(std::memory_order_acquire);
-    if (base == 0 || addr < base) continue;
-    // relaxed (both): ordered by the acquire above.
-    std::size_t bytes = g_guard_chunks[i].bytes.load(std::memory_order_relaxed);
-    std::size_t slot = g_guard_chunks[i].slot.load(std::memory_order_relaxed);
-    if (slot == 0 || addr - base >= bytes) continue;
-    std::size_t offset = (addr - base) % slot;
-    if (offset >= kGuard) return false;  // in a chunk, not in a guard area
-    *usable_lo = addr - offset + kGuard;
-    *usable = slot - kGuard;
-    return true;
-  }
-  return false;
-}
-
-// LookupGuard: async-signal-safe (atomic loads only).
-bool LookupGuard(std::uintptr_t page, std::size_t* usable) {
-  for (std::size_t i = RegistryHash(page), n = 0; n < kRegistrySlots;
-       i = (i + 1) & (kRegistrySlots - 1), ++n) {
-    // acquire: pairs with RegisterGuard's release, so the size read below is the one for page.
-    std::uintptr_t v = g_guard_page[i].load(std::memory_order_acquire);
-    if (v == 0) return false;
-    if (v == page) {
-      // relaxed: ordered by the acquire above.
-      *usable = g_guard_usable[i].load(std::memory_order_relaxed);
-      return true;
-    }
-  }
-  return false;
-}
-
-// ---- Overflow diagnostics (async-signal-safe output) ----------------------------------------
-
-struct Line {
-  char buf[512];
-  std::size_t n = 0;
-  void Add(const char* s) {
-    while (*s != '\0' && n < sizeof buf - 1) buf[n++] = *s++;
-  }
-  void Hex(std::uintptr_t v) {
-    char digits[2 + 16];
-    int i = 0;
-    for (int shift = 60; shift >= 0; shift -= 4) {
-      int d = static_cast<int>((v >> shift) & 0xf);
-      if (i == 0 && d == 0 && shift != 0) continue;
-      digits[i++] = static_cast<char>(d < 10 ? '0' + d : 'a' + d - 10);
-    }
-    digits[i] = '\0';
-    Add("0x");
-    Add(digits);
-  }
-  void Dec(std::size_t v) {
-    char digits[24];
-    int i = sizeof digits - 1;
-    digits[i] = '\0';
-    do {
-      digits[--i] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    } while (v != 0);
-    Add(digits + i);
-  }
-  void Write() { context_internal::WriteStderr(buf, n); }
-};
-
-// DescribeStack: "fiber stack [lo, hi) (N bytes usable), context "name"".
-void DescribeStack(Line& line, std::uintptr_t usable_lo, std::size_t usable) {
-  line.Add("fiber stack [");
-  line.Hex(usable_lo);
-  line.Add(", ");
-  line.Hex(usable_lo + usable);
-  line.Add(") (");
-  line.Dec(usable);
-  line.Add(" bytes usable)");
-  // make_context puts the record at the aligned top: name it if it is there.
-  using context_internal::ContextRecord;
-  using context_internal::kRecordAlignment;
-  std::uintptr_t top = (usable_lo + usable) & ~std::uintptr_t{kRecordAlignment - 1};
-  auto* record = reinterpret_cast<const ContextRecord*>((top - sizeof(ContextRecord)) &
-                                                        ~std::uintptr_t{kRecordAlignment - 1});
-  if (record->magic == context_internal::kRecordMagic && record->name[0] != '\0') {
-    char name[context_internal::kNameCapacity];
-    std::memcpy(name, record->name, sizeof name);
-    name[sizeof name - 1] = '\0';
-    line.Add(", context \"");
-    line.Add(name);
-    line.Add("\"");
-  }
-}
-
-// FindGuard: whether addr is in a weft guard area, of a guarded chunk's slot or of a stack with
-// its own mapping; sets that stack's usable start and size. Async-signal-safe.
-bool FindGuard(std::uintptr_t addr, std::uintptr_t* usable_lo, std::size_t* usable) {
-  if (LookupGuardChunk(addr, usable_lo, usable)) return true;
-  std::uintptr_t page = addr & ~std::uintptr_t{kPage - 1};
-  for (std::uintptr_t lo = page; lo + kGuard > page; lo -= kPage) {  // each page of the area
-    if (LookupGuard(lo, usable)) {
-      *usable_lo = lo + kGuard;
-      return true;
-    }
-  }
-  return false;
-}
-
-// OnGuardFault: the context_internal::FaultHook. Async-signal-safe.
-bool OnGuardFault(std::uintptr_t addr) {
-  std::uintptr_t usable_lo = 0;
-  std::size_t usable = 0;
-  if (!FindGuard(addr, &usable_lo, &usable)) return false;
-  Line line;
-  line.Add("weft: fiber stack overflow: fault at ");
-  line.Hex(addr);
-  line.Add(" in the guard page of ");
-  DescribeStack(line, usable_lo, usable);
-  line.Add(". Give the fiber a larger stack (StackOptions::size) or make it use less.\n");
-  line.Write();
-  return true;
-}
-
-}  // namespace
-
-bool install_stack_overflow_handler() { return context_internal::InstallFaultHook(&OnGuardFault); }
+using namespace context_internal;
 
 // ---- StackPool --------------------------------------------------------------------------------
 
@@ -626,12 +376,11 @@ Result<Stack> StackPool::allocate(const StackOptions& options) {
     populate = PopulateAhead(stack.lo_, left, populated, c, s.options.populate_ahead);
   };
   const std::size_t guarded_cost = s.markers ? 1 : 2;  // of the mapping budget, per new mapping
-  const bool want_guarded = options.protection == StackProtection::kGuarded ||
-                            (options.protection == StackProtection::kAuto &&
-                             (!cls.guarded_free.empty() || !cls.guarded_pending.empty() ||
-                              cls.guarded_carve_left != 0 ||
-                              s.guarded_mappings + guarded_cost <=
-                                  s.options.guarded_mapping_budget));
+  const bool want_guarded =
+      options.protection == StackProtection::kGuarded ||
+      (options.protection == StackProtection::kAuto &&
+       (!cls.guarded_free.empty() || !cls.guarded_pending.empty() || cls.guarded_carve_left != 0 ||
+        s.guarded_mappings + guarded_cost <= s.options.guarded_mapping_budget));
 
   if (want_guarded) {
     if (cls.guarded_free.pop(&stack.lo_, &stack.chunk_, &stack.slot_)) {
@@ -739,17 +488,6 @@ bool StackPool::check_red_zone(const Stack& stack) {
   return any == 0;
 }
 
-namespace {
-[[noreturn]] void DieRedZone(const std::byte* lo, int c) {
-  Line line;
-  line.Add("weft: fiber stack overflow detected: the red zone below compact ");
-  DescribeStack(line, reinterpret_cast<std::uintptr_t>(lo) + kGuard, ClassSize(c));
-  line.Add(" was written. Memory below it may be corrupt; aborting.\n");
-  line.Write();
-  std::abort();
-}
-}  // namespace
-
 std::size_t StackPool::allocate_cached(const StackOptions& options, Stack* out, std::size_t n) {
   if (!valid_stack_size(options.size) || n == 0) return 0;
   const int c = ClassIndex(options.size);
@@ -794,7 +532,8 @@ std::size_t StackPool::allocate_cached(const StackOptions& options, Stack* out, 
 
 void StackPool::release_many(Stack* stacks, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
-    if (!check_red_zone(stacks[i])) DieRedZone(stacks[i].lo_, stacks[i].class_index_);
+    if (!check_red_zone(stacks[i]))
+      DieRedZone(stacks[i].lo_ + kGuard, ClassSize(stacks[i].class_index_));
   }
   std::lock_guard<std::mutex> lock(state_->mu);
   for (std::size_t i = 0; i < n; ++i) {
@@ -807,7 +546,7 @@ void StackPool::release_many(Stack* stacks, std::size_t n) noexcept {
 }
 
 void StackPool::release(Stack& stack) noexcept {
-  if (!check_red_zone(stack)) DieRedZone(stack.lo_, stack.class_index_);
+  if (!check_red_zone(stack)) DieRedZone(stack.lo_ + kGuard, ClassSize(stack.class_index_));
   std::lock_guard<std::mutex> lock(state_->mu);
   CacheLocked(stack);
 }
@@ -900,84 +639,6 @@ void Stack::reset() noexcept {
   pool_->release(*this);
   pool_ = nullptr;
   lo_ = nullptr;
-}
-
-// ---- StackCache -------------------------------------------------------------------------------
-
-static_assert(kNumClasses == 13, "StackCache::kClasses must match the pool's size classes");
-
-StackCache::StackCache(StackPool& pool, std::size_t per_class)
-    : pool_(&pool), per_class_(per_class) {}
-
-StackCache::~StackCache() = default;  // the cached Stacks return themselves to the pool
-
-namespace {
-
-// PrefetchTop: asks for the top of a cached stack's memory, for writing, ahead of its use. The
-// next fiber started on it writes its context record and first frames there, and a stack that
-// has sat in the cache is usually out of the CPU caches (and the TLB): fetched on demand, that
-// miss was most of make_context's time in a profile of W5 (10,000 fibers sleeping at once).
-// Called one allocation ahead, so the miss overlaps the current fiber's start. (always_inline
-// for the reason PrefetchLinesForWrite gives.)
-[[gnu::always_inline]] inline void PrefetchTop(const Stack& stack) {
-  constexpr int kLines = 8;  // the context record and the frames down to a fiber's first park
-  StackSpan span = stack.span();
-  context_internal::PrefetchLinesForWrite(reinterpret_cast<std::uintptr_t>(span.base) + span.size,
-                                          -kLines, 0);
-}
-
-}  // namespace
-
-Result<Stack> StackCache::allocate(const StackOptions& options) {
-  if (!valid_stack_size(options.size)) {
-    return std::errc::invalid_argument;
-  }
-  const int c = ClassIndex(options.size);
-  std::vector<Stack>* order[2] = {&guarded_[c], &compact_[c]};
-  if (options.protection == StackProtection::kCompact) std::swap(order[0], order[1]);
-  const int tries = options.protection == StackProtection::kAuto ? 2 : 1;
-  for (int i = 0; i < tries; ++i) {
-    if (!order[i]->empty()) {
-      Stack stack = std::move(order[i]->back());
-      order[i]->pop_back();
-      if (!order[i]->empty()) PrefetchTop(order[i]->back());
-      return stack;
-    }
-  }
-  // Empty: refill half a class from the pool's cached stacks under one lock.
-  std::vector<Stack> batch(std::max<std::size_t>(1, per_class_ / 2));
-  std::size_t got = pool_->allocate_cached(options, batch.data(), batch.size());
-  if (got == 0) return pool_->allocate(options);
-  // The pool hands them out in carving order; pushed in reverse, the next allocates keep it.
-  if (got > 1) PrefetchTop(batch[1]);  // the next allocate's (the last pushed below)
-  for (std::size_t i = got; i-- > 1;) {
-    (batch[i].protection() == StackProtection::kGuarded ? guarded_ : compact_)[c].push_back(
-        std::move(batch[i]));
-  }
-  return std::move(batch[0]);
-}
-
-void StackCache::recycle(Stack&& stack) {
-  if (!stack || stack.pool_ != pool_) {
-    stack.reset();
-    return;
-  }
-  std::vector<Stack>& bin = stack.protection_ == StackProtection::kGuarded
-                                ? guarded_[stack.class_index_]
-                                : compact_[stack.class_index_];
-  if (bin.size() >= per_class_) {
-    // Full: spill the older half to the pool under one lock.
-    std::size_t half = std::max<std::size_t>(1, per_class_ / 2);
-    pool_->release_many(bin.data(), half);
-    bin.erase(bin.begin(), bin.begin() + static_cast<std::ptrdiff_t>(half));
-  }
-  bin.push_back(std::move(stack));
-}
-
-std::size_t StackCache::cached() const {
-  std::size_t n = 0;
-  for (int c = 0; c < kClasses; ++c) n += guarded_[c].size() + compact_[c].size();
-  return n;
 }
 
 }  // namespace weft
