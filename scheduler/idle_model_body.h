@@ -22,7 +22,7 @@
 
 namespace weft::scheduler_internal {
 
-// ModelWorker: the fields of scheduler/runtime.cc's Worker that the handshake uses.
+// ModelWorker: the fields of scheduler/internal/worker.h's Worker that the handshake uses.
 struct ModelWorker {
   // A plain bool in the runtime, guarded by the list's lock: the checker reports an access
   // outside it.

@@ -22,7 +22,7 @@ namespace weft::scheduler_internal {
 using model::Cell;
 using model::CheckedBool;
 
-// ModelFiber: the fields of scheduler/runtime.cc's Fiber that the handshake uses, and a run
+// ModelFiber: the fields of scheduler/internal/fiber.h's Fiber that the handshake uses, and a run
 // queue reduced to a count of how often the fiber was queued.
 struct ModelFiber {
   explicit ModelFiber(bool light) : light_park(light) {}

@@ -1,7 +1,8 @@
 // scheduler/internal/idle.h: how a worker with nothing to run goes to sleep, and how the work
 // and timers that arrive meanwhile wake it: the runtime's sleep/wake handshake. Written over a
-// worker type W and a lock type so that the runtime (scheduler/runtime.cc) and the model test's
-// stand-ins (scheduler/idle_model_test.cc) run this same code.
+// worker type W and a lock type so that the runtime (scheduler/worker_loop.cc and
+// internal/runtime_impl.h) and the model test's stand-ins (scheduler/idle_model_test.cc) run this
+// same code.
 //
 // Defines: weft::scheduler_internal::IdleWorkers, kNoDeadline.
 //

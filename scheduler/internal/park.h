@@ -10,7 +10,7 @@
 // F has: weft::atomic<int> state (a FiberState), weft::atomic<bool> permit,
 // weft::atomic<bool> light_park, and woken_by_notify (assignable from and convertible to bool).
 //
-// The handshake (scheduler/runtime.cc's file comment draws the whole state machine): the
+// The handshake (scheduler/park.cc's file comment draws the whole state machine): the
 // on-top function that runs after the fiber has switched away stores kParked and then reads the
 // permit; a notify, when it finds the fiber not parked yet, stores the permit and then reads the
 // state (Dekker), so one of them sees the other, and whoever wins the kParked -> kRunnable CAS
