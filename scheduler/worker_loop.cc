@@ -102,7 +102,9 @@ int Runtime::Impl::PollReactor(Worker& w, std::optional<Clock::time_point> deadl
   return n.ok() ? *n : 0;
 }
 
-Fiber* Runtime::Impl::FindWork(Worker& w) {
+// FindWork and Run are inline in WorkerLoop, their one caller (as GCC chose when the runtime's
+// types had internal linkage).
+[[gnu::always_inline]] inline Fiber* Runtime::Impl::FindWork(Worker& w) {
   Fiber* f = nullptr;
   if (w.tick - w.fair_tick >= kFairnessInterval) {
     // Fairness: the shared queue, the reactor and the timers, even when local work never runs
@@ -174,7 +176,7 @@ Fiber* Runtime::Impl::FindWork(Worker& w) {
   return nullptr;
 }
 
-void Runtime::Impl::Run(Worker& w, Fiber* f) {
+[[gnu::always_inline]] inline void Runtime::Impl::Run(Worker& w, Fiber* f) {
   Started(w, f);
   jump_context(f->context(), f);
   // Back on the worker's own context: the last fiber of a chain of direct switches left.
