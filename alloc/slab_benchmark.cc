@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "weft/alloc/slab.h"
 #include "benchmark/benchmark.h"
+#include "weft/alloc/slab.h"
 
 namespace weft {
 namespace {

@@ -6,8 +6,8 @@
 #include <new>
 #include <set>
 
-#include "weft/alloc/slab.h"
 #include "gtest/gtest.h"
+#include "weft/alloc/slab.h"
 #include "weft/model/model.h"
 #include "weft/model/testing.h"
 

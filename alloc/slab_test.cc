@@ -14,9 +14,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "weft/base/stress_scale.h"
 #include "weft/deque/mpmc_ring.h"
-#include "gtest/gtest.h"
 
 namespace weft {
 namespace {

@@ -7,6 +7,8 @@
 //
 // Sized by WEFT_STRESS_SCALE.
 
+#include "weft/base/fault.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,10 +21,9 @@
 #include <system_error>
 #include <vector>
 
-#include "weft/api/weft.h"
-#include "weft/base/fault.h"
-#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
+#include "weft/api/weft.h"
+#include "weft/base/stress_scale.h"
 
 namespace weft {
 namespace {

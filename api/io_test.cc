@@ -22,9 +22,9 @@
 #include <thread>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "weft/api/net.h"
 #include "weft/base/stress_scale.h"
-#include "gtest/gtest.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/coordination.h"
 

@@ -15,9 +15,9 @@
 #include <cstring>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "weft/api/net.h"
 #include "weft/base/stress_scale.h"
-#include "gtest/gtest.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/coordination.h"
 

@@ -9,8 +9,8 @@
 #include <atomic>
 #include <thread>
 
-#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
+#include "weft/base/stress_scale.h"
 
 namespace weft::base_internal {
 namespace {

@@ -8,7 +8,7 @@
 //
 //   ABSL_FLAG(int, conns, 100, "client connections");
 //   int main(int argc, char** argv) {
-//     weft::base_internal::ParseCommandLine(argc, argv, "floods a server: load_driver --mode echo");
+//     weft::base_internal::ParseCommandLine(argc, argv, "floods a server");
 //     if (absl::GetFlag(FLAGS_conns) <= 0) { ...usage error... }
 
 #ifndef WEFT_BASE_COMMAND_LINE_H_

@@ -9,8 +9,11 @@
 #ifndef WEFT_BASE_CONFIG_H_
 #define WEFT_BASE_CONFIG_H_
 
+// The message stays on one line, as the compiler prints it.
+// clang-format off
 #if !defined(__cplusplus) || __cplusplus < 202002L
 #error "weft needs C++20: compile the code that includes weft's headers with -std=c++20 (Bazel: --cxxopt=-std=c++20 --host_cxxopt=-std=c++20)"
 #endif
+// clang-format on
 
 #endif  // WEFT_BASE_CONFIG_H_

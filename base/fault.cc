@@ -17,11 +17,11 @@ using fault_internal::g_threshold;
 using fault_internal::kUnread;
 
 std::mutex g_mu;
-Config g_config;                           // guarded by g_mu
-std::atomic<bool> g_hard{false};           // relaxed: a copy of g_config.hard for HitSlow
-std::atomic<std::uint64_t> g_seed{1};      // relaxed: read when a thread first draws
-std::atomic<std::uint64_t> g_epoch{0};     // bumped by Configure: threads reseed
-std::atomic<std::uint64_t> g_threads{0};   // threads that drew, for their seeds
+Config g_config;                          // guarded by g_mu
+std::atomic<bool> g_hard{false};          // relaxed: a copy of g_config.hard for HitSlow
+std::atomic<std::uint64_t> g_seed{1};     // relaxed: read when a thread first draws
+std::atomic<std::uint64_t> g_epoch{0};    // bumped by Configure: threads reseed
+std::atomic<std::uint64_t> g_threads{0};  // threads that drew, for their seeds
 std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(Kind::kCount)> g_counts{};
 
 // Sites with soft faults (the rest are hard only).
@@ -75,8 +75,8 @@ void ReadEnvironmentLocked() {
       first = false;
     }
     if (bad) {
-      std::fprintf(stderr,
-                   "weft: ignoring WEFT_FAULTS=%s (want <rate 0..1>[,seed=<n>][,hard])\n", env);
+      std::fprintf(stderr, "weft: ignoring WEFT_FAULTS=%s (want <rate 0..1>[,seed=<n>][,hard])\n",
+                   env);
       c = Config{};
     } else if (c.rate > 0) {
       std::fprintf(stderr, "weft: fault injection on: rate %g, seed %llu, %s faults\n", c.rate,

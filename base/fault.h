@@ -8,6 +8,7 @@
 // Each fault site of weft asks Hit(site) and, with probability `rate`, fails as the system
 // could have failed there:
 //
+// clang-format off
 //   site           soft (the runtime absorbs them: callers see no error)       hard (surfaced)
 //   kIo            EINTR, EAGAIN, short reads and writes (any reactor backend)  ECONNRESET, EPIPE
 //   kAccept        EINTR, ECONNABORTED                                          EMFILE
@@ -15,6 +16,7 @@
 //   kStackMap      -                                                            mmap fails (ENOMEM)
 //   kSlab          -                                                            a slab's memory is refused
 //   kThread        -                                                            a blocking thread fails to start
+// clang-format on
 //
 // Soft faults are on with any rate: every test must pass with them (tools/test_all.sh's
 // `faults` configuration). `hard` adds the rest, which fail the operation they hit with that
@@ -76,7 +78,8 @@ bool HitSlow(Site site);
 // Hit: true if a fault should be injected at `site` now (soft sites: any rate; hard sites only
 // with `hard`). relaxed: the configuration is a hint each call reads on its own.
 inline bool Hit(Site site) {
-  if (fault_internal::g_threshold.load(std::memory_order_relaxed) == 0) [[likely]] return false;
+  if (fault_internal::g_threshold.load(std::memory_order_relaxed) == 0) [[likely]]
+    return false;
   return fault_internal::HitSlow(site);
 }
 
@@ -95,7 +98,8 @@ std::uint64_t InjectedCount();
 std::string Summary();
 
 inline bool Inject(Site site, Kind kind) {
-  if (!Hit(site)) [[likely]] return false;
+  if (!Hit(site)) [[likely]]
+    return false;
   Injected(kind);
   return true;
 }

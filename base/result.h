@@ -9,7 +9,10 @@
 #ifndef WEFT_BASE_RESULT_H_
 #define WEFT_BASE_RESULT_H_
 
-#include "weft/base/config.h"  // first: the C++20 check
+// First, for the C++20 check.
+// clang-format off
+#include "weft/base/config.h"
+// clang-format on
 
 #include <cstdio>
 #include <cstdlib>

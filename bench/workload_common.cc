@@ -1,10 +1,11 @@
 // bench/workload_common.cc: the workload programs' flags (workload_common.h).
 
+#include "weft/bench/workload_common.h"
+
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "weft/base/command_line.h"
-#include "weft/bench/workload_common.h"
 
 ABSL_FLAG(int, reps, 5, "timed runs per workload, after one warm-up");
 ABSL_FLAG(int, workers, 0, "worker threads (0: all cores)");
@@ -14,8 +15,7 @@ namespace weft::bench {
 
 bool ParseOptions(int argc, char** argv, Options* o, const char* what) {
   using base_internal::UsageError;
-  std::string usage = std::string(what) +
-                      (*what ? "\n" : "") +
+  std::string usage = std::string(what) + (*what ? "\n" : "") +
                       "  the standard workloads W1..W8 (WORKLOADS.md), one JSON line each:\n"
                       "  [--reps 5] [--workers N] [--only W1,W2]";
   base_internal::ParseCommandLine(argc, argv, usage.c_str());
@@ -29,7 +29,8 @@ bool ParseOptions(int argc, char** argv, Options* o, const char* what) {
     std::size_t end = o->only.find(',', start);
     if (end == std::string::npos) end = o->only.size();
     const std::string id = o->only.substr(start, end - start);
-    if (id.size() < 2 || id[0] != 'W' || id.find_first_not_of("0123456789", 1) != std::string::npos) {
+    if (id.size() < 2 || id[0] != 'W' ||
+        id.find_first_not_of("0123456789", 1) != std::string::npos) {
       UsageError("--only takes workload ids such as W1,W4, not '" + id + "'");
     }
     start = end + 1;

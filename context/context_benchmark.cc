@@ -123,9 +123,9 @@ void BM_NewGuardedStacks(benchmark::State& state) {
       std::vector<Stack> held;
       held.reserve(kPerThread);
       for (int i = 0; i < kPerThread; ++i) {
-        Stack s = std::move(
-                      pool.allocate({.size = 16 << 10, .protection = StackProtection::kGuarded}))
-                      .value();
+        Stack s =
+            std::move(pool.allocate({.size = 16 << 10, .protection = StackProtection::kGuarded}))
+                .value();
         static_cast<volatile char*>(s.span().base)[s.span().size - 1] = 1;
         held.push_back(std::move(s));
       }

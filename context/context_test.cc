@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "weft/base/stress_scale.h"
 #include "weft/context/stack.h"
-#include "gtest/gtest.h"
 
 namespace weft {
 namespace {

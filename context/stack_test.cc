@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include "weft/base/stress_scale.h"
-#include "weft/context/context.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "weft/base/stress_scale.h"
+#include "weft/context/context.h"
 
 namespace weft {
 namespace {
@@ -166,7 +166,8 @@ TEST(StackPoolMarkersTest, AChunkOfGuardedStacksCostsOneMapping) {
   for (std::size_t i = 0; i < per_chunk + 3; ++i) {
     Result<Stack> s = pool.allocate({.size = 16 << 10});
     ASSERT_TRUE(s.ok());
-    EXPECT_EQ(s->protection(), i < per_chunk ? StackProtection::kGuarded : StackProtection::kCompact)
+    EXPECT_EQ(s->protection(),
+              i < per_chunk ? StackProtection::kGuarded : StackProtection::kCompact)
         << i;
     stacks.push_back(std::move(s).value());
   }
@@ -546,8 +547,8 @@ TEST_P(GuardOverflowDeathTest, GuardPageOverflowNamesTheFiberStack) {
           static_cast<volatile char*>(first->span().base)[100] = 1;
         }
         pool->flush_trim();
-        Result<Stack> s = pool->allocate(
-            {.size = 16 << 10, .protection = StackProtection::kGuarded});
+        Result<Stack> s =
+            pool->allocate({.size = 16 << 10, .protection = StackProtection::kGuarded});
         Result<Context> c = make_context(s->span(), [](Transfer) { Recurse(1 << 20); });
         set_context_name(*c, "runaway-parser");
         jump_context(*c);

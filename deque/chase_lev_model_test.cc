@@ -17,7 +17,8 @@ using model::Report;
 
 // One item: the owner's pop and the thief's steal race for it (the CAS on top).
 TEST(ChaseLevModelTest, TheLastItemGoesToExactlyOneSide) {
-  ExpectAllSchedulesPass(check([] { chase_lev_model::PushPopSteal(1, 2, 1); }, {.preemption_bound = 3}));
+  ExpectAllSchedulesPass(
+      check([] { chase_lev_model::PushPopSteal(1, 2, 1); }, {.preemption_bound = 3}));
 }
 
 TEST(ChaseLevModelTest, PushPopAndTwoSteals) {

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
+#include "weft/base/stress_scale.h"
 
 namespace weft {
 namespace {

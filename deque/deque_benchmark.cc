@@ -18,11 +18,11 @@
 #include <thread>
 
 #include "benchmark/benchmark.h"
+#include "oneapi/tbb/task_arena.h"
+#include "oneapi/tbb/task_group.h"
 #include "weft/deque/chase_lev.h"
 #include "weft/deque/fork_join.h"
 #include "weft/deque/spmc_ring.h"
-#include "oneapi/tbb/task_arena.h"
-#include "oneapi/tbb/task_group.h"
 
 namespace weft {
 namespace {

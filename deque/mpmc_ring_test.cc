@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
+#include "weft/base/stress_scale.h"
 
 namespace weft {
 namespace {

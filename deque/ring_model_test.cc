@@ -7,9 +7,9 @@
 #include <optional>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "weft/deque/mpmc_ring.h"
 #include "weft/deque/spmc_ring.h"
-#include "gtest/gtest.h"
 #include "weft/model/model.h"
 #include "weft/model/testing.h"
 

@@ -7,8 +7,8 @@
 
 #include <new>
 
-#include "weft/deque/split_deque.h"
 #include "gtest/gtest.h"
+#include "weft/deque/split_deque.h"
 #include "weft/model/model.h"
 #include "weft/model/testing.h"
 

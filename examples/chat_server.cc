@@ -45,7 +45,7 @@ struct ChatOptions {
   std::chrono::milliseconds grace{200};
 };
 ChatOptions g_options;
-std::atomic<std::uint64_t> g_evicted{0};       // slow consumers disconnected
+std::atomic<std::uint64_t> g_evicted{0};        // slow consumers disconnected
 std::atomic<std::uint64_t> g_lines_dropped{0};  // lines a slow consumer did not get (kDrop)
 
 struct Client {
@@ -87,7 +87,8 @@ class Room {
     for (auto& c : to) {
       std::shared_ptr<const std::string> copy = line;
       Result<void> r = c->outbox.try_send(std::move(copy));
-      if (!r.ok() && r.error() == std::errc::resource_unavailable_try_again) full.push_back(c.get());
+      if (!r.ok() && r.error() == std::errc::resource_unavailable_try_again)
+        full.push_back(c.get());
       // (any other error: that client left or was evicted)
     }
     for (Client* c : full) {

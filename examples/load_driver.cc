@@ -20,8 +20,8 @@
 // tools/soak.sh runs both servers under churn for many rounds.
 
 #include <dirent.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -115,7 +115,7 @@ void ShowServer(long pid) {
 
 struct Churn {
   std::atomic<long> connections{0};  // misbehaving connections made
-  std::atomic<long> bad{0};       // a half-closed echo that did not come back exactly
+  std::atomic<long> bad{0};          // a half-closed echo that did not come back exactly
 };
 
 // ChurnClient: misbehaves in turn (see the file comment) until `stop` is set.
@@ -360,8 +360,8 @@ int main(int argc, char** argv) {
     // Not gated in sanitizer builds (kRssGated): their shadow memory and allocation quarantine
     // grow RSS with no leak (tsan's grew 50 -> 81 MiB in a round), and asan finds real leaks.
     bool rss_flat = !kRssGated || f.server_pid == 0 || rss <= rss1 + std::max(rss1 / 10, 4096L);
-    bool round_pass = ratio >= 0.999 && (f.server_pid == 0 || fds <= fds0) && rss_flat &&
-                      churn.bad.load() == 0;
+    bool round_pass =
+        ratio >= 0.999 && (f.server_pid == 0 || fds <= fds0) && rss_flat && churn.bad.load() == 0;
     pass = pass && round_pass;
     std::printf(
         "{\"mode\":\"%s\",\"round\":%d,\"conns\":%d,\"expected\":%ld,\"delivered\":%ld,"

@@ -758,8 +758,8 @@ class Execution final : public ModelHooks {
           break;
         case State::kSpinning:
           spinning = true;
-          detail +=
-              "spinning after " + Where(t.pending_site) + ", and no other thread can change anything";
+          detail += "spinning after " + Where(t.pending_site) +
+                    ", and no other thread can change anything";
           break;
         default:
           detail += "?";

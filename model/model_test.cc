@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "weft/base/atomic.h"
 #include "weft/base/cpu_relax.h"
-#include "gtest/gtest.h"
 #include "weft/sync/waiter.h"
 
 namespace weft::model {

@@ -10,9 +10,9 @@
 #include <mutex>
 
 #include "gtest/gtest.h"
+#include "idle_model_body.h"
 #include "weft/model/model.h"
 #include "weft/model/testing.h"
-#include "idle_model_body.h"
 
 namespace weft::scheduler_internal {
 namespace {
@@ -61,8 +61,8 @@ TEST(IdleModelTest, MailWakesItsWorker) {
         ModelIdle idle;
         ModelWorker w;
         sync_internal::SpinLock mail_mu;
-        model::Cell<int> mail(0);                // guarded by mail_mu
-        weft::atomic<bool> has_mail{false};      // a hint, written under mail_mu
+        model::Cell<int> mail(0);            // guarded by mail_mu
+        weft::atomic<bool> has_mail{false};  // a hint, written under mail_mu
         weft::atomic<bool> got{false};
         model::thread worker([&] {
           for (;;) {

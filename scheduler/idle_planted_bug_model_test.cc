@@ -13,8 +13,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "weft/model/model.h"
 #include "idle_model_body.h"
+#include "weft/model/model.h"
 
 namespace weft::scheduler_internal {
 namespace {

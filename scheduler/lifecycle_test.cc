@@ -12,8 +12,8 @@
 #endif
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -26,9 +26,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "weft/base/stress_scale.h"
 #include "weft/context/stack.h"
-#include "gtest/gtest.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/channel.h"
 #include "weft/sync/coordination.h"
@@ -122,9 +122,9 @@ TEST(ShutdownTest, ALateNotifyAfterTheRuntimeIsGoneTouchesNoFreedMemory) {
       (void)ev->wait();
     });
     while (!parked.load()) std::this_thread::sleep_for(1ms);
-    std::this_thread::sleep_for(20ms);            // it parks on the event
-    setter = std::thread([&] { ev->set(); });      // grants it, then waits 200 ms to notify
-    std::this_thread::sleep_for(50ms);            // the setter is in that wait
+    std::this_thread::sleep_for(20ms);         // it parks on the event
+    setter = std::thread([&] { ev->set(); });  // grants it, then waits 200 ms to notify
+    std::this_thread::sleep_for(50ms);         // the setter is in that wait
     h.detach();
   }  // ~Runtime: the fiber is interrupted, finds its wait granted, and finishes
   setter.join();

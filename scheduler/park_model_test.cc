@@ -10,9 +10,9 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "park_model_body.h"
 #include "weft/model/model.h"
 #include "weft/model/testing.h"
-#include "park_model_body.h"
 
 namespace weft::scheduler_internal {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "weft/model/model.h"
 #include "park_model_body.h"
+#include "weft/model/model.h"
 
 namespace weft::scheduler_internal {
 namespace {

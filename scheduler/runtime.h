@@ -62,8 +62,8 @@ namespace scheduler_internal {
 // JoinSignal: the "finished" flag of a fiber's join state, with room for the one caller that
 // waits on it (a JoinHandle is move-only, joined by its owner). It also decides who frees the
 // state, so that neither side counts references: the fiber's set() (an exchange) and the
-// handle's drop() (a CAS) are one atomic step each, and the side that comes second frees. A join that finds the fiber
-// finished is one load, and the joiner then frees with no atomic at all.
+// handle's drop() (a CAS) are one atomic step each, and the side that comes second frees. A join
+// that finds the fiber finished is one load, and the joiner then frees with no atomic at all.
 class JoinSignal {
  public:
   // set: once, by the fiber that finished; wakes the waiting joiner, if any. True if the handle
@@ -149,7 +149,7 @@ struct SpawnState final : JoinState<T>, FiberBody {
     if constexpr (alignof(SpawnState) <= 16) {
       p = AllocateSpawnState(sizeof(SpawnState));
     } else {
-      p = ::operator new(sizeof(SpawnState), std::align_val_t{alignof(SpawnState)});
+      p = ::operator new (sizeof(SpawnState), std::align_val_t{alignof(SpawnState)});
     }
     try {
       return ::new (p) SpawnState(std::move(f));
@@ -189,7 +189,7 @@ struct SpawnState final : JoinState<T>, FiberBody {
     if constexpr (alignof(SpawnState) <= 16) {  // AllocateSpawnState's alignment
       FreeSpawnState(p);
     } else {
-      ::operator delete(p, std::align_val_t{alignof(SpawnState)});
+      ::operator delete (p, std::align_val_t{alignof(SpawnState)});
     }
   }
 };

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
+#include "weft/base/stress_scale.h"
 #include "weft/sync/channel.h"
 #include "weft/sync/coordination.h"
 #include "weft/sync/mutex.h"

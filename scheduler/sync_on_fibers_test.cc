@@ -64,9 +64,8 @@ TEST_P(CancelCallbackParksTest, ACallbackThatParksDoesNotStallTheWaitersItCancel
       Event never;
       std::vector<JoinHandle<bool>> waiters;
       for (unsigned i = 0; i < 2 * workers + 2; ++i) {
-        waiters.push_back(rt.spawn([&] {
-          return never.wait({.cancel = &tok}).error() == std::errc::operation_canceled;
-        }));
+        waiters.push_back(rt.spawn(
+            [&] { return never.wait({.cancel = &tok}).error() == std::errc::operation_canceled; }));
       }
       ASSERT_TRUE(this_fiber::sleep_for(std::chrono::milliseconds(2)).ok());  // all parked
       auto canceller = rt.spawn([&] { src.cancel(); });

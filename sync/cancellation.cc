@@ -10,8 +10,8 @@
 
 #include <atomic>
 
-#include "weft/base/atomic.h"
 #include "internal/spin_lock.h"  // a private header here (srcs)
+#include "weft/base/atomic.h"
 
 namespace weft {
 namespace sync_internal {

@@ -2,7 +2,8 @@
 //
 // Mutex state: kLocked | kWaiters | kWakePending. Invariant (whenever queue_lock_ is free):
 // kWaiters set <=> queue_ non-empty. A waiter sets kWaiters, under queue_lock_, only with a CAS
-// that sees kLocked set (AcquireOrAnnounceWaiter), then queues before releasing queue_lock_. Each queued node carries when it was first queued, for the 1 ms hand-off rule.
+// that sees kLocked set (AcquireOrAnnounceWaiter), then queues before releasing queue_lock_. Each
+// queued node carries when it was first queued, for the 1 ms hand-off rule.
 
 #include "weft/sync/mutex.h"
 

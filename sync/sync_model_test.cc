@@ -7,13 +7,13 @@
 #include <cstdio>
 
 #include "gtest/gtest.h"
+#include "mutex_model_body.h"
 #include "weft/model/model.h"
 #include "weft/model/testing.h"
 #include "weft/sync/cancellation.h"
 #include "weft/sync/channel.h"
 #include "weft/sync/coordination.h"
 #include "weft/sync/mutex.h"
-#include "mutex_model_body.h"
 
 namespace weft {
 namespace {

@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
+#include "weft/base/stress_scale.h"
 #include "weft/sync/channel.h"
 #include "weft/sync/internal/spin_lock.h"
 #include "weft/sync/internal/wait_queue.h"

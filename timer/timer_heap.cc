@@ -81,8 +81,7 @@ void TimerHeap::RemoveAt(std::size_t i) {
   }
 }
 
-void TimerHeap::SiftUp(std::size_t i, std::int64_t deadline, std::uint64_t seq,
-                       TimerNode* node) {
+void TimerHeap::SiftUp(std::size_t i, std::int64_t deadline, std::uint64_t seq, TimerNode* node) {
   const Entry e{deadline, seq, node};
   while (i > 0) {
     std::size_t parent = (i - 1) / kArity;
@@ -93,8 +92,7 @@ void TimerHeap::SiftUp(std::size_t i, std::int64_t deadline, std::uint64_t seq,
   Place(i, e);
 }
 
-void TimerHeap::SiftDown(std::size_t i, std::int64_t deadline, std::uint64_t seq,
-                         TimerNode* node) {
+void TimerHeap::SiftDown(std::size_t i, std::int64_t deadline, std::uint64_t seq, TimerNode* node) {
   const Entry e{deadline, seq, node};
   for (;;) {
     std::size_t first = i * kArity + 1;

@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "weft/base/stress_scale.h"
 #include "gtest/gtest.h"
+#include "weft/base/stress_scale.h"
 
 namespace weft {
 namespace {

@@ -212,8 +212,8 @@ inline void atomic_fence(std::memory_order order,
 namespace base_internal {
 // ModelAsymmetricFence: base/asymmetric_fence.h's fences, reported to the checker when one runs
 // on this thread (true), else false (the caller runs the real fence).
-inline bool ModelAsymmetricFence(bool heavy,
-                                 const std::source_location& site = std::source_location::current()) {
+inline bool ModelAsymmetricFence(
+    bool heavy, const std::source_location& site = std::source_location::current()) {
   ModelHooks* m = ActiveModel();
   if (m == nullptr) return false;
   m->Schedule(nullptr, ModelOp::kFence, std::memory_order_seq_cst, site);

@@ -130,8 +130,7 @@ namespace {
 std::atomic<bool> g_populate{true};
 void Prefault(void* base, std::size_t stride, std::size_t n, std::size_t bytes, int advice) {
   if (n == 0 || !g_populate.load(std::memory_order_relaxed)) return;
-  if (!MadviseStrided(static_cast<std::byte*>(base), stride, n, bytes, advice) &&
-      errno == EINVAL) {
+  if (!MadviseStrided(static_cast<std::byte*>(base), stride, n, bytes, advice) && errno == EINVAL) {
     g_populate.store(false, std::memory_order_relaxed);
   }
 }

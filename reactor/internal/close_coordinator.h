@@ -143,7 +143,7 @@ class CloseCoordinator {
   std::uint64_t serial_;  // tells a reused slot's new reactor from the one a close started on
   weft::atomic<bool> mail_{false};
   weft::atomic<bool> busy_{false};  // see SetBusy
-  bool busy_cached_ = false;       // owner thread's copy
+  bool busy_cached_ = false;        // owner thread's copy
   // Guarded by the registry's mutex:
   std::vector<Notice> notices_;
   CloseWait* done_ = nullptr;  // closes whose acknowledgements are all in (a list via next)

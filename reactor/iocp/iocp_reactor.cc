@@ -228,8 +228,7 @@ class IocpReactor final : public Reactor {
     op.len = len;
     op.msg_flags = flags;
     if (!Begin(op, fd, BadIoRequest(buf, len))) return;
-    WSABUF b{static_cast<ULONG>(ClampIoLength(len)),
-             static_cast<char*>(const_cast<void*>(buf))};
+    WSABUF b{static_cast<ULONG>(ClampIoLength(len)), static_cast<char*>(const_cast<void*>(buf))};
     int r = WSASend(NativeSocket(fd), &b, 1, nullptr, static_cast<DWORD>(flags), &op.overlapped,
                     nullptr);
     Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));

@@ -17,10 +17,10 @@
 #include <cstdlib>
 #include <thread>
 
-#include "weft/bench/workload_common.h"
 #include "oneapi/tbb/global_control.h"
 #include "oneapi/tbb/task_arena.h"
 #include "oneapi/tbb/task_group.h"
+#include "weft/bench/workload_common.h"
 
 namespace {
 
