@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #endif
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <new>
@@ -294,7 +295,7 @@ SlabAllocator* SlabAllocator::owner_of(const void* p) { return SlabOf(p)->owner;
 
 std::size_t SizeClassShard::class_size(int c) {
   // 16..128 in steps of 16 (classes 0-7), then four classes per doubling up to 8192.
-  if (c < 8) return static_cast<std::size_t>(16 * (c + 1));
+  if (c < 8) return 16 * static_cast<std::size_t>(c + 1);
   int group = (c - 8) / 4;     // 0: 128..256, 1: 256..512, ...
   int step = (c - 8) % 4 + 1;  // 1..4
   std::size_t base = std::size_t{128} << group;

@@ -108,7 +108,6 @@ class SlabAllocator {
   std::size_t slabs_ = 0;
   std::size_t empty_count_ = 0;
   std::size_t released_ = 0;
-  std::size_t live_ = 0;
   // Touched by other threads: objects freed remotely, pushed by free_mt, taken by the owner.
   alignas(64) atomic<alloc_internal::FreeObject*> xthread_free_{nullptr};
 };

@@ -11,6 +11,7 @@
 #endif
 
 #include <cerrno>
+#include <system_error>
 
 #include "weft/base/fault.h"
 #include "weft/scheduler/io.h"

@@ -4,6 +4,7 @@
 
 #ifdef _WIN32
 #include <mutex>
+#include <system_error>
 
 #include "weft/base/internal/win_errno.h"
 #else

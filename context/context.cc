@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <system_error>
 
 #include "weft/context/internal/raw.h"
 #include "weft/context/internal/record.h"

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <vector>
 
 #include "internal/stack_guard.h"

@@ -59,6 +59,7 @@ class MpmcRing {
   //   after a pop of pos, seq = pos + capacity (free for the producer one lap later)
   struct alignas(64) Cell {
     atomic<std::uint64_t> seq;
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): storage for one T, which may be a pointer
     alignas(T) unsigned char storage[sizeof(T)];
     T* item() { return std::launder(reinterpret_cast<T*>(storage)); }
   };

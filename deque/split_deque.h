@@ -25,6 +25,7 @@
 #ifndef WEFT_DEQUE_SPLIT_DEQUE_H_
 #define WEFT_DEQUE_SPLIT_DEQUE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 

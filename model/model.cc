@@ -20,17 +20,20 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <random>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "weft/base/internal/model_hooks.h"

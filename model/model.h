@@ -32,6 +32,7 @@
 #ifndef WEFT_MODEL_MODEL_H_
 #define WEFT_MODEL_MODEL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -69,7 +70,7 @@ struct Options {
   // replay: a schedule id from a failing report: run that one schedule only.
   std::string replay;
   // stack_size: each model thread's stack.
-  std::size_t stack_size = 256 * 1024;
+  std::size_t stack_size = std::size_t{256} << 10;
 
   // FromEnvironment: these options with the WEFT_MODEL_* variables above applied (bounds and
   // counts are raised, never lowered, so a test's own settings stay the minimum).

@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 #include "weft/base/fault.h"

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <memory>
 #include <optional>
 
 #include "internal/runtime_impl.h"

@@ -8,9 +8,13 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <system_error>
+#include <type_traits>
+#include <utility>
 
 #include "internal/runtime_impl.h"
 #include "weft/base/internal/fd_table.h"

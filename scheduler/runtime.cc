@@ -9,6 +9,7 @@
 
 #include "weft/scheduler/runtime.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>

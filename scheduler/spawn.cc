@@ -4,10 +4,13 @@
 // and the slow path of a join (JoinSignal::WaitSlow).
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <system_error>
+#include <vector>
 
 #include "internal/runtime_impl.h"
 #include "weft/alloc/slab.h"

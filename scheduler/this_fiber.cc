@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 #include "internal/runtime_impl.h"

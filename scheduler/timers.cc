@@ -8,7 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "internal/runtime_impl.h"
 #include "weft/context/context.h"

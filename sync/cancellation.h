@@ -9,9 +9,11 @@
 #ifndef WEFT_SYNC_CANCELLATION_H_
 #define WEFT_SYNC_CANCELLATION_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "weft/sync/waiter.h"
 

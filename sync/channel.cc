@@ -18,7 +18,9 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "weft/base/atomic.h"

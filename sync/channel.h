@@ -27,6 +27,7 @@
 #include <new>
 #include <optional>
 #include <span>
+#include <system_error>
 #include <type_traits>
 #include <utility>
 

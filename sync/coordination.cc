@@ -2,9 +2,11 @@
 
 #include "weft/sync/coordination.h"
 
+#include <atomic>
 #include <cassert>
 #include <chrono>
 #include <cstdlib>
+#include <system_error>
 #include <thread>
 #include <vector>
 

@@ -8,6 +8,9 @@
 #include "weft/sync/mutex.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <system_error>
 #include <vector>
 
 namespace weft {

@@ -3,6 +3,7 @@
 #include "weft/timer/timer_heap.h"
 
 #include <cstdlib>
+#include <system_error>
 
 namespace weft {
 namespace {

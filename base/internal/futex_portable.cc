@@ -3,6 +3,9 @@
 // condition after every wait), only less prompt than a real futex.
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <thread>
 
 #include "weft/base/futex.h"

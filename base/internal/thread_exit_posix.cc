@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

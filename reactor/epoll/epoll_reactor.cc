@@ -18,7 +18,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include "weft/reactor/internal/backends.h"

@@ -10,8 +10,11 @@
 // one waiting does not block. Bad input (a bad fd or buffer) is left to the backend's checks.
 
 #include <cerrno>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 

@@ -19,6 +19,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
+#include <optional>
+#include <system_error>
+#include <utility>
+#include <vector>
 
 #include "weft/base/fault.h"
 #include "weft/reactor/internal/backends.h"

@@ -2,6 +2,7 @@
 
 #include "blocking_pool.h"
 
+#include <memory>
 #include <system_error>
 
 #include "weft/base/fault.h"

@@ -11,6 +11,7 @@
 #define WEFT_SYNC_INTERNAL_WAIT_QUEUE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <initializer_list>
 #include <system_error>
