@@ -245,8 +245,19 @@ void ChannelCore::close() {
   std::vector<Waiter*> wake;
   lock_.lock();
   closed_ = true;
-  while (ChannelNode* n = TakeWaiter(recvq_)) wake.push_back(Grant(n, kClosed));
-  while (ChannelNode* n = TakeWaiter(sendq_)) wake.push_back(Grant(n, kClosed));
+  // At most this many are woken (stale select nodes are dropped); without memory for the list,
+  // each is notified as it is granted, with the lock held (see WakeAndUnlock).
+  const bool listed = ReserveWakeList(wake, recvq_.size() + sendq_.size());
+  auto wake_one = [&](ChannelNode* n) {
+    Waiter* w = Grant(n, kClosed);
+    if (listed) [[likely]] {
+      wake.push_back(w);  // within the reservation: no allocation
+    } else {
+      w->notify();
+    }
+  };
+  while (ChannelNode* n = TakeWaiter(recvq_)) wake_one(n);
+  while (ChannelNode* n = TakeWaiter(sendq_)) wake_one(n);
   lock_.unlock();
   for (Waiter* w : wake) w->notify();
 }

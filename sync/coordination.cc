@@ -2,6 +2,7 @@
 
 #include "weft/sync/coordination.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cassert>
 #include <chrono>
@@ -76,12 +77,7 @@ void WaitList::WakeAllInBatchesAndUnlock() {
   }
 }
 
-void WaitList::WakeAllAndUnlock() {
-  std::vector<Waiter*> wake;
-  queue_.drain([](WaitNode* n) { return Grant(n, kGranted); }, wake);
-  lock_.unlock();
-  for (Waiter* w : wake) w->notify();
-}
+void WaitList::WakeAllAndUnlock() { WakeAndUnlock(lock_, queue_, kGranted); }
 
 // ---- Semaphore ----
 
@@ -106,15 +102,12 @@ bool Semaphore::try_acquire() {
 }
 
 void Semaphore::release(std::int64_t n) {
-  std::vector<Waiter*> wake;
   lock_.lock();
-  while (n > 0 && !queue_.empty()) {
-    wake.push_back(Grant(queue_.pop_front(), kGranted));
-    --n;
-  }
-  count_ += n;
-  lock_.unlock();
-  for (Waiter* w : wake) w->notify();
+  // Permits go to waiters first (handed over: they skip count_), the rest to count_.
+  const std::size_t handed =
+      n > 0 ? std::min(queue_.size(), static_cast<std::size_t>(n)) : std::size_t{0};
+  count_ += n - static_cast<std::int64_t>(handed);
+  WakeAndUnlock(lock_, queue_, kGranted, handed);
 }
 
 std::int64_t Semaphore::available() const {

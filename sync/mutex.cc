@@ -94,8 +94,8 @@ Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options) {
     return std::errc::resource_deadlock_would_occur;
   }
   // A short spin only: under contention, long spinning keeps the lock's cache line bouncing
-  // between the contenders; parking the loser lets the winner run alone (measured: 175 ns per
-  // lock with 2000 spins, see docs/sync.md).
+  // between the contenders; parking the loser lets the winner run alone (2000 spins measured
+  // 175 ns per lock: bench/results/history.md).
   for (int spin = std::min(me->spins_before_park(), kMutexSpins); spin > 0; --spin) {
     if (TryAcquire(me)) return {};
     sync_internal::CpuRelax();
@@ -110,8 +110,8 @@ Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options) {
     if (AcquireOrAnnounceWaiter(me)) {
 #else
     // The lost wake-up this protocol once had, kept for the model checker's test that finds it
-    // (//sync:mutex_model_test; never defined in a build of weft): a failed acquire, then a
-    // separate mark after queueing, which an unlock in between does not see.
+    // (//sync:mutex_planted_bug_model_test defines it; no other build does): a failed acquire, then
+    // a separate mark after queueing, which an unlock in between does not see.
     if (TryAcquire(me)) {
 #endif
       queue_lock_.unlock();
@@ -264,11 +264,8 @@ void CondVar::signal() {
 }
 
 void CondVar::broadcast() {
-  std::vector<Waiter*> wake;
   queue_lock_.lock();
-  while (WaitNode* n = queue_.pop_front()) wake.push_back(Grant(n, kGranted));
-  queue_lock_.unlock();
-  for (Waiter* w : wake) w->notify();
+  WakeAndUnlock(queue_lock_, queue_, kGranted);
 }
 
 }  // namespace weft

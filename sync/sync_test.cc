@@ -39,15 +39,16 @@ INSTANTIATE_TEST_SUITE_P(Threads, SyncTest,
                          [](const auto& info) { return info.param.name; });
 
 // drain (wake-all) walks the queue from both ends, and still hands the nodes over front to back,
-// unlinked, for every length.
+// unlinked, for every length; size() counts them.
 TEST(WaitQueueTest, DrainGrantsEveryNodeInOrder) {
   for (int n = 0; n <= 6; ++n) {
     std::vector<sync_internal::WaitNode> nodes(static_cast<std::size_t>(n));
     sync_internal::WaitQueue q;
     for (auto& node : nodes) q.push_back(&node);
-    std::vector<sync_internal::WaitNode*> out;
-    q.drain([](sync_internal::WaitNode* node) { return node; }, out);
-    ASSERT_EQ(out.size(), nodes.size()) << n;
+    ASSERT_EQ(q.size(), nodes.size());
+    std::vector<sync_internal::WaitNode*> out(q.size());
+    q.drain([](sync_internal::WaitNode* node) { return node; }, out.data());
+    EXPECT_EQ(q.size(), 0u);
     for (int i = 0; i < n; ++i) {
       EXPECT_EQ(out[static_cast<std::size_t>(i)], &nodes[static_cast<std::size_t>(i)]) << n;
       EXPECT_FALSE(nodes[static_cast<std::size_t>(i)].queued);

@@ -38,6 +38,7 @@ class WaitQueue {
       head_ = n;
     tail_ = n;
     n->queued = true;
+    ++size_;
   }
   void push_front(WaitNode* n) {
     n->next = head_;
@@ -48,6 +49,7 @@ class WaitQueue {
       tail_ = n;
     head_ = n;
     n->queued = true;
+    ++size_;
   }
   void remove(WaitNode* n) {
     if (!n->queued) return;
@@ -60,41 +62,39 @@ class WaitQueue {
     else
       tail_ = n->prev;
     Unlinked(n);
+    --size_;
   }
   WaitNode* pop_front() {
     WaitNode* n = head_;
     if (n != nullptr) remove(n);
     return n;
   }
-  // drain: empties the queue, calling grant(node) for every node, front to back; appends what
-  // each returns to `out` (in that order). For wake-all: the walk goes from both ends at once,
-  // so the cache misses of the two chains overlap (the nodes live on the waiters' stacks, a page
-  // each; 100,000 waiters are a chain of 100,000 misses).
+  // drain: empties the queue, calling grant(node) for every node, front to back, and storing
+  // what each returns in out[0..size()) (in that order): `out` must have room for size(). It
+  // allocates nothing, so it is safe under the lock. For wake-all: the walk goes from both ends
+  // at once, so the cache misses of the two chains overlap (the nodes live on the waiters'
+  // stacks, a page each; 100,000 waiters are a chain of 100,000 misses).
   template <typename Grant, typename T>
-  void drain(Grant grant, std::vector<T>& out) {
+  void drain(Grant grant, T* out) {
     WaitNode* a = head_;
     WaitNode* b = tail_;
+    std::size_t front = 0, back = size_;
     head_ = tail_ = nullptr;
-    std::vector<T> back;  // from the tail, reversed at the end
+    size_ = 0;
     while (a != nullptr) {
       WaitNode* a_next = a->next;
       Unlinked(a);
-      out.push_back(grant(a));
+      out[front++] = grant(a);
       if (a == b) break;
       WaitNode* b_prev = b->prev;
       Unlinked(b);
-      back.push_back(grant(b));
+      out[--back] = grant(b);
       if (a_next == b) break;
       a = a_next;
       b = b_prev;
     }
-    out.insert(out.end(), back.rbegin(), back.rend());
   }
-  std::size_t size() const {
-    std::size_t k = 0;
-    for (WaitNode* n = head_; n != nullptr; n = n->next) ++k;
-    return k;
-  }
+  std::size_t size() const { return size_; }
 
  private:
   static void Unlinked(WaitNode* n) {
@@ -103,6 +103,7 @@ class WaitQueue {
   }
   WaitNode* head_ = nullptr;
   WaitNode* tail_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 // Grant: marks a dequeued node (under the lock) and returns the Waiter to notify once the lock
@@ -113,6 +114,19 @@ inline Waiter* Grant(WaitNode* n, NodeState state) {
   n->state.store(state, std::memory_order_release);
   return w;
 }
+
+// ReserveWakeList: room in `wake` for n Waiters; false if there is no memory for it. Called
+// with a primitive's lock held by the wake-alls below: their only allocation, made before the
+// first grant, so that running out of memory can neither leave the lock held (a std::bad_alloc
+// thrown while granting did) nor a granted waiter without its notify.
+bool ReserveWakeList(std::vector<Waiter*>& wake, std::size_t n) noexcept;
+
+// WakeAndUnlock: grants up to `max` of q's nodes (front first) with `state`, releases `lock`
+// (held on entry), then notifies their waiters. Without memory for the list of waiters, each is
+// notified as it is granted, with the lock still held: slower (the woken may spin on the lock),
+// but nothing is lost and nothing throws.
+void WakeAndUnlock(SpinLock& lock, WaitQueue& q, NodeState state,
+                   std::size_t max = static_cast<std::size_t>(-1)) noexcept;
 
 // Now: SyncClock::now(), or under the model checker its deterministic clock (so that a
 // schedule that depends on time replays).
