@@ -26,7 +26,8 @@ std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(Kind::kCount)> g
 
 // Sites with soft faults (the rest are hard only).
 constexpr bool HasSoft(Site site) {
-  return site == Site::kIo || site == Site::kAccept || site == Site::kUringSubmit;
+  return site == Site::kIo || site == Site::kAccept || site == Site::kUringSubmit ||
+         site == Site::kTimerEntry;
 }
 
 std::uint64_t Threshold(double rate) {

@@ -16,6 +16,7 @@
 //   kStackMap      -                                                            mmap fails (ENOMEM)
 //   kSlab          -                                                            a slab's memory is refused
 //   kThread        -                                                            a blocking thread fails to start
+//   kTimerEntry    no memory for a timed wait's timer: the wait polls instead    -
 // clang-format on
 //
 // Soft faults are on with any rate: every test must pass with them (tools/test_all.sh's
@@ -39,7 +40,16 @@
 
 namespace weft::fault {
 
-enum class Site : std::uint8_t { kIo, kAccept, kUringSubmit, kStackMap, kSlab, kThread, kCount };
+enum class Site : std::uint8_t {
+  kIo,
+  kAccept,
+  kUringSubmit,
+  kStackMap,
+  kSlab,
+  kThread,
+  kTimerEntry,
+  kCount
+};
 
 // Kind: what was injected, for the counts.
 enum class Kind : std::uint8_t {

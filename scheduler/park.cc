@@ -131,6 +131,15 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
     TimerEntry* entry = nullptr;
     if (deadline) {  // inserted into the worker's heap by AfterPark, on the worker's thread
       entry = NewTimerEntry();
+      if (entry == nullptr) [[unlikely]] {
+        // No memory for the deadline's timer: wait by yielding instead, until notified (a
+        // notify that finds the fiber not parked leaves its permit) or the deadline passes.
+        // A poll, but only while memory is short; an exception here would unwind through a
+        // sync primitive with its wait node still queued.
+        this_fiber::yield();
+        if (TakePermit(*f)) return true;
+        continue;
+      }
       entry->fiber = f;
       entry->gen = gen;
       entry->deadline = *deadline;

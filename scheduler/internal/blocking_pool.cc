@@ -2,6 +2,7 @@
 
 #include "blocking_pool.h"
 
+#include <exception>
 #include <memory>
 #include <system_error>
 
@@ -47,16 +48,18 @@ bool BlockingPool::submit(BlockingTask* task) {
     return true;
   }
   if (threads_ < max_threads_) {
+    bool added = false;
     try {
       slots_.emplace_back();
+      added = true;
       if (fault::Inject(fault::Site::kThread, fault::Kind::kNoThread)) [[unlikely]] {
         // WEFT_FAULTS (base/fault.h)
         throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
       }
       slots_.back().thread = std::thread([this] { Loop(); });
       ++threads_;
-    } catch (const std::system_error&) {
-      slots_.pop_back();
+    } catch (const std::exception&) {  // no thread (std::system_error), or no memory for its slot
+      if (added) slots_.pop_back();
       if (threads_ == 0) {  // nothing would ever run it: take it back
         head_ = tail_ = nullptr;
         queued_ = 0;

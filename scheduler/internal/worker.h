@@ -27,6 +27,7 @@
 #include "fiber.h"
 #include "weft/alloc/slab.h"
 #include "weft/base/atomic.h"
+#include "weft/base/fault.h"
 #include "weft/base/futex.h"
 #include "weft/context/context.h"
 #include "weft/context/stack.h"
@@ -151,10 +152,15 @@ extern std::atomic<std::uint64_t> g_next_fiber_id;
 constexpr std::size_t kSpareTimers = std::size_t{1} << 16;  // per worker (at most 5 MiB)
 
 // NewTimerEntry: a spare of the calling worker (refs reset; its node is unqueued: both sides
-// released it), else a new one.
+// released it), else a new one; null without memory (or an injected fault: WEFT_FAULTS'
+// kTimerEntry site).
 inline TimerEntry* NewTimerEntry() {
   Worker* w = t_worker;
-  if (w == nullptr || w->spare_timers == nullptr) return new TimerEntry{};
+  if (w == nullptr || w->spare_timers == nullptr) {
+    if (fault::Inject(fault::Site::kTimerEntry, fault::Kind::kNoMemory)) [[unlikely]]
+      return nullptr;
+    return new (std::nothrow) TimerEntry{};
+  }
   TimerEntry* e = w->spare_timers;
   w->spare_timers = e->next_spare;
   --w->spare_count;
