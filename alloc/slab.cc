@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <new>
+#include <system_error>
 
 #include "weft/base/fault.h"
 
@@ -103,7 +104,10 @@ void UnmapSlab(void* p) { munmap(p, SlabAllocator::kSlabSize); }
 
 SlabAllocator::SlabAllocator(std::size_t object_size, SlabOptions options) : options_(options) {
   if (object_size < 16) object_size = 16;
-  if (object_size > kMaxObjectSize) object_size = kMaxObjectSize;
+  if (object_size > kMaxObjectSize) {
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument),
+                            "weft: a SlabAllocator's objects are at most 8192 bytes");
+  }
   object_size_ = (object_size + 15) & ~std::size_t{15};
   objects_per_slab_ = static_cast<std::uint32_t>((kSlabSize - kHeaderBytes) / object_size_);
 }

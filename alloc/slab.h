@@ -55,7 +55,8 @@ class SlabAllocator {
   static constexpr std::size_t kMaxObjectSize = 8192;
 
   // SlabAllocator: objects of `object_size` bytes (rounded up to 16; 16 to 8192), owned by the
-  // calling thread. Objects are 16-byte aligned.
+  // calling thread. Objects are 16-byte aligned. Over 8192 bytes: std::system_error (EINVAL),
+  // rather than objects smaller than asked for.
   explicit SlabAllocator(std::size_t object_size, SlabOptions options = {});
   // ~SlabAllocator: owner thread, once no other thread will free into it any more. Returns every
   // slab to the OS; objects still live are reported on stderr (a leak) and their memory freed.

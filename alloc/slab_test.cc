@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -49,6 +50,14 @@ TEST(SlabAllocatorTest, ObjectsAreDistinctAlignedAndKeepTheirContents) {
   EXPECT_EQ(a.stats().live_objects, live.size());
   for (auto& [p, fill] : live) a.free(p);
   EXPECT_EQ(a.stats().live_objects, 0u);
+}
+
+TEST(SlabAllocatorTest, AnObjectSizeOverTheLargestIsAnErrorNotASmallerObject) {
+  EXPECT_THROW(SlabAllocator(SlabAllocator::kMaxObjectSize + 1), std::system_error);
+  SlabAllocator largest(SlabAllocator::kMaxObjectSize);
+  EXPECT_EQ(largest.object_size(), SlabAllocator::kMaxObjectSize);
+  SlabAllocator smallest(1);
+  EXPECT_EQ(smallest.object_size(), 16u);
 }
 
 TEST(SlabAllocatorTest, FreedObjectsAreReusedFirst) {
