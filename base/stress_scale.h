@@ -70,9 +70,9 @@ inline bool DiedOfStackOverflow(int status) {
 #endif
 }
 
-// Emulated: the test runs under an emulator (WEFT_EMULATOR=qemu-aarch64, set by //:.bazelrc's
-// aarch64 config), where every instruction and syscall costs many times more host CPU. Tests that
-// bound CPU use loosen the bound there; they never time anything.
+// Emulated: the test runs under an emulator (WEFT_EMULATOR=qemu-aarch64 or wine, set by
+// //:.bazelrc's aarch64 and windows configs), where every instruction and syscall costs many times
+// more host CPU. Tests that bound CPU use loosen the bound there; they never time anything.
 inline bool Emulated() {
   const char* s = std::getenv("WEFT_EMULATOR");
   return s != nullptr && *s != '\0';

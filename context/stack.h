@@ -1,5 +1,5 @@
 // context/stack.h: fiber stacks. mmap'd, in power-of-two size classes (16 KiB .. 64 MiB), pooled
-// for reuse (a first touch of a page costs ~11 us on the reference machine, so stacks are kept,
+// for reuse (a first touch of a page costs 10-20 us on the reference machines, so stacks are kept,
 // not returned to the kernel after every fiber), in two protection classes:
 //
 //   kGuarded  a guard page below it: overflow faults at once, and the SIGSEGV handler (on an
@@ -83,8 +83,10 @@ class Stack {
 };
 
 struct StackPoolOptions {
-  // max_cached_bytes: usable bytes of free stacks kept ready for reuse. Past it, freed guarded
-  // stacks are unmapped and freed compact ones given back with MADV_DONTNEED.
+  // max_cached_bytes: usable bytes of free stacks kept ready for reuse. Stacks freed past it
+  // wait in a pending list (reused first) until flush_trim gives their pages back: compact ones
+  // and guarded ones in chunks with MADV_DONTNEED (their slots and guards stay), guarded ones in
+  // their own mappings (no guard markers) by unmapping them.
   std::size_t max_cached_bytes = std::size_t{256} << 20;
   // guarded_mapping_budget: memory mappings kAuto may spend on guarded stacks (2 per stack, or
   // with guard markers 1 per chunk of them); 0 = half of /proc/sys/vm/max_map_count.
@@ -143,9 +145,11 @@ class StackPool {
   // for guarded stacks. Any thread.
   static bool check_red_zone(const Stack& stack);
 
-  // trim: unmaps every cached guarded stack and gives back the memory of cached compact stacks.
+  // trim: gives back the memory of every cached stack: guarded stacks in their own mappings are
+  // unmapped; stacks in chunks (compact, and guarded ones with guard markers) keep their slots
+  // and lose their pages (MADV_DONTNEED).
   void trim();
-  // flush_trim: gives back the pages of compact stacks freed past max_cached_bytes. Their
+  // flush_trim: gives back the pages of stacks freed past max_cached_bytes (see there). Their
   // madvise calls are deferred and batched (each flushes the TLB of every core), so releasing
   // many stacks at once stays cheap, and until then they are reused first. A scheduler calls
   // this when a worker goes idle, with min_quiet: nothing is given back until the pending list

@@ -47,7 +47,7 @@ void RegisterGuard(std::byte* page, std::size_t usable) {
   std::lock_guard<std::mutex> lock(g_registry_mu);
   if (g_registry_used >= kRegistrySlots / 4 * 3)
     return;  // full: the stack still works,
-             // its overflow message is generic
+             // an overflow is a plain SIGSEGV
   for (std::size_t i = RegistryHash(key);; i = (i + 1) & (kRegistrySlots - 1)) {
     // relaxed: writers are serialised by g_registry_mu.
     std::uintptr_t v = g_guard_page[i].load(std::memory_order_relaxed);
@@ -85,7 +85,8 @@ namespace {
 // address and the slot by offset. Writers hold g_registry_mu; an entry's fields are published
 // before its base (release) and read after it (acquire). A freed entry's base is 0 and a later
 // chunk may reuse it; a fault racing that reuse (a pool destroyed and another created while a
-// fiber overflows) could read a mixed entry and print the wrong stack or the generic message.
+// fiber overflows) could read a mixed entry and name the wrong stack, or pass the fault on as a
+// plain SIGSEGV.
 struct GuardChunkEntry {
   std::atomic<std::uintptr_t> base{0};
   std::atomic<std::size_t> bytes{0};
@@ -103,7 +104,7 @@ void RegisterGuardChunk(std::byte* base, std::size_t bytes, std::size_t slot) {
   std::size_t used = g_guard_chunks_used.load(std::memory_order_relaxed);
   std::size_t i = 0;
   while (i < used && g_guard_chunks[i].base.load(std::memory_order_relaxed) != 0) ++i;
-  if (i == kMaxGuardChunks) return;  // full: the stacks still work, their message is generic
+  if (i == kMaxGuardChunks) return;  // full: the stacks still work; an overflow is a plain SIGSEGV
   GuardChunkEntry& e = g_guard_chunks[i];
   // relaxed: ordered before the base by the release store below.
   e.bytes.store(bytes, std::memory_order_relaxed);

@@ -334,12 +334,14 @@ class Runtime {
   // current: the runtime whose fiber (or blocking region) calls; null elsewhere.
   static Runtime* current();
 
-  // stats_json: a snapshot of the per-worker counters (spawned, run, stolen, parked, polled,
-  // sleeps, idle_ns, no_stack, rescued: see docs/scheduler.md) plus live fibers and blocking
-  // threads, as one JSON object. Any thread.
+  // stats_json: a snapshot of each worker (index, reactor backend, and the counters spawned,
+  // run, stolen, parked, polled, sleeps, idle_ns, no_stack, rescued, plus timers: deadlines in
+  // its heap now; see docs/scheduler.md) and of the runtime (spawned_outside, live_fibers,
+  // blocking_threads, blocking_busy), as one JSON object. Any thread.
   std::string stats_json() const;
-  // dump_fibers: one line per live fiber: id, name, state, worker, and what it is parked on
-  // ("Mutex 0x...", "Channel recv 0x...", "io read fd 7", "sleep", "join"...). Any thread.
+  // dump_fibers: one line per live fiber: id, name, state, what it is parked on ("Mutex 0x...",
+  // "Channel recv 0x...", "io recv fd 7", "sleep"...), and "pinned N" for a fiber pinned to
+  // worker N. Any thread.
   std::string dump_fibers() const;
 
   struct Impl;

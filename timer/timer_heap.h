@@ -60,7 +60,7 @@ class TimerHeap {
   Result<void> reserve(std::size_t capacity);
 
   // insert: queues `node` for `deadline`. EINVAL if it is already queued (use reschedule);
-  // ENOMEM if the array could not grow (the node is then not queued).
+  // ENOMEM if the array could not grow, EINVAL past 2^31 timers (the node is then not queued).
   Result<void> insert(TimerNode& node, TimerClock::time_point deadline);
 
   // cancel: removes `node`; false if it was not queued (already fired or cancelled).

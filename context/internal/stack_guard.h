@@ -12,8 +12,8 @@
 namespace weft::context_internal {
 
 // RegisterGuard: a guarded stack in its own mapping, whose guard area starts at `page` and whose
-// usable size is `usable`. A full registry drops it: the stack still works, and its overflow
-// message is the generic one.
+// usable size is `usable`. A full registry drops it: the stack still works, but an overflow
+// into its guard is passed on as a plain SIGSEGV, without weft's message.
 void RegisterGuard(std::byte* page, std::size_t usable);
 void UnregisterGuard(std::byte* page);
 // RegisterGuardChunk: a chunk of `bytes` at `base` carved into slots of `slot` bytes, each with
