@@ -190,6 +190,27 @@ TEST_P(IoTest, ReadDeadlineAndCancellation) {
   });
 }
 
+// A token's deadline (a source's cancel_at, or its parent's) ends an I/O wait as a cancellation;
+// the call's own earlier deadline is still a timeout.
+TEST_P(IoTest, ATokensDeadlineCancelsTheRead) {
+  Pipe p;
+  Run([&] {
+    char c;
+    CancellationSource request;
+    ASSERT_TRUE(request.cancel_after(20ms).ok());
+    CancellationSource call(request.token());
+    CancellationToken tok = call.token();
+    EXPECT_EQ(io::read(p.r, &c, 1, {.deadline = SyncClock::now() + 1ms, .cancel = &tok}).error(),
+              std::errc::timed_out);
+    EXPECT_EQ(io::read(p.r, &c, 1, {.cancel = &tok}).error(), std::errc::operation_canceled);
+    EXPECT_TRUE(tok.is_cancelled());
+    ASSERT_EQ(RawWrite(p.w, "y", 1), 1);  // the fd is still usable
+    auto n = io::read(p.r, &c, 1, In(1000ms));
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(c, 'y');
+  });
+}
+
 TEST_P(IoTest, WriteDeadlineAndCancellationOnAFullPipe) {
   Pipe p;
   p.FillWriteEnd();

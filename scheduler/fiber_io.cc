@@ -76,7 +76,14 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
   IoRequest req;
   req.op.on_complete = &CompleteIo;
   req.op.user = &req;
-  req.op.deadline = options.deadline;
+  // The operation's deadline, or its token's when earlier (a source's cancel_at): reaching that
+  // one is a cancellation.
+  const sync_internal::EffectiveDeadline deadline = sync_internal::DeadlineOf(options);
+  req.op.deadline = deadline.at;
+  auto result = [&deadline](std::int64_t r) {
+    return r == -ETIMEDOUT && deadline.by_token && SyncClock::now() >= *deadline.at ? -ECANCELED
+                                                                                    : r;
+  };
   if (f != nullptr) {
     if (w->reactor == nullptr) return -static_cast<int>(w->reactor_error);
     if (f->waiter.interrupted()) return -ECANCELED;
@@ -107,7 +114,7 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     f->waiter.note_wait(nullptr, nullptr);
     f->wait_fd.store(-1, std::memory_order_relaxed);
     if (registered) sync_internal::Deregister(cs, &reg);
-    return req.result;
+    return result(req.result);
   }
   // A plain thread (or a fiber in a BlockingRegion): the thread's own reactor, polled here.
   std::errc error;
@@ -134,7 +141,7 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     (void)r->poll(std::nullopt);
   }
   if (registered) sync_internal::Deregister(cs, &reg);
-  return req.result;
+  return result(req.result);
 }
 
 bool TakeDirectIoTurn() {

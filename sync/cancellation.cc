@@ -5,19 +5,52 @@
 // callback is running at that moment waits for it by parking (never by spinning a worker: the
 // callback's fiber may need that worker to finish), which keeps the promise that a callback is
 // not running once Deregister returns.
+//
+// A linked source registers on its parent's list a registration that cancels it. Deadlines are
+// kept twice: in each state, where every wait and is_cancelled() read them (walking up the
+// links), so that waits end on time without a thread; and in the deadline thread's heap, which
+// cancels the source at its deadline, so that callbacks (and linked sources) run then too.
 
 #include "weft/sync/cancellation.h"
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <system_error>
+#include <thread>
 
 #include "internal/spin_lock.h"  // a private header here (srcs)
 #include "weft/base/atomic.h"
+#include "weft/timer/timer_heap.h"
 
 namespace weft {
 namespace sync_internal {
 
-struct CancelState {
+constexpr std::int64_t kNoDeadline = std::numeric_limits<std::int64_t>::max();
+
+struct CancelState : std::enable_shared_from_this<CancelState> {
+  CancelState() = default;
+  CancelState(const CancelState&) = delete;
+  CancelState& operator=(const CancelState&) = delete;
+  ~CancelState();
+
   atomic<bool> cancelled{false};
+  // deadline: steady_clock ticks, kNoDeadline if none. relaxed everywhere: a hint for waits and
+  // is_cancelled(); the deadline thread's cancel, ordered by the lock, is what callbacks see.
+  std::atomic<std::int64_t> deadline{kNoDeadline};
+  // parent: the source this one is linked to (set before the state is shared, never changed),
+  // and the registration on its list that cancels this one.
+  std::shared_ptr<CancelState> parent;
+  CancelRegistration parent_reg;
+  // On the deadline thread's heap while a deadline is armed (guarded by that thread's mutex).
+  struct DeadlineEntry {
+    TimerNode node;  // first member: the heap hands back &node
+    CancelState* state;
+  } deadline_entry{{}, this};
   SpinLock lock;
   CancelRegistration* head ABSL_GUARDED_BY(lock) = nullptr;
   // The callback cancel() runs now (taken off the list), the execution that runs it, and the
@@ -74,27 +107,13 @@ void Deregister(CancelState* state, CancelRegistration* reg) {
   state->lock.unlock();
 }
 
-}  // namespace sync_internal
+namespace {
 
-sync_internal::CancelState* StateOf(const CancellationToken& t) { return t.state_.get(); }
-
-bool CancellationToken::is_cancelled() const {
-  // acquire: pairs with cancel()'s release; what the canceller did before is visible.
-  return state_ != nullptr && state_->cancelled.load(std::memory_order_acquire);
-}
-
-CancellationSource::CancellationSource() : state_(std::make_shared<sync_internal::CancelState>()) {}
-
-bool CancellationSource::is_cancelled() const {
-  // acquire: as in CancellationToken::is_cancelled.
-  return state_->cancelled.load(std::memory_order_acquire);
-}
-
-void CancellationSource::cancel() {
+// Cancel: the source's cancel(), on any state.
+void Cancel(CancelState* s) {
   // relaxed: a hint; the decision is made under the lock below.
-  if (state_->cancelled.load(std::memory_order_relaxed)) return;
+  if (s->cancelled.load(std::memory_order_relaxed)) return;
   Waiter* self = &current_waiter();  // before the lock: a thread's first call may allocate
-  sync_internal::CancelState* s = state_.get();
   s->lock.lock();
   // relaxed: under the lock; the release store below publishes it to lock-free readers.
   if (s->cancelled.load(std::memory_order_relaxed)) {
@@ -104,7 +123,7 @@ void CancellationSource::cancel() {
   // release: pairs with is_cancelled's acquire.
   s->cancelled.store(true, std::memory_order_release);
   s->canceller = self;
-  while (sync_internal::CancelRegistration* reg = s->head) {
+  while (CancelRegistration* reg = s->head) {
     s->head = reg->next;
     if (reg->next != nullptr) reg->next->prev = nullptr;
     reg->linked = false;
@@ -123,6 +142,159 @@ void CancellationSource::cancel() {
   s->canceller = nullptr;
   s->lock.unlock();
 }
+
+// CancelLinked: a parent's registration on behalf of a linked source. The child may be on its
+// way out (its last token dropped as the parent cancels): then its destructor is waiting in
+// Deregister for this call to return, and there is nothing to cancel.
+void CancelLinked(void* arg) {
+  std::shared_ptr<CancelState> child = static_cast<CancelState*>(arg)->weak_from_this().lock();
+  if (child != nullptr) Cancel(child.get());
+}
+
+// IsCancelled: s or a source it is linked to was cancelled, or reached its deadline.
+bool IsCancelled(const CancelState* s) {
+  std::int64_t earliest = kNoDeadline;
+  for (; s != nullptr; s = s->parent.get()) {
+    // acquire: pairs with Cancel's release; what the canceller did before is visible.
+    if (s->cancelled.load(std::memory_order_acquire)) return true;
+    // relaxed: a hint (CancelState::deadline).
+    earliest = std::min(earliest, s->deadline.load(std::memory_order_relaxed));
+  }
+  return earliest != kNoDeadline && SyncClock::now().time_since_epoch().count() >= earliest;
+}
+
+// DeadlineThread: cancels sources at their deadlines, so that their callbacks run then. One per
+// process, started by the first cancel_at and never stopped (a detached thread waiting on a
+// condition variable); its heap holds the armed states, each removed by its destructor.
+class DeadlineThread {
+ public:
+  static DeadlineThread& Get() {
+    static DeadlineThread* t = new DeadlineThread;  // never destroyed: the thread outlives main
+    return *t;
+  }
+
+  // Arm: s is cancelled at `at` (replacing an earlier deadline). Errors: no memory for the heap,
+  // or no thread.
+  Result<void> Arm(CancelState* s, SyncClock::time_point at) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) {
+      try {
+        std::thread([this] { Loop(); }).detach();
+      } catch (const std::system_error&) {
+        return std::errc::resource_unavailable_try_again;
+      }
+      started_ = true;
+    }
+    TimerNode& node = s->deadline_entry.node;
+    Result<void> r = node.queued() ? heap_.reschedule(node, at) : heap_.insert(node, at);
+    if (!r.ok()) return r;
+    if (heap_.next_deadline() == at) cv_.notify_one();  // a new earliest deadline
+    return {};
+  }
+
+  void Remove(CancelState* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s->deadline_entry.node.queued()) heap_.cancel(s->deadline_entry.node);
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      std::optional<TimerClock::time_point> next = heap_.next_deadline();
+      if (!next) {
+        cv_.wait(lock);
+        continue;
+      }
+      if (TimerClock::now() < *next) {
+        cv_.wait_until(lock, *next);
+        continue;  // woken early, by an earlier deadline, or spuriously: look again
+      }
+      TimerNode* node = heap_.pop_due(TimerClock::now());
+      if (node == nullptr) continue;
+      // The state is alive: its destructor removes it from the heap under mu_, which we hold.
+      // It may be on its way out (no owner left): then lock() fails and nothing is cancelled.
+      std::shared_ptr<CancelState> s =
+          reinterpret_cast<CancelState::DeadlineEntry*>(node)->state->weak_from_this().lock();
+      if (s == nullptr) continue;
+      lock.unlock();
+      Cancel(s.get());
+      s.reset();  // may destroy the state, whose destructor takes mu_
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  TimerHeap heap_;
+  bool started_ = false;
+};
+
+}  // namespace
+
+CancelState::~CancelState() {
+  if (deadline.load(std::memory_order_relaxed) != kNoDeadline) DeadlineThread::Get().Remove(this);
+  if (parent != nullptr) Deregister(parent.get(), &parent_reg);
+}
+
+std::optional<SyncClock::time_point> Deadline(const CancelState* s) {
+  std::int64_t earliest = kNoDeadline;
+  for (; s != nullptr; s = s->parent.get()) {
+    earliest = std::min(earliest, s->deadline.load(std::memory_order_relaxed));  // a hint
+  }
+  if (earliest == kNoDeadline) return std::nullopt;
+  return SyncClock::time_point(SyncClock::duration(earliest));
+}
+
+EffectiveDeadline DeadlineOf(const WaitOptions& options) {
+  EffectiveDeadline d{options.deadline, false};
+  if (options.cancel == nullptr) return d;
+  std::optional<SyncClock::time_point> token = Deadline(StateOf(*options.cancel));
+  if (token && (!d.at || *token < *d.at)) d = {token, true};
+  return d;
+}
+
+}  // namespace sync_internal
+
+sync_internal::CancelState* StateOf(const CancellationToken& t) { return t.state_.get(); }
+
+bool CancellationToken::is_cancelled() const {
+  return state_ != nullptr && sync_internal::IsCancelled(state_.get());
+}
+
+std::optional<SyncClock::time_point> CancellationToken::deadline() const {
+  return sync_internal::Deadline(state_.get());
+}
+
+CancellationSource::CancellationSource() : state_(std::make_shared<sync_internal::CancelState>()) {}
+
+CancellationSource::CancellationSource(const CancellationToken& parent) : CancellationSource() {
+  if (parent.state_ == nullptr) return;
+  state_->parent = parent.state_;
+  state_->parent_reg.fn = &sync_internal::CancelLinked;
+  state_->parent_reg.arg = state_.get();
+  if (!sync_internal::Register(state_->parent.get(), &state_->parent_reg)) {
+    sync_internal::Cancel(state_.get());  // the parent is cancelled already
+  }
+}
+
+bool CancellationSource::is_cancelled() const { return sync_internal::IsCancelled(state_.get()); }
+
+std::optional<SyncClock::time_point> CancellationSource::deadline() const {
+  return sync_internal::Deadline(state_.get());
+}
+
+Result<void> CancellationSource::cancel_at(SyncClock::time_point deadline) {
+  if (deadline <= SyncClock::now()) {
+    cancel();
+    return {};
+  }
+  // relaxed: a hint (CancelState::deadline); the deadline thread's cancel is what orders.
+  state_->deadline.store(deadline.time_since_epoch().count(), std::memory_order_relaxed);
+  return sync_internal::DeadlineThread::Get().Arm(state_.get(), deadline);
+}
+
+void CancellationSource::cancel() { sync_internal::Cancel(state_.get()); }
 
 CancellationCallback::CancellationCallback(const CancellationToken& token, std::function<void()> fn)
     : state_(token.state_), fn_(std::move(fn)) {

@@ -3,6 +3,11 @@
 // and returns std::errc::operation_canceled when it fires. Callbacks registered on a token run
 // once, on the cancelling thread.
 //
+// Sources form trees: a source made from a parent token is cancelled with its parent (Go's
+// context.WithCancel, C#'s linked token sources), and a source may carry a deadline
+// (cancel_at / cancel_after), which every wait on its tokens, or on tokens of sources linked
+// below it, honours: a request's deadline flows through every call made on its behalf.
+//
 // Defines: weft::CancellationSource, weft::CancellationToken, weft::CancellationCallback,
 // weft::WaitOptions.
 
@@ -10,11 +15,13 @@
 #define WEFT_SYNC_CANCELLATION_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
 
+#include "weft/base/result.h"
 #include "weft/sync/waiter.h"
 
 namespace weft {
@@ -34,14 +41,21 @@ struct CancelRegistration {
 // Deregister parks the caller until it returns (unless the caller is that execution).
 bool Register(CancelState* state, CancelRegistration* reg);
 void Deregister(CancelState* state, CancelRegistration* reg);
+// Deadline: the earliest deadline of `state` and the sources it is linked to, if any. A hint,
+// read without locks: a deadline set concurrently reaches a wait through the cancel that the
+// deadline thread makes at that time.
+std::optional<SyncClock::time_point> Deadline(const CancelState* state);
 }  // namespace sync_internal
 
 // CancellationToken: observes a source. Cheap to copy. A default token is never cancelled.
 class CancellationToken {
  public:
   CancellationToken() = default;
+  // is_cancelled: its source, or one it is linked to, was cancelled or reached its deadline.
   bool is_cancelled() const;
   bool can_be_cancelled() const { return state_ != nullptr; }
+  // deadline: the earliest deadline of its source and the sources that one is linked to.
+  std::optional<SyncClock::time_point> deadline() const;
 
  private:
   friend class CancellationSource;
@@ -55,6 +69,11 @@ class CancellationToken {
 class CancellationSource {
  public:
   CancellationSource();
+  // CancellationSource(parent): a source linked to `parent`'s source: cancelled when that one
+  // is (at once if it already is), and it ends its waits at that one's deadline too; its own
+  // cancel() and deadline do not reach the parent. A default token (no source) links to nothing.
+  // The link costs the parent one registration, removed when this source's last token goes.
+  explicit CancellationSource(const CancellationToken& parent);
   CancellationToken token() const { return CancellationToken(state_); }
   // cancel: idempotent. Runs the registered callbacks on the calling execution, one after
   // another, before returning (a concurrent second cancel() returns at once). Callbacks run
@@ -62,6 +81,21 @@ class CancellationSource {
   // deregister on this token.
   void cancel();
   bool is_cancelled() const;
+  // cancel_at / cancel_after: the source cancels itself at `deadline` (after `delay`) unless
+  // cancelled first; a later call replaces the deadline, earlier or later. A deadline already
+  // past cancels now, on the caller. From the deadline on, is_cancelled() is true and every wait
+  // on a token of this source (or of one linked below it) ends with operation_canceled; a wait
+  // whose own WaitOptions::deadline comes first ends with timed_out. The registered callbacks
+  // run on weft's deadline thread (one per process, started on first use), one source after
+  // another, shortly after the deadline: a callback that blocks delays other sources' callbacks.
+  // Errors: not_enough_memory, or resource_unavailable_try_again (no thread for the deadline
+  // thread): the deadline then still ends waits and sets is_cancelled(), but callbacks run only
+  // if someone calls cancel().
+  Result<void> cancel_at(SyncClock::time_point deadline);
+  Result<void> cancel_after(SyncClock::duration delay) {
+    return cancel_at(SyncClock::now() + delay);
+  }
+  std::optional<SyncClock::time_point> deadline() const;
 
  private:
   std::shared_ptr<sync_internal::CancelState> state_;
@@ -89,6 +123,17 @@ struct WaitOptions {
   std::optional<SyncClock::time_point> deadline = std::nullopt;
   const CancellationToken* cancel = nullptr;
 };
+
+namespace sync_internal {
+// EffectiveDeadline: when a wait with `options` must end: its own deadline, or its token's
+// (Deadline above) when that is earlier; by_token says which, so that the wait reports
+// operation_canceled rather than timed_out for the token's.
+struct EffectiveDeadline {
+  std::optional<SyncClock::time_point> at;
+  bool by_token = false;
+};
+EffectiveDeadline DeadlineOf(const WaitOptions& options);
+}  // namespace sync_internal
 
 sync_internal::CancelState* StateOf(const CancellationToken& t);
 

@@ -390,6 +390,109 @@ TEST_P(SyncTest, CancellationCallbacksRunOnce) {
   EXPECT_FALSE(CancellationToken().is_cancelled());
 }
 
+// Linked sources: a child is cancelled with its parent (and its callbacks run), never the other
+// way; a child of a cancelled parent starts cancelled; grandchildren too.
+TEST_P(SyncTest, LinkedSourcesAreCancelledWithTheirParent) {
+  CancellationSource parent;
+  CancellationSource child(parent.token());
+  CancellationSource grandchild(child.token());
+  CancellationSource sibling(parent.token());
+  int child_callbacks = 0;
+  CancellationCallback on_child(child.token(), [&] { ++child_callbacks; });
+  sibling.cancel();  // only itself
+  EXPECT_TRUE(sibling.is_cancelled());
+  EXPECT_FALSE(parent.is_cancelled());
+  EXPECT_FALSE(child.is_cancelled());
+  Channel<int> ch(1);
+  CancellationToken grandchild_token = grandchild.token();
+  runner().Spawn([&] {
+    EXPECT_EQ(ch.recv({.cancel = &grandchild_token}).error(), std::errc::operation_canceled);
+  });
+  while (ch.waiters() == 0) runner().Relax();
+  parent.cancel();
+  runner().JoinAll();
+  EXPECT_TRUE(child.is_cancelled());
+  EXPECT_TRUE(grandchild.token().is_cancelled());
+  EXPECT_EQ(child_callbacks, 1);
+  CancellationSource late(parent.token());  // the parent is cancelled already
+  EXPECT_TRUE(late.is_cancelled());
+  CancellationSource unlinked{CancellationToken()};  // a token of no source links to nothing
+  EXPECT_FALSE(unlinked.is_cancelled());
+}
+
+// Children made and dropped while their parent is cancelled from another execution: each is
+// cancelled or gone, none is touched after it is gone (ASan and TSan check the last part).
+TEST_P(SyncTest, LinkedSourcesComeAndGoWhileTheParentIsCancelled) {
+  for (int round = 0; round < 20 * StressScale(); ++round) {
+    CancellationSource parent;
+    std::atomic<bool> go{false};
+    runner().Spawn([&] {
+      while (!go.load()) runner().Relax();
+      parent.cancel();
+    });
+    go.store(true);
+    for (int i = 0; i < 50; ++i) {
+      CancellationSource child(parent.token());
+      int runs = 0;
+      CancellationCallback cb(child.token(), [&] { ++runs; });
+      (void)child.is_cancelled();
+    }
+    runner().JoinAll();
+    CancellationSource after(parent.token());
+    EXPECT_TRUE(after.is_cancelled());
+  }
+}
+
+// A source's deadline ends every wait on its tokens, and on its linked sources' tokens, with
+// operation_canceled (a wait's own earlier deadline gives timed_out), and runs its callbacks.
+TEST_P(SyncTest, ADeadlineCancelsWaitsAndRunsCallbacks) {
+  CancellationSource request;
+  ASSERT_TRUE(request.cancel_after(30ms).ok());
+  ASSERT_TRUE(request.deadline().has_value());
+  CancellationSource call(request.token());
+  EXPECT_EQ(call.token().deadline(), request.deadline());  // inherited
+  Event fired;
+  CancellationCallback on_deadline(call.token(), [&] { fired.set(); });
+  CancellationToken token = call.token();
+  Mutex mu;
+  ASSERT_TRUE(mu.lock().ok());
+  Channel<int> ch(1);
+  runner().Spawn([&] {
+    // Its own deadline first: timed out, not cancelled.
+    EXPECT_EQ(ch.recv({.deadline = SyncClock::now() + 1ms, .cancel = &token}).error(),
+              std::errc::timed_out);
+    EXPECT_EQ(ch.recv({.cancel = &token}).error(), std::errc::operation_canceled);
+  });
+  runner().Spawn(
+      [&] { EXPECT_EQ(mu.lock({.cancel = &token}).error(), std::errc::operation_canceled); });
+  runner().JoinAll();
+  EXPECT_TRUE(token.is_cancelled());
+  EXPECT_TRUE(request.is_cancelled());
+  EXPECT_TRUE(fired.wait().ok());  // the deadline thread cancelled the sources
+  ASSERT_TRUE(mu.unlock().ok());
+}
+
+TEST_P(SyncTest, DeadlinesInThePastAndReplaced) {
+  CancellationSource past;
+  ASSERT_TRUE(past.cancel_at(SyncClock::now() - 1s).ok());
+  EXPECT_TRUE(past.is_cancelled());  // at once, on the caller
+  CancellationSource moved;
+  ASSERT_TRUE(moved.cancel_after(1h).ok());
+  EXPECT_FALSE(moved.is_cancelled());
+  ASSERT_TRUE(moved.cancel_after(10ms).ok());  // replaces the hour
+  CancellationToken token = moved.token();
+  Event never;
+  EXPECT_EQ(never.wait({.cancel = &token}).error(), std::errc::operation_canceled);
+  {
+    CancellationSource dropped;  // armed, then gone before its deadline: nothing fires
+    ASSERT_TRUE(dropped.cancel_after(5ms).ok());
+  }
+  CancellationSource later;
+  ASSERT_TRUE(later.cancel_after(20ms).ok());
+  CancellationToken later_token = later.token();
+  EXPECT_EQ(never.wait({.cancel = &later_token}).error(), std::errc::operation_canceled);
+}
+
 TEST_P(SyncTest, SemaphoreWaitGroupEventBarrier) {
   Semaphore sem(0);
   WaitGroup wg;

@@ -154,6 +154,9 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, const cha
   reg.arg = &waiter;
   CancelState* cancel_state = options.cancel != nullptr ? StateOf(*options.cancel) : nullptr;
   if (cancel_state != nullptr && !Register(cancel_state, &reg)) return ParkResult::kCancelled;
+  // The wait's deadline, or its token's (a source's cancel_at) when that is earlier: reaching
+  // the token's is a cancellation.
+  const EffectiveDeadline deadline = DeadlineOf(options);
   ParkResult result = ParkResult::kWoken;
   // done() is evaluated once per step (a sleep's done() reads the clock; each read showed in
   // profiles of timer-heavy work).
@@ -169,9 +172,11 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, const cha
         result = ParkResult::kCancelled;
         break;
       }
-      bool woken = waiter.wait(options.deadline);
+      bool woken = waiter.wait(deadline.at);
       finished = done();
-      if (!woken && !finished) result = ParkResult::kTimedOut;
+      if (!woken && !finished) {
+        result = deadline.by_token ? ParkResult::kCancelled : ParkResult::kTimedOut;
+      }
       if (!woken) break;
     } while (!finished);
     waiter.note_wait(nullptr, nullptr);
