@@ -1,7 +1,7 @@
 // scheduler/fiber_local.cc: fiber-local storage (FiberLocal<T> in runtime.h): each fiber's slot
 // table (LocalSlots), cleared as the fiber ends, on the fiber; a plain thread's, destroyed at
-// thread exit. Also the fiber's TaskGroup token (scheduler/task_group.h), the one fiber-local
-// the runtime itself keeps.
+// thread exit. Also CurrentGroupToken: the TaskGroup token of the running fiber
+// (scheduler/task_group.h), which its body answers.
 
 #include <algorithm>
 #include <atomic>
@@ -56,11 +56,7 @@ LocalSlots& CurrentLocals() {
 
 const CancellationToken* CurrentGroupToken() {
   Fiber* f = CurrentFiber();
-  return f != nullptr ? f->group_token : nullptr;
-}
-
-void SetGroupToken(const CancellationToken* token) {
-  if (Fiber* f = CurrentFiber()) f->group_token = token;
+  return f != nullptr && f->body != nullptr ? f->body->group_token() : nullptr;
 }
 
 std::size_t NewLocalKey() {

@@ -125,6 +125,8 @@ struct JoinState : JoinBase {
 struct FiberBody {
   virtual void run() = 0;
   virtual void fail(std::exception_ptr why) = 0;
+  // group_token: a TaskGroup child's group token (scheduler/task_group.h), asked while it runs.
+  virtual const CancellationToken* group_token() const noexcept { return nullptr; }
 
  protected:
   ~FiberBody() = default;
@@ -223,10 +225,9 @@ struct LocalSlots {
 LocalSlots& CurrentLocals();
 std::size_t NewLocalKey();
 
-// The token of the TaskGroup whose child the calling fiber is, else null (outside fibers too);
-// SetGroupToken: by a group child's body only, on its own fiber.
+// The token of the TaskGroup whose child the calling fiber is (its body's group_token), else
+// null (outside fibers too).
 const CancellationToken* CurrentGroupToken();
-void SetGroupToken(const CancellationToken* token);
 
 }  // namespace scheduler_internal
 

@@ -10,9 +10,12 @@
 
 #include "weft/scheduler/task_group.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
+#include <new>
 #include <utility>
 
 #include "weft/sync/waiter.h"
@@ -37,6 +40,7 @@ GroupCore::GroupCore(Runtime* rt, const TaskGroupOptions& options)
 
 GroupCore::~GroupCore() {
   sync_internal::AbortIfWaitedOn(lock_, {&next_waiters_, &all_waiters_}, "a TaskGroup");
+  finished_.Free();  // empty once CancelAndJoin has run
 }
 
 bool GroupCore::IsOwnChild() const { return CurrentGroupToken() == &token_; }
@@ -55,16 +59,34 @@ Result<std::uint64_t> GroupCore::Admit() {
   // sees a cancelled token, as a child already running does.
   if (token_.is_cancelled()) return std::errc::operation_canceled;
   lock_.lock();
+  // Discarded outcomes take no room.
+  while (!discard_ && finished_.capacity < running_ + finished_.count + 1) {
+    // Grow the ring outside the lock (finishing children keep going), then move it in, unless
+    // another spawn grew it meanwhile.
+    std::size_t want = std::max<std::size_t>(64, 2 * finished_.capacity);
+    lock_.unlock();
+    std::unique_ptr<Finished[]> slots(new (std::nothrow) Finished[want]);
+    if (slots == nullptr) return std::errc::not_enough_memory;
+    lock_.lock();
+    if (finished_.capacity >= want) continue;
+    for (std::size_t i = 0; i < finished_.count; ++i) slots[i] = finished_.at(i);
+    finished_.slots.swap(slots);  // the old array is freed as `slots` goes, after unlocking
+    finished_.capacity = want;
+    finished_.head = 0;
+    lock_.unlock();
+    slots.reset();
+    lock_.lock();
+  }
   ++running_;
   std::uint64_t id = next_id_++;
   lock_.unlock();
   return id;
 }
 
-void GroupCore::Withdraw() {
-  lock_.lock();
-  --running_;
+void GroupCore::WakeIfIdleAndUnlock() {
   if (running_ == 0) {
+    // Every waiter of both kinds: join_all's return, join_next's take what finished or report
+    // no_child_process.
     while (!all_waiters_.empty()) next_waiters_.push_back(all_waiters_.pop_front());
     sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted);
   } else {
@@ -72,10 +94,17 @@ void GroupCore::Withdraw() {
   }
 }
 
+void GroupCore::Withdraw() {
+  lock_.lock();
+  --running_;
+  WakeIfIdleAndUnlock();
+}
+
 void GroupCore::Finish(GroupChild* child, bool on_fiber) noexcept {
   lock_.lock();
   bool trip = false;
-  if (child->failed() && !failed_) {
+  const bool failed = child->failed();
+  if (failed && !failed_) {
     failed_ = true;
     first_exception_ = child->exception;
     first_error_ = child->error;
@@ -97,64 +126,25 @@ void GroupCore::Finish(GroupChild* child, bool on_fiber) noexcept {
     lock_.lock();
     cancel_pending_ = cancel_pending_ || pending;
   }
-  if (discard_) {
-    --running_;
-    if (running_ == 0) {
-      while (!all_waiters_.empty()) next_waiters_.push_back(all_waiters_.pop_front());
-      sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted);
-    } else {
-      lock_.unlock();
-    }
-    child->destroy(child);  // its own memory: the group may be gone by now
-    return;
+  // What the record holds that a join wants: a value, a failure. Otherwise it goes now, while
+  // this fiber has it in cache, and the ring keeps only the id.
+  const bool keep = !discard_ && (failed || child->has_value);
+  if (!discard_) {
+    // Room was reserved when the child was admitted (Admit): nothing allocates here.
+    finished_.count += 1;
+    finished_.at(finished_.count - 1) = Finished{keep ? child : nullptr, child->id};
   }
-  child->next = nullptr;
-  if (done_tail_ != nullptr) {
-    done_tail_->next = child;
-  } else {
-    done_head_ = child;
-  }
-  done_tail_ = child;
-  ++finished_;
   --running_;
-  if (running_ == 0) {
-    while (!all_waiters_.empty()) next_waiters_.push_back(all_waiters_.pop_front());
-    sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted);
-  } else {
-    sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted, 1);
-  }
+  WakeIfIdleAndUnlock();
+  // After unlocking, and only into its own memory: the group may be gone by now.
+  if (!keep) child->destroy(child);
 }
 
-Result<GroupChild*> GroupCore::Wait(bool all, const WaitOptions& options) {
-  if (IsOwnChild()) return std::errc::resource_deadlock_would_occur;
-  RunPendingCancel();
+Result<void> GroupCore::Wait(bool all, const WaitOptions& options) {
   std::errc gave_up{};
-  lock_.lock();
   for (;;) {
-    if (all && running_ == 0) {
-      GroupChild* head = std::exchange(done_head_, nullptr);
-      done_tail_ = nullptr;
-      finished_ = 0;
-      lock_.unlock();
-      return head;
-    }
-    if (!all && done_head_ != nullptr) {
-      GroupChild* c = done_head_;
-      done_head_ = c->next;
-      if (done_head_ == nullptr) done_tail_ = nullptr;
-      --finished_;
-      lock_.unlock();
-      c->next = nullptr;
-      return c;
-    }
-    if (!all && running_ == 0) {
-      lock_.unlock();
-      return std::errc::no_child_process;
-    }
-    if (gave_up != std::errc{}) {
-      lock_.unlock();
-      return gave_up;
-    }
+    if (all ? running_ == 0 : finished_.count != 0 || running_ == 0) return {};
+    if (gave_up != std::errc{}) return gave_up;
     // The node lives in the Waiter (Waiter::own_node): an execution waits on one thing at a time.
     Waiter& self = current_waiter();
     sync_internal::WaitNode& node = self.own_node();
@@ -176,7 +166,6 @@ Result<GroupChild*> GroupCore::Wait(bool all, const WaitOptions& options) {
       // relaxed: under lock_, which every grant holds.
       if (node.state.load(std::memory_order_relaxed) == sync_internal::kWaiting) {
         queue.remove(&node);
-        lock_.unlock();
         return sync_internal::ErrorOf(r);
       }
       gave_up = sync_internal::ErrorOf(r);  // granted as it gave up: take what is there
@@ -184,9 +173,41 @@ Result<GroupChild*> GroupCore::Wait(bool all, const WaitOptions& options) {
   }
 }
 
-Result<GroupChild*> GroupCore::TakeNext(const WaitOptions& options) { return Wait(false, options); }
+Result<Finished> GroupCore::TakeNext(const WaitOptions& options) {
+  if (IsOwnChild()) return std::errc::resource_deadlock_would_occur;
+  RunPendingCancel();
+  lock_.lock();
+  Result<void> waited = Wait(/*all=*/false, options);
+  if (!waited.ok() && finished_.count == 0) {
+    lock_.unlock();
+    return waited.error();
+  }
+  if (finished_.count == 0) {
+    lock_.unlock();
+    return std::errc::no_child_process;
+  }
+  Finished f = finished_.at(0);
+  finished_.head = (finished_.head + 1) % finished_.capacity;
+  finished_.count -= 1;
+  lock_.unlock();
+  return f;
+}
 
-Result<GroupChild*> GroupCore::TakeAll(const WaitOptions& options) { return Wait(true, options); }
+Result<FinishedRing> GroupCore::TakeAll(const WaitOptions& options) {
+  if (IsOwnChild()) return std::errc::resource_deadlock_would_occur;
+  RunPendingCancel();
+  lock_.lock();
+  Result<void> waited = Wait(/*all=*/true, options);
+  if (!waited.ok() && running_ != 0) {
+    lock_.unlock();
+    return waited.error();
+  }
+  // No child runs: the ring's room is no longer reserved for anyone; it goes with the caller.
+  FinishedRing taken = std::move(finished_);
+  finished_ = FinishedRing{};
+  lock_.unlock();
+  return taken;
+}
 
 Result<void> GroupCore::FirstFailure() const {
   lock_.lock();
@@ -203,7 +224,7 @@ void GroupCore::Cancel() { source_.cancel(); }
 
 std::size_t GroupCore::size() const {
   lock_.lock();
-  std::size_t n = running_ + finished_;
+  std::size_t n = running_ + finished_.count;
   lock_.unlock();
   return n;
 }
@@ -218,12 +239,9 @@ void GroupCore::CancelAndJoin() noexcept {
   RunPendingCancel();
   source_.cancel();
   for (;;) {
-    Result<GroupChild*> taken = Wait(/*all=*/true, {});
+    Result<FinishedRing> taken = TakeAll({});
     if (taken.ok()) {
-      for (GroupChild* c = *taken; c != nullptr;) {
-        GroupChild* done = std::exchange(c, c->next);
-        done->destroy(done);
-      }
+      taken->Free();
       return;
     }
     // Only an interrupted wait fails here (its runtime shuts down, and every wait of its fibers

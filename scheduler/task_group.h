@@ -78,14 +78,40 @@ struct IsResult : std::false_type {};
 template <typename U>
 struct IsResult<Result<U>> : std::true_type {};
 
-// GroupChild: what the group keeps of a child: its outcome, on the finished list until taken.
+// GroupChild: a child's record: its outcome, kept until taken when it carries something (a
+// value, a failure); a void child that succeeded is freed as it finishes, warm.
 struct GroupChild {
-  GroupChild* next = nullptr;
   std::uint64_t id = 0;
   std::exception_ptr exception;  // it threw, or could not start
   std::errc error{};             // it returned a Result holding this
+  bool has_value = false;        // keep it after a success: the value is what join takes
   void (*destroy)(GroupChild*) noexcept = nullptr;
   bool failed() const { return exception != nullptr || error != std::errc{}; }
+};
+
+// Finished: a finished child as the group queues it: its record, or null once freed (a void
+// child that succeeded), and its id.
+struct Finished {
+  GroupChild* child;
+  std::uint64_t id;
+};
+
+// FinishedRing: the finished children in completion order. Its room is reserved as children are
+// admitted (a spawn reports not_enough_memory), so that a finish never allocates; and join_all
+// walks an array, not a list of records that have long left the cache.
+struct FinishedRing {
+  std::unique_ptr<Finished[]> slots;
+  std::size_t capacity = 0;
+  std::size_t head = 0;
+  std::size_t count = 0;
+  Finished& at(std::size_t i) { return slots[(head + i) % capacity]; }
+  // Free: destroys the records still held.
+  void Free() noexcept {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (GroupChild* c = at(i).child) c->destroy(c);
+    }
+    count = 0;
+  }
 };
 
 // GroupCore: the group's state, shared with its children (who outlive neither it nor their
@@ -108,9 +134,9 @@ class GroupCore {
   void Finish(GroupChild* child, bool on_fiber) noexcept;
   // TakeNext: a finished child not yet taken, waiting for one; no_child_process when none is
   // finished and none runs.
-  Result<GroupChild*> TakeNext(const WaitOptions& options);
-  // TakeAll: waits until no child runs, then takes the finished list (completion order).
-  Result<GroupChild*> TakeAll(const WaitOptions& options);
+  Result<Finished> TakeNext(const WaitOptions& options);
+  // TakeAll: waits until no child runs, then takes every finished one (completion order).
+  Result<FinishedRing> TakeAll(const WaitOptions& options);
   // FirstFailure: ok, or the first failure's error; rethrows it if it was an exception.
   Result<void> FirstFailure() const;
   void Cancel();
@@ -122,7 +148,9 @@ class GroupCore {
  private:
   bool IsOwnChild() const;
   void RunPendingCancel();
-  Result<GroupChild*> Wait(bool all, const WaitOptions& options);
+  // Wait: until a finished child can be taken (all: until none runs), under lock_ on return.
+  Result<void> Wait(bool all, const WaitOptions& options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  void WakeIfIdleAndUnlock() ABSL_UNLOCK_FUNCTION(lock_);
 
   Runtime* const rt_;
   const GroupPolicy policy_;
@@ -131,9 +159,7 @@ class GroupCore {
   const CancellationToken token_;
   mutable sync_internal::SpinLock lock_;            // mutable: size() takes it
   std::size_t running_ ABSL_GUARDED_BY(lock_) = 0;  // admitted, not finished
-  std::size_t finished_ ABSL_GUARDED_BY(lock_) = 0;
-  GroupChild* done_head_ ABSL_GUARDED_BY(lock_) = nullptr;
-  GroupChild* done_tail_ ABSL_GUARDED_BY(lock_) = nullptr;
+  FinishedRing finished_ ABSL_GUARDED_BY(lock_);    // capacity >= running_ + finished_.count
   std::uint64_t next_id_ ABSL_GUARDED_BY(lock_) = 1;
   // The first failure (completion order); written once, under lock_, read after.
   bool failed_ ABSL_GUARDED_BY(lock_) = false;
@@ -155,7 +181,10 @@ struct GroupChildOf : GroupChild {
 // GroupChildState: a child's record, callable and fiber body in one allocation (as SpawnState).
 template <typename T, typename F>
 struct GroupChildState final : GroupChildOf<T>, FiberBody {
-  GroupChildState(GroupCore* c, F&& f) : core(c), fn(std::move(f)) { this->destroy = &Destroy; }
+  GroupChildState(GroupCore* c, F&& f) : core(c), fn(std::move(f)) {
+    this->destroy = &Destroy;
+    this->has_value = !std::is_void_v<T> && !std::is_same_v<T, Result<void>>;
+  }
   static GroupChildState* New(GroupCore* core, F&& f) {
     static_assert(alignof(GroupChildState) <= 16, "AllocateSpawnState aligns to 16");
     void* p = AllocateSpawnState(sizeof(GroupChildState));
@@ -178,8 +207,8 @@ struct GroupChildState final : GroupChildOf<T>, FiberBody {
       return (*fn)();
     }
   }
+  const CancellationToken* group_token() const noexcept override { return &core->token(); }
   void run() override {
-    SetGroupToken(&core->token());
     try {
       if constexpr (std::is_void_v<T>) {
         Invoke();
@@ -193,7 +222,6 @@ struct GroupChildState final : GroupChildOf<T>, FiberBody {
       this->exception = std::current_exception();
     }
     fn.reset();
-    SetGroupToken(nullptr);
     core->Finish(this, /*on_fiber=*/true);  // the last touch of *this
   }
   void fail(std::exception_ptr why) override {
@@ -231,11 +259,13 @@ struct JoinAllOf<Result<U>> {
 template <typename T>
 class [[nodiscard]] Completed {
  public:
-  Completed(Completed&& other) noexcept : child_(std::exchange(other.child_, nullptr)) {}
+  Completed(Completed&& other) noexcept
+      : child_(std::exchange(other.child_, nullptr)), id_(other.id_) {}
   Completed& operator=(Completed&& other) noexcept {
     if (this != &other) {
       reset();
       child_ = std::exchange(other.child_, nullptr);
+      id_ = other.id_;
     }
     return *this;
   }
@@ -244,20 +274,24 @@ class [[nodiscard]] Completed {
   ~Completed() { reset(); }
 
   // id: what spawn returned for this child.
-  std::uint64_t id() const { return child_->id; }
+  std::uint64_t id() const { return id_; }
   // failed: it threw, could not start, or (a group of Result<U>) returned an error.
-  bool failed() const { return child_->failed(); }
-  std::exception_ptr exception() const { return child_->exception; }
+  bool failed() const { return child_ != nullptr && child_->failed(); }
+  std::exception_ptr exception() const { return child_ != nullptr ? child_->exception : nullptr; }
   // get: its value (nothing for void), moved out; rethrows its exception. Once.
   T get() {
-    if (child_->exception) std::rethrow_exception(child_->exception);
-    if constexpr (!std::is_void_v<T>) return std::move(*State()->value);
+    if (child_ != nullptr && child_->exception) std::rethrow_exception(child_->exception);
+    if constexpr (std::is_same_v<T, Result<void>>) {
+      return child_ != nullptr ? T(child_->error) : T();
+    } else if constexpr (!std::is_void_v<T>) {
+      return std::move(*State()->value);
+    }
   }
 
  private:
   template <typename>
   friend class TaskGroup;
-  explicit Completed(scheduler_internal::GroupChild* c) : child_(c) {}
+  explicit Completed(scheduler_internal::Finished f) : child_(f.child), id_(f.id) {}
   scheduler_internal::GroupChildOf<T>* State() const {
     return static_cast<scheduler_internal::GroupChildOf<T>*>(child_);
   }
@@ -265,7 +299,8 @@ class [[nodiscard]] Completed {
     using scheduler_internal::GroupChild;
     if (GroupChild* done = std::exchange(child_, nullptr)) done->destroy(done);
   }
-  scheduler_internal::GroupChild* child_;
+  scheduler_internal::GroupChild* child_;  // null: a void child that succeeded (freed)
+  std::uint64_t id_;
 };
 
 template <typename T = void>
@@ -331,7 +366,7 @@ class TaskGroup {
   // timed_out / operation_canceled per options, resource_deadlock_would_occur (from a child).
   Result<Completed<T>> join_next(const WaitOptions& options = {}) {
     if (core_ == nullptr) return std::errc::invalid_argument;  // moved from
-    Result<scheduler_internal::GroupChild*> c = core_->TakeNext(options);
+    Result<scheduler_internal::Finished> c = core_->TakeNext(options);
     if (!c) return c.error();
     return Completed<T>(*c);
   }
@@ -367,24 +402,20 @@ template <typename T>
 typename scheduler_internal::JoinAllOf<T>::type TaskGroup<T>::join_all(const WaitOptions& options) {
   using scheduler_internal::GroupChild;
   if (core_ == nullptr) return std::errc::invalid_argument;  // moved from
-  Result<GroupChild*> taken = core_->TakeAll(options);
+  Result<scheduler_internal::FinishedRing> taken = core_->TakeAll(options);
   if (!taken) return taken.error();
   // What was taken is freed however this returns (a rethrow, a std::bad_alloc included).
   struct Owned {
-    GroupChild* head;
-    ~Owned() {
-      while (head != nullptr) {
-        GroupChild* done = std::exchange(head, head->next);
-        done->destroy(done);
-      }
-    }
+    scheduler_internal::FinishedRing& ring;
+    ~Owned() { ring.Free(); }
   } owned{*taken};
   if (Result<void> failure = core_->FirstFailure(); !failure) return failure.error();
   if constexpr (std::is_same_v<typename scheduler_internal::JoinAllOf<T>::type, Result<void>>) {
     return {};
   } else {
-    std::vector<GroupChild*> order;
-    for (GroupChild* c = owned.head; c != nullptr; c = c->next) order.push_back(c);
+    scheduler_internal::FinishedRing& ring = *taken;
+    std::vector<GroupChild*> order(ring.count);
+    for (std::size_t i = 0; i < ring.count; ++i) order[i] = ring.at(i).child;
     std::sort(order.begin(), order.end(),
               [](const GroupChild* a, const GroupChild* b) { return a->id < b->id; });
     typename scheduler_internal::JoinAllOf<T>::values values;

@@ -145,9 +145,11 @@ struct alignas(64) Fiber {
   Context context() const { return ctx.load(std::memory_order_relaxed); }
   void set_context(Context c) { ctx.store(c, std::memory_order_relaxed); }
   Stack stack;
-  FiberBody* body = nullptr;  // what it runs: its SpawnState, which frees itself (JoinSignal)
-  Worker* worker = nullptr;   // the worker running it (or that last ran it)
-  Worker* pinned = nullptr;   // non-null: runs only there
+  // What it runs: its SpawnState, which frees itself (JoinSignal). Set while it runs (a TaskGroup
+  // child's body answers CurrentGroupToken), null before spawn and once run() has returned.
+  FiberBody* body = nullptr;
+  Worker* worker = nullptr;  // the worker running it (or that last ran it)
+  Worker* pinned = nullptr;  // non-null: runs only there
   // Identity: id, name_len and name are written at spawn and read by dumps, both under
   // meta_lock. name_len is the length of name, which is written (and terminated) only when not
   // empty.
@@ -187,9 +189,6 @@ struct alignas(64) Fiber {
   } region_task{{}, this};
   // The next fiber in a FiberFifo's out-of-memory chain (see FiberFifo).
   Fiber* queue_next = nullptr;
-  // The token of the TaskGroup whose child this fiber is (set and cleared by the child's body,
-  // scheduler/task_group.cc), else null: a group made in the fiber links to it.
-  const CancellationToken* group_token = nullptr;
   // The runtime's light_park, copied here so that a notify reads no Runtime memory unless it
   // wakes the fiber (a late notify of a finished fiber may come after its runtime is gone; the
   // Fiber itself outlives it, see RetiredBlocks). relaxed: set before the fiber is handed out.
