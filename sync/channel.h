@@ -166,7 +166,8 @@ class Selectable {
 struct SelectCase {
   sync_internal::ChannelCore* channel = nullptr;
   bool is_send = false;
-  void* value = nullptr;  // send: the value (moved from only if this case happens); recv: receives it
+  // send: the value (moved from only if this case happens); recv: receives it.
+  void* value = nullptr;
   sync_internal::Selectable* timer = nullptr;
   const CancellationToken* token = nullptr;
 };

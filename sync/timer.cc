@@ -44,8 +44,8 @@ SyncClock::time_point next_tick(MissedTickPolicy policy, SyncClock::time_point s
   // kSkip: now >= scheduled + period, so late >= period; the next point of the schedule is
   // now + (period - late % period).
   SyncClock::rep late;
-  if (__builtin_sub_overflow(now.time_since_epoch().count(),
-                             scheduled.time_since_epoch().count(), &late)) {
+  if (__builtin_sub_overflow(now.time_since_epoch().count(), scheduled.time_since_epoch().count(),
+                             &late)) {
     return AddSaturating(now, period);  // times further apart than the clock's range
   }
   return AddSaturating(now, period - SyncClock::duration(late % period.count()));
@@ -56,10 +56,9 @@ namespace sync_internal {
 TimerCore::TimerCore(bool ticker, std::optional<SyncClock::time_point> deadline,
                      SyncClock::duration period, MissedTickPolicy policy)
     : Selectable(/*refused=*/ticker && period <= SyncClock::duration::zero()),
-      ticker_(ticker),
-      period_(ticker ? period : SyncClock::duration::zero()),
       policy_(policy),
       armed_(deadline.has_value() && !select_refused()),
+      period_(ticker && !select_refused() ? period : SyncClock::duration::zero()),
       deadline_(deadline.value_or(SyncClock::time_point())) {}
 
 TimerCore::~TimerCore() { AbortIfWaitedOn(select_lock_, {&queue_}, what()); }
@@ -71,7 +70,7 @@ bool TimerCore::Arm(std::optional<SyncClock::time_point> deadline) {
   const bool pending = armed_ && now < deadline_;
   // A Timer whose deadline passed fired then, before this call: the waits that were waiting
   // across it must still end (a Ticker's ticks are taken one at a time instead).
-  const bool fired = !ticker_ && armed_ && !pending;
+  const bool fired = !ticker() && armed_ && !pending;
   if (fired) ++fires_;
   armed_ = deadline.has_value();
   if (armed_) deadline_ = *deadline;
@@ -115,7 +114,7 @@ bool TimerCore::SelectReady(std::uint64_t epoch, SyncClock::time_point now) cons
 }
 
 void TimerCore::SelectTake(void* out, SyncClock::time_point now) {
-  if (!ticker_) return;  // a Timer stays fired
+  if (!ticker()) return;  // a Timer stays fired
   // A Ticker is ready only by time (fires_ never moves): armed_ && deadline_ <= now.
   if (out != nullptr) *static_cast<SyncClock::time_point*>(out) = deadline_;
   deadline_ = next_tick(policy_, deadline_, period_, now);
@@ -143,7 +142,7 @@ std::errc TimerCore::Wait(const WaitOptions& options, SyncClock::time_point* tic
   WaitNode node;
   node.waiter = &self;
   select_lock_.lock();
-  const std::uint64_t epoch = fires_;
+  const std::uint64_t epoch = fires_;  // widened: SelectReady compares it with fires_
   for (;;) {
     SyncClock::time_point now = Now();
     if (SelectReady(epoch, now)) {
@@ -160,8 +159,8 @@ std::errc TimerCore::Wait(const WaitOptions& options, SyncClock::time_point* tic
     if (timer_first) park.deadline = until;
     // acquire: pairs with Grant's release.
     ParkResult r = Park(
-        self, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, park,
-        what(), this);
+        self, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, park, what(),
+        this);
     select_lock_.lock();
     SelectUnwatch(&node);
     if (r == ParkResult::kWoken || (r == ParkResult::kTimedOut && timer_first)) continue;

@@ -78,8 +78,8 @@ namespace sync_internal {
 class TimerCore final : public Selectable {
  public:
   // TimerCore: a Timer (ticker false; period and policy unused) or a Ticker.
-  TimerCore(bool ticker, std::optional<SyncClock::time_point> deadline,
-            SyncClock::duration period, MissedTickPolicy policy);
+  TimerCore(bool ticker, std::optional<SyncClock::time_point> deadline, SyncClock::duration period,
+            MissedTickPolicy policy);
   ~TimerCore();
 
   // Arm: reset (a deadline) or stop (nullopt). Returns whether the timer was armed with a
@@ -103,14 +103,18 @@ class TimerCore final : public Selectable {
   void SelectUnwatch(WaitNode* node) override;
 
  private:
-  const char* what() const { return ticker_ ? "Ticker" : "Timer"; }
+  // ticker: a Ticker (a refused one has no period).
+  bool ticker() const { return period_ != SyncClock::duration::zero() || select_refused(); }
+  const char* what() const { return ticker() ? "Ticker" : "Timer"; }
 
-  const bool ticker_;
-  const SyncClock::duration period_;
+  // Laid out to fill 64 bytes with the base's vtable pointer, lock and flag (a million timers
+  // are 64 MB): the small fields first.
   const MissedTickPolicy policy_;
   bool armed_ ABSL_GUARDED_BY(select_lock_);
+  // fires_: 32 bits; a wait would miss a fire only if 2^32 more came and went during it.
+  std::uint32_t fires_ ABSL_GUARDED_BY(select_lock_) = 0;
+  const SyncClock::duration period_;  // zero for a Timer
   SyncClock::time_point deadline_ ABSL_GUARDED_BY(select_lock_);
-  std::uint64_t fires_ ABSL_GUARDED_BY(select_lock_) = 0;
   SyncClock::time_point parked_until_ ABSL_GUARDED_BY(select_lock_) = SyncClock::time_point::min();
   WaitQueue queue_ ABSL_GUARDED_BY(select_lock_);
 };
@@ -187,6 +191,7 @@ class Ticker {
   bool stop() { return core_.Arm(std::nullopt); }
   // next: the scheduled time of the next tick (passed if one is due); nullopt when stopped.
   std::optional<SyncClock::time_point> next() const { return core_.Deadline(); }
+  // period: as constructed (zero for one whose period was not positive).
   SyncClock::duration period() const { return core_.period(); }
   MissedTickPolicy policy() const { return core_.policy(); }
   // select_case: a select case that takes a tick, writing its scheduled time to `tick`.
