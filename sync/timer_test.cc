@@ -2,6 +2,8 @@
 // policies on a virtual clock, a million armed timers, saturation, refused select cases, and
 // destroying a waited-on timer.
 
+#include "weft/sync/timer.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,7 +16,6 @@
 #include "weft/base/stress_scale.h"
 #include "weft/sync/cancellation.h"
 #include "weft/sync/channel.h"
-#include "weft/sync/timer.h"
 
 namespace weft {
 namespace {
