@@ -187,7 +187,8 @@ class Ticker {
   // reset: the next tick a period from now, the schedule counted from there. No effect on a
   // Ticker whose period is not positive.
   void reset();
-  // stop: no ticks until reset; returns whether it was running.
+  // stop: no ticks until reset (a due tick not yet taken is dropped). Returns true if the next
+  // tick was not yet due, as Timer::stop.
   bool stop() { return core_.Arm(std::nullopt); }
   // next: the scheduled time of the next tick (passed if one is due); nullopt when stopped.
   std::optional<SyncClock::time_point> next() const { return core_.Deadline(); }
