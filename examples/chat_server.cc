@@ -49,6 +49,9 @@ std::atomic<std::uint64_t> g_evicted{0};        // slow consumers disconnected
 std::atomic<std::uint64_t> g_lines_dropped{0};  // lines a slow consumer did not get (kDrop)
 
 struct Client {
+  // The source is linked to the connection's token: the server's shutdown cancels the writer's
+  // pending write as an eviction does.
+  explicit Client(const CancellationToken& connection) : evict(connection) {}
   std::uint64_t id = 0;
   Channel<std::shared_ptr<const std::string>> outbox{g_options.outbox};
   CancellationSource evict;  // cancels the writer's pending write
@@ -111,13 +114,14 @@ class Room {
 Room g_room;
 std::atomic<std::uint64_t> g_next_id{1};
 
-void Serve(net::TcpStream stream) {
-  auto me = std::make_shared<Client>();
+void Serve(net::TcpStream stream, const CancellationToken& cancel) {
+  auto me = std::make_shared<Client>(cancel);
   me->id = g_next_id.fetch_add(1);
-  g_room.join(me);
   // The writer: drains the outbox into the socket until the outbox closes or the socket fails.
-  // `stream` outlives it: the reader joins it before returning.
-  JoinHandle<void> writer = Runtime::current()->spawn(
+  // A child of this connection's own group, which is nested in the server's group of
+  // connections; `stream` outlives it: the group joins it before Serve returns.
+  TaskGroup<> writer;
+  Result<std::uint64_t> spawned = writer.spawn(
       [me, &stream] {
         CancellationToken evicted = me->evict.token();
         for (;;) {
@@ -132,12 +136,14 @@ void Serve(net::TcpStream stream) {
         if (me->evicted.load()) (void)::shutdown(stream.fd(), SHUT_RDWR);
       },
       {.stack_size = 32 << 10, .name = "chat writer"});
+  if (!spawned.ok()) return;  // no memory for the writer: this connection closes
+  g_room.join(me);
   (void)me->outbox.send(
       std::make_shared<const std::string>("welcome " + std::to_string(me->id) + "\n"));
   std::string pending;
   char buf[16 << 10];
   for (;;) {
-    Result<std::size_t> n = stream.read(buf, sizeof buf);
+    Result<std::size_t> n = stream.read(buf, sizeof buf, {.cancel = &cancel});
     if (!n.ok() || *n == 0) break;
     pending.append(buf, *n);
     std::size_t start = 0;
@@ -148,7 +154,7 @@ void Serve(net::TcpStream stream) {
   }
   g_room.leave(me->id);
   me->outbox.close();
-  (void)writer.join();
+  (void)writer.join_all();
 }
 
 }  // namespace

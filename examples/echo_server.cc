@@ -12,14 +12,15 @@ int main(int argc, char** argv) {
   CancellationSource stop;
   std::thread watcher = examples::StopOnSignal(stop);
   CancellationToken token = stop.token();
-  int rc = examples::Serve("echo_server", flags, token, [](net::TcpStream s) {
-    char buf[16 << 10];
-    for (;;) {
-      Result<std::size_t> n = s.read(buf, sizeof buf);
-      if (!n.ok() || *n == 0) return;  // error, end of stream, or shutdown
-      if (!s.write_all(buf, *n).ok()) return;
-    }
-  });
+  int rc = examples::Serve("echo_server", flags, token,
+                           [](net::TcpStream s, const CancellationToken& cancel) {
+                             char buf[16 << 10];
+                             for (;;) {
+                               Result<std::size_t> n = s.read(buf, sizeof buf, {.cancel = &cancel});
+                               if (!n.ok() || *n == 0) return;  // error, end of stream, or shutdown
+                               if (!s.write_all(buf, *n, {.cancel = &cancel}).ok()) return;
+                             }
+                           });
   if (!stop.is_cancelled()) ::kill(::getpid(), SIGTERM);  // release the watcher
   watcher.join();
   return rc;

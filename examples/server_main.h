@@ -1,5 +1,6 @@
 // examples/server_main.h: what the example servers share: flags, the listener, a stop token
-// cancelled by SIGINT/SIGTERM, and the accept loop that spawns a fiber per connection.
+// cancelled by SIGINT/SIGTERM, and the accept loop that runs each connection as a child of one
+// TaskGroup, cancelled and drained at shutdown.
 
 #ifndef WEFT_EXAMPLES_SERVER_MAIN_H_
 #define WEFT_EXAMPLES_SERVER_MAIN_H_
@@ -59,9 +60,12 @@ inline std::thread StopOnSignal(CancellationSource& source) {
   });
 }
 
-// Serve: listens, then runs on_connection(stream) on a fiber per connection until the token is
-// cancelled. Out of fds (EMFILE) is logged and retried after a pause: the server keeps serving
-// the connections it has.
+// Serve: listens, then runs on_connection(stream, token) on a fiber per connection until `stop`
+// is cancelled. The connections are children of one TaskGroup, and `token` is the group's: the
+// handler passes it to its reads and writes. Then it shuts down gracefully: stops accepting,
+// cancels the group (every connection's pending read or write ends with operation_canceled),
+// waits for the connections to return, and returns 0. Out of fds (EMFILE) is logged and retried
+// after a pause: the server keeps serving the connections it has.
 template <typename OnConnection>
 int Serve(const char* name, const ServerFlags& flags, const CancellationToken& stop,
           OnConnection on_connection) {
@@ -87,13 +91,22 @@ int Serve(const char* name, const ServerFlags& flags, const CancellationToken& s
     int port = listener->local_address()->port();
     std::fprintf(stderr, "%s: listening on port %d with %u workers\n", name, port, rt.workers());
     if (!flags.port_file.empty()) std::ofstream(flags.port_file) << port << "\n";
+    // Collect-all: one connection's failure ends only that connection. Outcomes are discarded
+    // as connections close, so the group stays small however long the server runs.
+    TaskGroup<> connections({.policy = GroupPolicy::kCollectAll, .discard_outcomes = true});
     for (;;) {
       auto conn = listener->accept({.cancel = &stop});
       if (conn.ok()) {
         (void)conn->set_nodelay(true);
-        rt.spawn([&on_connection, s = std::move(*conn)]() mutable { on_connection(std::move(s)); },
-                 {.stack_size = 32 << 10, .name = "connection"})
-            .detach();
+        Result<std::uint64_t> id = connections.spawn(
+            [&on_connection, s = std::move(*conn)](const CancellationToken& token) mutable {
+              on_connection(std::move(s), token);
+            },
+            {.stack_size = 32 << 10, .name = "connection"});
+        if (!id.ok()) {  // out of memory or stacks: this connection is closed, the rest serve on
+          std::fprintf(stderr, "%s: spawn: %s\n", name,
+                       std::make_error_code(id.error()).message().c_str());
+        }
       } else if (conn.error() == std::errc::operation_canceled) {
         break;
       } else if (conn.error() == std::errc::too_many_files_open ||
@@ -105,9 +118,18 @@ int Serve(const char* name, const ServerFlags& flags, const CancellationToken& s
                      std::make_error_code(conn.error()).message().c_str());
       }
     }
-    std::fprintf(stderr, "%s: stopping\n", name);
+    (void)listener->close();  // no new connections queue up while the others drain
+    std::size_t open = connections.size();
+    std::fprintf(stderr, "%s: stopping; draining %zu connections\n", name, open);
+    connections.cancel();
+    try {
+      (void)connections.join_all();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: a connection failed: %s\n", name, e.what());
+    }
+    std::fprintf(stderr, "%s: stopped; %zu connections drained\n", name, open);
     return 0;
-  });  // ~Runtime cancels the connection fibers' reads and writes; they unwind
+  });
 }
 
 }  // namespace weft::examples

@@ -80,7 +80,7 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
   // one is a cancellation.
   const sync_internal::EffectiveDeadline deadline = sync_internal::DeadlineOf(options);
   req.op.deadline = deadline.at;
-  auto result = [&deadline](std::int64_t r) {
+  auto by_deadline = [&deadline](std::int64_t r) {
     return r == -ETIMEDOUT && deadline.by_token && SyncClock::now() >= *deadline.at ? -ECANCELED
                                                                                     : r;
   };
@@ -114,7 +114,7 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     f->waiter.note_wait(nullptr, nullptr);
     f->wait_fd.store(-1, std::memory_order_relaxed);
     if (registered) sync_internal::Deregister(cs, &reg);
-    return result(req.result);
+    return by_deadline(req.result);
   }
   // A plain thread (or a fiber in a BlockingRegion): the thread's own reactor, polled here.
   std::errc error;
@@ -141,7 +141,7 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     (void)r->poll(std::nullopt);
   }
   if (registered) sync_internal::Deregister(cs, &reg);
-  return result(req.result);
+  return by_deadline(req.result);
 }
 
 bool TakeDirectIoTurn() {

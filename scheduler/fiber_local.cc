@@ -1,6 +1,7 @@
 // scheduler/fiber_local.cc: fiber-local storage (FiberLocal<T> in runtime.h): each fiber's slot
 // table (LocalSlots), cleared as the fiber ends, on the fiber; a plain thread's, destroyed at
-// thread exit.
+// thread exit. Also the fiber's TaskGroup token (scheduler/task_group.h), the one fiber-local
+// the runtime itself keeps.
 
 #include <algorithm>
 #include <atomic>
@@ -51,6 +52,15 @@ LocalSlots::~LocalSlots() {
 LocalSlots& CurrentLocals() {
   Fiber* f = CurrentFiber();
   return f != nullptr ? f->locals : ThreadLocals();
+}
+
+const CancellationToken* CurrentGroupToken() {
+  Fiber* f = CurrentFiber();
+  return f != nullptr ? f->group_token : nullptr;
+}
+
+void SetGroupToken(const CancellationToken* token) {
+  if (Fiber* f = CurrentFiber()) f->group_token = token;
 }
 
 std::size_t NewLocalKey() {

@@ -223,6 +223,11 @@ struct LocalSlots {
 LocalSlots& CurrentLocals();
 std::size_t NewLocalKey();
 
+// The token of the TaskGroup whose child the calling fiber is, else null (outside fibers too);
+// SetGroupToken: by a group child's body only, on its own fiber.
+const CancellationToken* CurrentGroupToken();
+void SetGroupToken(const CancellationToken* token);
+
 }  // namespace scheduler_internal
 
 // JoinHandle<T>: the result of a spawned fiber, consumed exactly once by join(). join() waits

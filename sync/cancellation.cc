@@ -284,6 +284,12 @@ std::optional<SyncClock::time_point> CancellationSource::deadline() const {
   return sync_internal::Deadline(state_.get());
 }
 
+namespace sync_internal {
+Result<void> CancelOnDeadlineThread(CancelState* state) {
+  return DeadlineThread::Get().Arm(state, SyncClock::now());
+}
+}  // namespace sync_internal
+
 Result<void> CancellationSource::cancel_at(SyncClock::time_point deadline) {
   if (deadline <= SyncClock::now()) {
     cancel();

@@ -45,6 +45,10 @@ void Deregister(CancelState* state, CancelRegistration* reg);
 // read without locks: a deadline set concurrently reaches a wait through the cancel that the
 // deadline thread makes at that time.
 std::optional<SyncClock::time_point> Deadline(const CancelState* state);
+// CancelOnDeadlineThread: cancels `state` soon, on the deadline thread (as a deadline reached
+// now would), for a caller that must not run the callbacks itself: one that cannot park (a
+// worker's own context). Errors as cancel_at's.
+Result<void> CancelOnDeadlineThread(CancelState* state);
 }  // namespace sync_internal
 
 // CancellationToken: observes a source. Cheap to copy. A default token is never cancelled.

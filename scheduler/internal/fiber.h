@@ -187,6 +187,9 @@ struct alignas(64) Fiber {
   } region_task{{}, this};
   // The next fiber in a FiberFifo's out-of-memory chain (see FiberFifo).
   Fiber* queue_next = nullptr;
+  // The token of the TaskGroup whose child this fiber is (set and cleared by the child's body,
+  // scheduler/task_group.cc), else null: a group made in the fiber links to it.
+  const CancellationToken* group_token = nullptr;
   // The runtime's light_park, copied here so that a notify reads no Runtime memory unless it
   // wakes the fiber (a late notify of a finished fiber may come after its runtime is gone; the
   // Fiber itself outlives it, see RetiredBlocks). relaxed: set before the fiber is handed out.

@@ -1,0 +1,244 @@
+// scheduler/task_group.cc: a TaskGroup's shared state (GroupCore in task_group.h): admitting
+// children, their reports as they finish, the joins' waits, the first failure and the fail-fast
+// cancel. Touches the runtime only through Spawn (in the header) and the fiber's group token.
+//
+// The protocol is the one of every //sync primitive (sync/internal/wait_queue.h): a joiner
+// queues its node under lock_ and parks; a finishing child grants nodes under lock_ and
+// notifies after unlocking. A finish grants one join_next waiter; the last running child's
+// finish grants every waiter of both kinds (join_next then reports no_child_process, or takes
+// what finished). A waiter granted as it gives up still looks once more: the grant stands.
+
+#include "weft/scheduler/task_group.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <utility>
+
+#include "weft/sync/waiter.h"
+
+namespace weft {
+namespace scheduler_internal {
+
+namespace {
+CancellationToken ParentOf(const TaskGroupOptions& options) {
+  if (options.parent.has_value()) return *options.parent;
+  const CancellationToken* enclosing = CurrentGroupToken();
+  return enclosing != nullptr ? *enclosing : CancellationToken();
+}
+}  // namespace
+
+GroupCore::GroupCore(Runtime* rt, const TaskGroupOptions& options)
+    : rt_(rt),
+      policy_(options.policy),
+      discard_(options.discard_outcomes),
+      source_(ParentOf(options)),
+      token_(source_.token()) {}
+
+GroupCore::~GroupCore() {
+  sync_internal::AbortIfWaitedOn(lock_, {&next_waiters_, &all_waiters_}, "a TaskGroup");
+}
+
+bool GroupCore::IsOwnChild() const { return CurrentGroupToken() == &token_; }
+
+void GroupCore::RunPendingCancel() {
+  lock_.lock();
+  bool pending = std::exchange(cancel_pending_, false);
+  lock_.unlock();
+  if (pending) source_.cancel();
+}
+
+Result<std::uint64_t> GroupCore::Admit() {
+  RunPendingCancel();
+  // A cancelled group starts nothing: fail-fast has tripped, or the group (or a parent) was
+  // cancelled, or it is being destroyed. A cancel racing this check admits a child that then
+  // sees a cancelled token, as a child already running does.
+  if (token_.is_cancelled()) return std::errc::operation_canceled;
+  lock_.lock();
+  ++running_;
+  std::uint64_t id = next_id_++;
+  lock_.unlock();
+  return id;
+}
+
+void GroupCore::Withdraw() {
+  lock_.lock();
+  --running_;
+  if (running_ == 0) {
+    while (!all_waiters_.empty()) next_waiters_.push_back(all_waiters_.pop_front());
+    sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted);
+  } else {
+    lock_.unlock();
+  }
+}
+
+void GroupCore::Finish(GroupChild* child, bool on_fiber) noexcept {
+  lock_.lock();
+  bool trip = false;
+  if (child->failed() && !failed_) {
+    failed_ = true;
+    first_exception_ = child->exception;
+    first_error_ = child->error;
+    trip = policy_ == GroupPolicy::kFailFast;
+  }
+  if (trip) {
+    // Before the child is published, so that a joiner woken by it finds the siblings cancelled.
+    // Not under lock_: the token's callbacks run here and may park.
+    lock_.unlock();
+    bool pending = false;
+    if (on_fiber) {
+      source_.cancel();
+    } else if (!sync_internal::CancelOnDeadlineThread(StateOf(token_)).ok()) {
+      // A child that could not start reports on a worker's own context, which cannot park (as
+      // a callback may): the deadline thread cancels instead, or, without memory or a thread
+      // for it, the next join or spawn (RunPendingCancel).
+      pending = true;
+    }
+    lock_.lock();
+    cancel_pending_ = cancel_pending_ || pending;
+  }
+  if (discard_) {
+    --running_;
+    if (running_ == 0) {
+      while (!all_waiters_.empty()) next_waiters_.push_back(all_waiters_.pop_front());
+      sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted);
+    } else {
+      lock_.unlock();
+    }
+    child->destroy(child);  // its own memory: the group may be gone by now
+    return;
+  }
+  child->next = nullptr;
+  if (done_tail_ != nullptr) {
+    done_tail_->next = child;
+  } else {
+    done_head_ = child;
+  }
+  done_tail_ = child;
+  ++finished_;
+  --running_;
+  if (running_ == 0) {
+    while (!all_waiters_.empty()) next_waiters_.push_back(all_waiters_.pop_front());
+    sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted);
+  } else {
+    sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted, 1);
+  }
+}
+
+Result<GroupChild*> GroupCore::Wait(bool all, const WaitOptions& options) {
+  if (IsOwnChild()) return std::errc::resource_deadlock_would_occur;
+  RunPendingCancel();
+  std::errc gave_up{};
+  lock_.lock();
+  for (;;) {
+    if (all && running_ == 0) {
+      GroupChild* head = std::exchange(done_head_, nullptr);
+      done_tail_ = nullptr;
+      finished_ = 0;
+      lock_.unlock();
+      return head;
+    }
+    if (!all && done_head_ != nullptr) {
+      GroupChild* c = done_head_;
+      done_head_ = c->next;
+      if (done_head_ == nullptr) done_tail_ = nullptr;
+      --finished_;
+      lock_.unlock();
+      c->next = nullptr;
+      return c;
+    }
+    if (!all && running_ == 0) {
+      lock_.unlock();
+      return std::errc::no_child_process;
+    }
+    if (gave_up != std::errc{}) {
+      lock_.unlock();
+      return gave_up;
+    }
+    // The node lives in the Waiter (Waiter::own_node): an execution waits on one thing at a time.
+    Waiter& self = current_waiter();
+    sync_internal::WaitNode& node = self.own_node();
+    node.waiter = &self;
+    // relaxed: nobody sees the node before push_back (under lock_) publishes it.
+    node.state.store(sync_internal::kWaiting, std::memory_order_relaxed);
+    sync_internal::WaitQueue& queue = all ? all_waiters_ : next_waiters_;
+    queue.push_back(&node);
+    lock_.unlock();
+    sync_internal::ParkResult r = sync_internal::Park(
+        self,
+        [&] {
+          // acquire: pairs with Grant's release; what the finishing child wrote is visible.
+          return node.state.load(std::memory_order_acquire) != sync_internal::kWaiting;
+        },
+        options, "TaskGroup", this);
+    lock_.lock();
+    if (r != sync_internal::ParkResult::kWoken) {
+      // relaxed: under lock_, which every grant holds.
+      if (node.state.load(std::memory_order_relaxed) == sync_internal::kWaiting) {
+        queue.remove(&node);
+        lock_.unlock();
+        return sync_internal::ErrorOf(r);
+      }
+      gave_up = sync_internal::ErrorOf(r);  // granted as it gave up: take what is there
+    }
+  }
+}
+
+Result<GroupChild*> GroupCore::TakeNext(const WaitOptions& options) { return Wait(false, options); }
+
+Result<GroupChild*> GroupCore::TakeAll(const WaitOptions& options) { return Wait(true, options); }
+
+Result<void> GroupCore::FirstFailure() const {
+  lock_.lock();
+  bool failed = failed_;
+  std::exception_ptr exception = first_exception_;
+  std::errc error = first_error_;
+  lock_.unlock();
+  if (!failed) return {};
+  if (exception != nullptr) std::rethrow_exception(exception);
+  return error;
+}
+
+void GroupCore::Cancel() { source_.cancel(); }
+
+std::size_t GroupCore::size() const {
+  lock_.lock();
+  std::size_t n = running_ + finished_;
+  lock_.unlock();
+  return n;
+}
+
+void GroupCore::CancelAndJoin() noexcept {
+  if (IsOwnChild()) {
+    std::fprintf(stderr,
+                 "weft: a TaskGroup destroyed by one of its own children (it would wait "
+                 "for itself)\n");
+    std::abort();
+  }
+  RunPendingCancel();
+  source_.cancel();
+  for (;;) {
+    Result<GroupChild*> taken = Wait(/*all=*/true, {});
+    if (taken.ok()) {
+      for (GroupChild* c = *taken; c != nullptr;) {
+        GroupChild* done = std::exchange(c, c->next);
+        done->destroy(done);
+      }
+      return;
+    }
+    // Only an interrupted wait fails here (its runtime shuts down, and every wait of its fibers
+    // ends at once): the children are unwinding too; let them run.
+    this_fiber::yield();
+  }
+}
+
+}  // namespace scheduler_internal
+
+namespace this_fiber {
+CancellationToken group_token() {
+  const CancellationToken* token = scheduler_internal::CurrentGroupToken();
+  return token != nullptr ? *token : CancellationToken();
+}
+}  // namespace this_fiber
+
+}  // namespace weft

@@ -1,0 +1,412 @@
+// scheduler/task_group.h: structured concurrency. A TaskGroup owns the fibers spawned into it:
+// it waits for them all (join_all), hands them out as they finish (join_next), cancels them
+// together through one token (cancel), and never lets one outlive it: its destructor cancels and
+// joins whatever is left. Go's errgroup, Tokio's JoinSet, Trio's nursery.
+//
+// Defines: weft::TaskGroup<T>, weft::GroupPolicy, weft::TaskGroupOptions, weft::Completed<T>,
+// weft::this_fiber::group_token.
+//
+// A child fails when it throws (or cannot start: no stack), or, in a group of Result<U>, when
+// it returns an error. The policy says what a failure does:
+//   kFailFast    the first failure cancels the group's token at once (the siblings' waits that
+//                take it end with operation_canceled) and new spawns are refused; join_all
+//                reports that failure. errgroup.WithContext.
+//   kCollectAll  a failure cancels nothing; every child runs to its end; join_next hands each
+//                outcome out, and join_all reports the first failure once all have finished.
+//
+// Cancellation is cooperative, as everywhere in weft: a child sees it through the group's token
+// (passed to it when the callable takes a `const CancellationToken&`, and returned by
+// token() and this_fiber::group_token()), which it gives to its waits in WaitOptions.
+//
+// Groups nest: a group made in a child of another group is linked to that group's token
+// (unless TaskGroupOptions::parent says otherwise), so cancelling a group, or its deadline,
+// reaches every group below it. A child group's failure reaches the parent as the child's own:
+// join_all rethrows or returns it, and the child, by returning it, fails in the parent's group.
+//
+// Threads: spawn, cancel, token and size may be called from any thread or fiber at once,
+// children included (a child may spawn siblings). join_next from several fibers at once hands
+// each finished child to exactly one of them. Concurrent join_all calls all return once no child
+// runs, the values going to whichever took them first. A child must not join or destroy its own
+// group (join_next / join_all return resource_deadlock_would_occur; the destructor aborts with a
+// message; a grandchild joining it is not detected, and waits forever). Destroying a group while
+// another fiber, not one of its children, is in one of its calls is a bug, as for every
+// primitive in //sync. Runtime shutdown ends the group's waits like any other (operation_canceled),
+// except the destructor's, which keeps waiting while the children unwind.
+
+#ifndef WEFT_SCHEDULER_TASK_GROUP_H_
+#define WEFT_SCHEDULER_TASK_GROUP_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <new>
+#include <optional>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "weft/base/result.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/internal/spin_lock.h"
+#include "weft/sync/internal/wait_queue.h"
+
+namespace weft {
+
+enum class GroupPolicy { kFailFast, kCollectAll };
+
+struct TaskGroupOptions {
+  GroupPolicy policy = GroupPolicy::kFailFast;
+  // parent: the token the group's own is linked to (cancelled with it, ending at its deadline).
+  // Unset: the token of the group whose child makes this one, if any (none outside groups). A
+  // default CancellationToken: none, even inside a group.
+  std::optional<CancellationToken> parent = std::nullopt;
+  // discard_outcomes: a child's outcome is dropped as it finishes (its value freed at once), all
+  // but the first failure, which join_all still reports; join_next only waits for the children
+  // to finish, then reports no_child_process. For groups that live long and spawn without end:
+  // a server's connections.
+  bool discard_outcomes = false;
+};
+
+namespace scheduler_internal {
+
+template <typename T>
+struct IsResult : std::false_type {};
+template <typename U>
+struct IsResult<Result<U>> : std::true_type {};
+
+// GroupChild: what the group keeps of a child: its outcome, on the finished list until taken.
+struct GroupChild {
+  GroupChild* next = nullptr;
+  std::uint64_t id = 0;
+  std::exception_ptr exception;  // it threw, or could not start
+  std::errc error{};             // it returned a Result holding this
+  void (*destroy)(GroupChild*) noexcept = nullptr;
+  bool failed() const { return exception != nullptr || error != std::errc{}; }
+};
+
+// GroupCore: the group's state, shared with its children (who outlive neither it nor their
+// report to it). Out of line in task_group.cc.
+class GroupCore {
+ public:
+  GroupCore(Runtime* rt, const TaskGroupOptions& options);
+  ~GroupCore();
+  GroupCore(const GroupCore&) = delete;
+  GroupCore& operator=(const GroupCore&) = delete;
+
+  Runtime* runtime() const { return rt_; }
+  const CancellationToken& token() const { return token_; }
+  // Admit: counts a child about to be spawned and gives its id; operation_canceled once the
+  // group is cancelled. Withdraw: an admitted child that could not be spawned after all.
+  Result<std::uint64_t> Admit();
+  void Withdraw();
+  // Finish: the child's last step, on its fiber (on_fiber) or, for one that could not start, on
+  // a worker's own context. After it, the child is the group's: it may be freed at once.
+  void Finish(GroupChild* child, bool on_fiber) noexcept;
+  // TakeNext: a finished child not yet taken, waiting for one; no_child_process when none is
+  // finished and none runs.
+  Result<GroupChild*> TakeNext(const WaitOptions& options);
+  // TakeAll: waits until no child runs, then takes the finished list (completion order).
+  Result<GroupChild*> TakeAll(const WaitOptions& options);
+  // FirstFailure: ok, or the first failure's error; rethrows it if it was an exception.
+  Result<void> FirstFailure() const;
+  void Cancel();
+  std::size_t size() const;
+  // CancelAndJoin: the destructor's: cancels, waits for every child (through interruptions),
+  // frees the finished ones.
+  void CancelAndJoin() noexcept;
+
+ private:
+  bool IsOwnChild() const;
+  void RunPendingCancel();
+  Result<GroupChild*> Wait(bool all, const WaitOptions& options);
+
+  Runtime* const rt_;
+  const GroupPolicy policy_;
+  const bool discard_;
+  CancellationSource source_;
+  const CancellationToken token_;
+  mutable sync_internal::SpinLock lock_;            // mutable: size() takes it
+  std::size_t running_ ABSL_GUARDED_BY(lock_) = 0;  // admitted, not finished
+  std::size_t finished_ ABSL_GUARDED_BY(lock_) = 0;
+  GroupChild* done_head_ ABSL_GUARDED_BY(lock_) = nullptr;
+  GroupChild* done_tail_ ABSL_GUARDED_BY(lock_) = nullptr;
+  std::uint64_t next_id_ ABSL_GUARDED_BY(lock_) = 1;
+  // The first failure (completion order); written once, under lock_, read after.
+  bool failed_ ABSL_GUARDED_BY(lock_) = false;
+  std::exception_ptr first_exception_ ABSL_GUARDED_BY(lock_);
+  std::errc first_error_ ABSL_GUARDED_BY(lock_){};
+  // A fail-fast cancel that neither its child nor the deadline thread could make (see Finish).
+  bool cancel_pending_ ABSL_GUARDED_BY(lock_) = false;
+  sync_internal::WaitQueue next_waiters_ ABSL_GUARDED_BY(lock_);  // join_next
+  sync_internal::WaitQueue all_waiters_ ABSL_GUARDED_BY(lock_);   // join_all, the destructor
+};
+
+// GroupChildOf<T>: a child's record with its value, which Completed<T> reads without knowing
+// the callable's type.
+template <typename T>
+struct GroupChildOf : GroupChild {
+  std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
+};
+
+// GroupChildState: a child's record, callable and fiber body in one allocation (as SpawnState).
+template <typename T, typename F>
+struct GroupChildState final : GroupChildOf<T>, FiberBody {
+  GroupChildState(GroupCore* c, F&& f) : core(c), fn(std::move(f)) { this->destroy = &Destroy; }
+  static GroupChildState* New(GroupCore* core, F&& f) {
+    static_assert(alignof(GroupChildState) <= 16, "AllocateSpawnState aligns to 16");
+    void* p = AllocateSpawnState(sizeof(GroupChildState));
+    try {
+      return ::new (p) GroupChildState(core, std::move(f));
+    } catch (...) {
+      FreeSpawnState(p);
+      throw;
+    }
+  }
+  static void Destroy(GroupChild* base) noexcept {
+    auto* self = static_cast<GroupChildState*>(base);
+    self->~GroupChildState();
+    FreeSpawnState(self);
+  }
+  decltype(auto) Invoke() {
+    if constexpr (std::is_invocable_v<F&, const CancellationToken&>) {
+      return (*fn)(core->token());
+    } else {
+      return (*fn)();
+    }
+  }
+  void run() override {
+    SetGroupToken(&core->token());
+    try {
+      if constexpr (std::is_void_v<T>) {
+        Invoke();
+      } else {
+        this->value.emplace(Invoke());
+        if constexpr (IsResult<T>::value) {
+          if (!this->value->ok()) this->error = this->value->error();
+        }
+      }
+    } catch (...) {
+      this->exception = std::current_exception();
+    }
+    fn.reset();
+    SetGroupToken(nullptr);
+    core->Finish(this, /*on_fiber=*/true);  // the last touch of *this
+  }
+  void fail(std::exception_ptr why) override {
+    fn.reset();
+    this->exception = std::move(why);
+    core->Finish(this, /*on_fiber=*/false);
+  }
+
+  GroupCore* const core;
+  std::optional<F> fn;
+};
+
+template <typename T>
+struct JoinAllOf {
+  using values = std::vector<T>;
+  using type = Result<values>;
+};
+template <>
+struct JoinAllOf<void> {
+  using type = Result<void>;
+};
+template <>
+struct JoinAllOf<Result<void>> {
+  using type = Result<void>;
+};
+template <typename U>
+struct JoinAllOf<Result<U>> {
+  using values = std::vector<U>;
+  using type = Result<values>;
+};
+
+}  // namespace scheduler_internal
+
+// Completed<T>: one finished child, as join_next hands it out. Move-only; owns the outcome.
+template <typename T>
+class [[nodiscard]] Completed {
+ public:
+  Completed(Completed&& other) noexcept : child_(std::exchange(other.child_, nullptr)) {}
+  Completed& operator=(Completed&& other) noexcept {
+    if (this != &other) {
+      reset();
+      child_ = std::exchange(other.child_, nullptr);
+    }
+    return *this;
+  }
+  Completed(const Completed&) = delete;
+  Completed& operator=(const Completed&) = delete;
+  ~Completed() { reset(); }
+
+  // id: what spawn returned for this child.
+  std::uint64_t id() const { return child_->id; }
+  // failed: it threw, could not start, or (a group of Result<U>) returned an error.
+  bool failed() const { return child_->failed(); }
+  std::exception_ptr exception() const { return child_->exception; }
+  // get: its value (nothing for void), moved out; rethrows its exception. Once.
+  T get() {
+    if (child_->exception) std::rethrow_exception(child_->exception);
+    if constexpr (!std::is_void_v<T>) return std::move(*State()->value);
+  }
+
+ private:
+  template <typename>
+  friend class TaskGroup;
+  explicit Completed(scheduler_internal::GroupChild* c) : child_(c) {}
+  scheduler_internal::GroupChildOf<T>* State() const {
+    return static_cast<scheduler_internal::GroupChildOf<T>*>(child_);
+  }
+  void reset() {
+    using scheduler_internal::GroupChild;
+    if (GroupChild* done = std::exchange(child_, nullptr)) done->destroy(done);
+  }
+  scheduler_internal::GroupChild* child_;
+};
+
+template <typename T = void>
+class TaskGroup {
+ public:
+  // TaskGroup: children run on `rt`; without it, on the runtime of the calling fiber (spawn
+  // reports invalid_argument outside one). Throws std::bad_alloc.
+  explicit TaskGroup(TaskGroupOptions options = {})
+      : core_(std::make_unique<scheduler_internal::GroupCore>(Runtime::current(), options)) {}
+  explicit TaskGroup(Runtime& rt, TaskGroupOptions options = {})
+      : core_(std::make_unique<scheduler_internal::GroupCore>(&rt, options)) {}
+  // ~TaskGroup: cancels the group, then waits for every child to finish (never detaches); the
+  // outcomes nobody took are dropped (a failure too: call join_all to see it).
+  ~TaskGroup() {
+    if (core_ != nullptr) core_->CancelAndJoin();
+  }
+  // Movable (not while in use); a moved-from group's joins report invalid_argument.
+  TaskGroup(TaskGroup&&) noexcept = default;
+  TaskGroup(const TaskGroup&) = delete;
+  TaskGroup& operator=(const TaskGroup&) = delete;
+  TaskGroup& operator=(TaskGroup&&) = delete;
+
+  // spawn: runs f() (or f(token), if it takes a const CancellationToken&) on a new fiber of the
+  // group; returns the child's id (1, 2, ... in spawn order). Its result must convert to T (be
+  // void, for TaskGroup<void>). Errors: operation_canceled (the group is cancelled: nothing
+  // runs), invalid_argument (no runtime; a stack size no class has), not_enough_memory.
+  template <typename F>
+  Result<std::uint64_t> spawn(F f, const FiberOptions& options = {}) {
+    using R = decltype(std::declval<scheduler_internal::GroupChildState<T, F>&>().Invoke());
+    static_assert(std::is_void_v<T> ? std::is_void_v<R> : std::is_convertible_v<R, T>,
+                  "a TaskGroup<T> child returns T (void for TaskGroup<void>)");
+    using State = scheduler_internal::GroupChildState<T, F>;
+    if (core_ == nullptr || core_->runtime() == nullptr) return std::errc::invalid_argument;
+    Result<std::uint64_t> id = core_->Admit();
+    if (!id) return id;
+    State* state;
+    try {
+      state = State::New(core_.get(), std::move(f));
+    } catch (const std::bad_alloc&) {
+      core_->Withdraw();
+      return std::errc::not_enough_memory;
+    } catch (...) {  // F's move constructor threw
+      core_->Withdraw();
+      throw;
+    }
+    state->id = *id;
+    try {
+      scheduler_internal::Spawn(*core_->runtime(), state, options);
+    } catch (const std::system_error& e) {
+      State::Destroy(state);
+      core_->Withdraw();
+      return static_cast<std::errc>(e.code().value());
+    } catch (const std::bad_alloc&) {
+      State::Destroy(state);
+      core_->Withdraw();
+      return std::errc::not_enough_memory;
+    }
+    return id;
+  }
+
+  // join_next: the next child to finish that nobody has taken yet (completion order), waiting
+  // for one if none has. Errors: no_child_process (none finished and none running),
+  // timed_out / operation_canceled per options, resource_deadlock_would_occur (from a child).
+  Result<Completed<T>> join_next(const WaitOptions& options = {}) {
+    if (core_ == nullptr) return std::errc::invalid_argument;  // moved from
+    Result<scheduler_internal::GroupChild*> c = core_->TakeNext(options);
+    if (!c) return c.error();
+    return Completed<T>(*c);
+  }
+
+  // join_all: waits until no child runs, then takes every outcome join_next has not. Returns the
+  // group's first failure (completion order, including one join_next handed out): rethrows it
+  // if it threw, else returns its error. Otherwise, for a TaskGroup<void> or <Result<void>>,
+  // success; for <Result<U>>, the U values, and for other T the values, of the children it took,
+  // in spawn order. Errors: timed_out / operation_canceled per options (nothing is taken),
+  // resource_deadlock_would_occur (from a child).
+  typename scheduler_internal::JoinAllOf<T>::type join_all(const WaitOptions& options = {});
+
+  // cancel: cancels the group's token (the children's waits that take it end with
+  // operation_canceled, and groups nested in them are cancelled too); later spawns are refused.
+  // Idempotent.
+  void cancel() {
+    if (core_ != nullptr) core_->Cancel();
+  }
+  bool is_cancelled() const { return core_ != nullptr && core_->token().is_cancelled(); }
+  // token: a moved-from group's is a default token.
+  const CancellationToken& token() const {
+    static const CancellationToken kNone;
+    return core_ != nullptr ? core_->token() : kNone;
+  }
+  // size: children spawned and not yet taken (running, or finished and waiting for a join).
+  std::size_t size() const { return core_ != nullptr ? core_->size() : 0; }
+
+ private:
+  std::unique_ptr<scheduler_internal::GroupCore> core_;
+};
+
+template <typename T>
+typename scheduler_internal::JoinAllOf<T>::type TaskGroup<T>::join_all(const WaitOptions& options) {
+  using scheduler_internal::GroupChild;
+  if (core_ == nullptr) return std::errc::invalid_argument;  // moved from
+  Result<GroupChild*> taken = core_->TakeAll(options);
+  if (!taken) return taken.error();
+  // What was taken is freed however this returns (a rethrow, a std::bad_alloc included).
+  struct Owned {
+    GroupChild* head;
+    ~Owned() {
+      while (head != nullptr) {
+        GroupChild* done = std::exchange(head, head->next);
+        done->destroy(done);
+      }
+    }
+  } owned{*taken};
+  if (Result<void> failure = core_->FirstFailure(); !failure) return failure.error();
+  if constexpr (std::is_same_v<typename scheduler_internal::JoinAllOf<T>::type, Result<void>>) {
+    return {};
+  } else {
+    std::vector<GroupChild*> order;
+    for (GroupChild* c = owned.head; c != nullptr; c = c->next) order.push_back(c);
+    std::sort(order.begin(), order.end(),
+              [](const GroupChild* a, const GroupChild* b) { return a->id < b->id; });
+    typename scheduler_internal::JoinAllOf<T>::values values;
+    values.reserve(order.size());
+    for (GroupChild* c : order) {
+      auto& value = *static_cast<scheduler_internal::GroupChildOf<T>*>(c)->value;
+      if constexpr (scheduler_internal::IsResult<T>::value) {
+        values.push_back(std::move(*value));
+      } else {
+        values.push_back(std::move(value));
+      }
+    }
+    return values;
+  }
+}
+
+namespace this_fiber {
+// group_token: the token of the TaskGroup whose child the calling fiber is; a default token
+// (never cancelled) elsewhere.
+CancellationToken group_token();
+}  // namespace this_fiber
+
+}  // namespace weft
+
+#endif  // WEFT_SCHEDULER_TASK_GROUP_H_
