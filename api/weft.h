@@ -14,5 +14,6 @@
 #include "weft/sync/channel.h"          // IWYU pragma: export
 #include "weft/sync/coordination.h"     // IWYU pragma: export
 #include "weft/sync/mutex.h"            // IWYU pragma: export
+#include "weft/sync/timer.h"            // IWYU pragma: export
 
 #endif  // WEFT_API_WEFT_H_

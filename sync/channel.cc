@@ -11,6 +11,14 @@
 // and park. A counterpart that finds such a node claims the whole select with a CAS on
 // group.fired (-1 -> its case); a node whose select already fired is dropped. A timeout or
 // cancellation claims it with -2 instead, so exactly one outcome wins.
+//
+// Timer and token cases have no counterpart that claims the select. A timer case (a
+// Selectable) queues a plain node that its owner grants when it may have become ready sooner
+// than the time the select parks until (a reset to an earlier deadline); a token case registers
+// a callback that sets group.recheck. The select parks until a channel claims it, a node is
+// granted, recheck is set, or the earliest timer or token deadline passes; then it looks at its
+// timer and token cases (in a random order) and claims a ready one with the same CAS, under the
+// timer's lock, or watches them again and parks again.
 
 #include "weft/sync/channel.h"
 
@@ -29,8 +37,13 @@
 namespace weft {
 namespace sync_internal {
 
+// SelectGroup: one waiting select. fired: -1 while open, then the index of the case that
+// happened, or kAborted, claimed by a CAS (reopened only by Requeue). recheck: a token case's
+// callback asks the select to look at its timer and token cases again.
 struct SelectGroup {
   atomic<int> fired{-1};
+  atomic<bool> recheck{false};
+  Waiter* waiter = nullptr;
 };
 
 namespace {
@@ -306,16 +319,63 @@ std::size_t RandomBelow(std::size_t n) {
 
 }  // namespace
 
+namespace {
+
+enum class CaseKind : unsigned char { kChannel, kTimer, kToken };
+
+// KindOf: a case's kind, or nullopt for a case select refuses (not exactly one kind, a channel
+// case without a value, a send flag or value on a token case, a refused timer).
+std::optional<CaseKind> KindOf(const SelectCase& c) {
+  const int kinds = int{c.channel != nullptr} + int{c.timer != nullptr} + int{c.token != nullptr};
+  if (kinds != 1) return std::nullopt;
+  if (c.channel != nullptr) {
+    if (c.value == nullptr) return std::nullopt;
+    return CaseKind::kChannel;
+  }
+  if (c.is_send) return std::nullopt;
+  if (c.timer != nullptr) {
+    if (c.timer->select_refused()) return std::nullopt;
+    return CaseKind::kTimer;
+  }
+  if (c.value != nullptr) return std::nullopt;
+  return CaseKind::kToken;
+}
+
+std::optional<SyncClock::time_point> Earliest(std::optional<SyncClock::time_point> a,
+                                              std::optional<SyncClock::time_point> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::min(*a, *b);
+}
+
+// WakeSelect: a token case's cancellation callback, on the cancelling execution: asks the
+// select to look at its timer and token cases again.
+void WakeSelect(void* arg) {
+  auto* group = static_cast<sync_internal::SelectGroup*>(arg);
+  // release: pairs with the select's acquire exchange; ordered after the cancel flag's store.
+  group->recheck.store(true, std::memory_order_release);
+  group->waiter->notify();  // Waiters stay valid for a late notify (sync/waiter.h)
+}
+
+}  // namespace
+
 Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions& options,
                             bool has_default) {
   using namespace sync_internal;
   const std::size_t n = cases.size();
   Waiter* me = &current_waiter();
   if (n > kMaxSelectCases) return std::errc::invalid_argument;
-  // A zero-initialised or partly filled case (no channel, or no value to send from or receive
-  // into) is refused before any channel is touched.
-  for (const SelectCase& c : cases) {
-    if (c.channel == nullptr || c.value == nullptr) return std::errc::invalid_argument;
+  // A zero-initialised or partly filled case is refused before any channel is touched.
+  CaseKind kind[kMaxSelectCases];
+  int others[kMaxSelectCases];  // the timer and token cases
+  std::size_t nothers = 0;
+  bool any_timer = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::optional<CaseKind> k = KindOf(cases[i]);
+    if (!k) return std::errc::invalid_argument;
+    kind[i] = *k;
+    if (*k != CaseKind::kChannel) others[nothers++] = static_cast<int>(i);
+    any_timer = any_timer || *k == CaseKind::kTimer;
   }
   if (n == 0) {
     if (has_default) return SelectResult{-1, false};
@@ -323,26 +383,50 @@ Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions
     return ErrorOf(Park(
         *me, [] { return false; }, options, "select (no cases)", nullptr));
   }
-  // Lock order: distinct channels by address.
-  ChannelCore* locks[kMaxSelectCases];
+  // Lock order: the distinct locks of the channels and timers, by address.
+  SpinLock* locks[kMaxSelectCases];
   std::size_t nlocks = 0;
-  for (const SelectCase& c : cases) locks[nlocks++] = c.channel;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (kind[i] == CaseKind::kChannel) locks[nlocks++] = &cases[i].channel->lock_;
+    if (kind[i] == CaseKind::kTimer) locks[nlocks++] = &cases[i].timer->select_lock();
+  }
   std::sort(locks, locks + nlocks);
   nlocks = static_cast<std::size_t>(std::unique(locks, locks + nlocks) - locks);
-  auto lock_all = [&] {
-    for (std::size_t i = 0; i < nlocks; ++i) locks[i]->lock_.lock();
+  auto lock_all = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (std::size_t i = 0; i < nlocks; ++i) locks[i]->lock();
   };
-  auto unlock_all = [&] {
-    for (std::size_t i = nlocks; i-- > 0;) locks[i]->lock_.unlock();
+  auto unlock_all = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (std::size_t i = nlocks; i-- > 0;) locks[i]->unlock();
   };
   // Poll order: a random permutation, so ready cases are chosen fairly.
   int order[kMaxSelectCases];
   for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<int>(i);
   for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[RandomBelow(i)]);
 
+  // epoch: each timer case's SelectEpoch() as the select begins: a timer made ready and then
+  // reset or stopped after this still counts as having happened during the select.
+  std::uint64_t epoch[kMaxSelectCases];
   lock_all();
+  const SyncClock::time_point now = any_timer ? Now() : SyncClock::time_point();
   for (std::size_t i = 0; i < n; ++i) {
-    const SelectCase& c = cases[order[i]];
+    const int index = order[i];
+    const SelectCase& c = cases[index];
+    if (kind[index] == CaseKind::kToken) {
+      if (c.token->is_cancelled()) {
+        unlock_all();
+        return SelectResult{index, true};
+      }
+      continue;
+    }
+    if (kind[index] == CaseKind::kTimer) {
+      epoch[index] = c.timer->SelectEpoch();
+      if (c.timer->SelectReady(epoch[index], now)) {
+        c.timer->SelectTake(c.value, now);
+        unlock_all();
+        return SelectResult{index, true};
+      }
+      continue;
+    }
     Waiter* notify = nullptr;
     std::errc e;
     try {
@@ -355,7 +439,7 @@ Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions
     if (e != std::errc::resource_unavailable_try_again) {
       unlock_all();
       if (notify != nullptr) notify->notify();
-      return SelectResult{order[i], e == std::errc{}};
+      return SelectResult{index, e == std::errc{}};
     }
   }
   if (has_default) {
@@ -363,34 +447,132 @@ Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions
     return SelectResult{-1, false};
   }
   SelectGroup group;
-  ChannelNode nodes[kMaxSelectCases];
+  group.waiter = me;
+  ChannelNode nodes[kMaxSelectCases];  // the channel and timer cases'
+  // wake_at: when a timer or token case may become ready with nobody telling the select (a
+  // timer's deadline, a token's cancel_at): the park ends then, and the cases are looked at.
+  std::optional<SyncClock::time_point> wake_at;
   for (std::size_t i = 0; i < n; ++i) {
+    const SelectCase& c = cases[i];
     nodes[i].waiter = me;
-    nodes[i].group = &group;
-    nodes[i].case_index = static_cast<int>(i);
-    nodes[i].value = cases[i].value;
-    nodes[i].assign = !cases[i].is_send;
-    cases[i].channel->Enqueue(&nodes[i], cases[i].is_send);
+    if (kind[i] == CaseKind::kChannel) {
+      nodes[i].group = &group;
+      nodes[i].case_index = static_cast<int>(i);
+      nodes[i].value = c.value;
+      nodes[i].assign = !c.is_send;
+      c.channel->Enqueue(&nodes[i], c.is_send);
+    } else if (kind[i] == CaseKind::kTimer) {
+      wake_at = Earliest(wake_at, c.timer->SelectWatch(&nodes[i]));
+    } else {
+      wake_at = Earliest(wake_at, c.token->deadline());
+    }
   }
   unlock_all();
-  // acquire: pairs with the claimer's acq_rel CAS.
-  ParkResult r = Park(
-      *me, [&] { return group.fired.load(std::memory_order_acquire) != -1; }, options, "select",
-      nullptr);
-  if (r != ParkResult::kWoken) {
+  // Token cases register after the poll: a callback can then only find the select waiting. A
+  // token cancelled in between fails its registration, and the select looks again at once.
+  CancelRegistration regs[kMaxSelectCases];
+  bool registered[kMaxSelectCases] = {};
+  for (std::size_t k = 0; k < nothers; ++k) {
+    const int i = others[k];
+    if (kind[i] != CaseKind::kToken) continue;
+    CancelState* state = StateOf(*cases[i].token);
+    if (state == nullptr) continue;  // a default token: never cancelled
+    regs[i].fn = &WakeSelect;
+    regs[i].arg = &group;
+    registered[i] = Register(state, &regs[i]);
+    // relaxed: read by this execution only, in done() below.
+    if (!registered[i]) group.recheck.store(true, std::memory_order_relaxed);
+  }
+  // done: a channel case claimed the select, or a timer or token case may have become ready
+  // (acquire: pairs with Grant's and WakeSelect's releases, and the claimer's acq_rel CAS).
+  auto done = [&] {
+    if (group.fired.load(std::memory_order_acquire) != -1) return true;
+    if (group.recheck.load(std::memory_order_acquire)) return true;
+    for (std::size_t k = 0; k < nothers; ++k) {
+      const int i = others[k];
+      if (kind[i] == CaseKind::kTimer && nodes[i].state.load(std::memory_order_acquire) != kWaiting)
+        return true;
+    }
+    return false;
+  };
+  // claim: this select happens as case i, unless another case claimed it first.
+  auto claim = [&](int i) {
     int expected = -1;
-    // acq_rel: either we claim the select as aborted, or we see the case that won.
-    group.fired.compare_exchange_strong(expected, kAborted, std::memory_order_acq_rel);
+    // acq_rel: as a channel counterpart's claim (ChannelCore::TakeWaiter).
+    return group.fired.compare_exchange_strong(expected, i, std::memory_order_acq_rel);
+  };
+  // look_again: polls the timer and token cases in a random order; true once the select is
+  // decided (by one of them, or by a channel case meanwhile). Else each timer case is watched
+  // again and wake_at recomputed.
+  auto look_again = [&] {
+    int shuffled[kMaxSelectCases];
+    std::copy(others, others + nothers, shuffled);
+    for (std::size_t k = nothers; k > 1; --k) std::swap(shuffled[k - 1], shuffled[RandomBelow(k)]);
+    wake_at.reset();
+    for (std::size_t k = 0; k < nothers; ++k) {
+      const int i = shuffled[k];
+      const SelectCase& c = cases[i];
+      if (kind[i] == CaseKind::kToken) {
+        if (c.token->is_cancelled()) {
+          (void)claim(i);
+          return true;
+        }
+        wake_at = Earliest(wake_at, c.token->deadline());
+        continue;
+      }
+      SpinLock& lock = c.timer->select_lock();
+      lock.lock();
+      const SyncClock::time_point t = Now();
+      if (c.timer->SelectReady(epoch[i], t)) {
+        if (claim(i)) c.timer->SelectTake(c.value, t);  // under the timer's lock: a Ticker's tick
+        lock.unlock();                                  // goes to one select or tick() only
+        return true;
+      }
+      wake_at = Earliest(wake_at, c.timer->SelectWatch(&nodes[i]));
+      lock.unlock();
+    }
+    return group.fired.load(std::memory_order_acquire) != -1;
+  };
+
+  ParkResult r;
+  for (;;) {
+    // The park ends at the earlier of the select's own deadline and wake_at; reaching wake_at
+    // only means looking at the cases again.
+    WaitOptions park = options;
+    const bool cases_first = wake_at && (!options.deadline || *wake_at < *options.deadline);
+    if (cases_first) park.deadline = wake_at;
+    r = Park(*me, done, park, "select", nullptr);
+    if (group.fired.load(std::memory_order_acquire) != -1) break;
+    // acquire: pairs with WakeSelect's release. Cleared before looking, so that a cancel during
+    // the look makes done() true again.
+    group.recheck.exchange(false, std::memory_order_acquire);
+    if (look_again()) break;  // a case that is ready as the select gives up still wins
+    if (r == ParkResult::kCancelled || (r == ParkResult::kTimedOut && !cases_first)) {
+      int expected = -1;
+      // acq_rel: either we claim the select as aborted, or we see the case that won.
+      group.fired.compare_exchange_strong(expected, kAborted, std::memory_order_acq_rel);
+      break;
+    }
+  }
+  // Deregister: once it returns, no WakeSelect runs on our group (it parks for a running one).
+  for (std::size_t k = 0; k < nothers; ++k) {
+    const int i = others[k];
+    if (registered[i]) Deregister(StateOf(*cases[i].token), &regs[i]);
   }
   // Take our nodes off every queue; this also waits for the winner to finish delivering (it
   // holds its channel's lock until the node's state is set).
   lock_all();
   for (std::size_t i = 0; i < n; ++i) {
-    if (nodes[i].queued) cases[i].channel->Dequeue(&nodes[i], cases[i].is_send);
+    if (kind[i] == CaseKind::kChannel && nodes[i].queued) {
+      cases[i].channel->Dequeue(&nodes[i], cases[i].is_send);
+    } else if (kind[i] == CaseKind::kTimer) {
+      cases[i].timer->SelectUnwatch(&nodes[i]);
+    }
   }
   unlock_all();
   int fired = group.fired.load(std::memory_order_acquire);
   if (fired == kAborted) return ErrorOf(r);
+  if (kind[fired] != CaseKind::kChannel) return SelectResult{fired, true};
   return SelectResult{fired, nodes[fired].state.load(std::memory_order_acquire) == kGranted};
 }
 

@@ -1,6 +1,7 @@
 // sync/channel.h: Go-style channels and select, parking fibers (or blocking threads).
 //
-// Defines: weft::Channel<T>, weft::SelectCase, weft::SelectResult, weft::select.
+// Defines: weft::Channel<T>, weft::SelectCase, weft::SelectResult, weft::select,
+// weft::cancel_case.
 //
 // Channel<T>: bounded FIFO (capacity >= 1) or unbuffered (capacity 0: a send completes only when
 // a receiver takes the value, a rendezvous). T may be move-only. close() is idempotent; values
@@ -16,7 +17,9 @@
 //
 // select(cases, options, has_default): exactly one case happens. When several are ready, one is
 // picked at random (fair). With has_default and none ready, returns index -1 at once. A close or
-// cancellation racing a select yields exactly one outcome.
+// cancellation racing a select yields exactly one outcome. Besides sends and receives, a case may
+// be a Timer or a Ticker (sync/timer.h: ready once its deadline or tick is due) or a
+// CancellationToken (cancel_case: ready once the token is cancelled).
 //
 // Destroying a Channel while anything waits on it aborts with a message.
 
@@ -24,6 +27,7 @@
 #define WEFT_SYNC_CHANNEL_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <optional>
 #include <span>
@@ -109,24 +113,86 @@ class ChannelCore {
   WaitQueue recvq_ ABSL_GUARDED_BY(lock_);
 };
 
+// Selectable: a select case that is neither a send nor a receive, made ready by time passing or
+// by its owner's calls rather than by a counterpart (a Timer, a Ticker: sync/timer.h). select
+// takes select_lock_ with the channels' locks (all in address order) to poll it, to watch it
+// (queue a node that the owner grants when the case may have become ready sooner than the time
+// Watch returned) and to claim it. The virtual calls below are made with select_lock_ held.
+class Selectable {
+ public:
+  SpinLock& select_lock() const { return select_lock_; }
+  // select_refused: a case that select() must refuse with invalid_argument (a Ticker whose
+  // period is not positive). Set before the object is shared, never changed.
+  bool select_refused() const { return select_refused_; }
+
+  // SelectEpoch: a count the owner raises each time the case becomes ready and then stops
+  // being ready by the owner's own call (a Timer whose deadline passed, then reset or stopped).
+  // SelectReady(epoch, now): ready now, or made ready since SelectEpoch() returned `epoch`.
+  virtual std::uint64_t SelectEpoch() const = 0;
+  virtual bool SelectReady(std::uint64_t epoch, SyncClock::time_point now) const = 0;
+  // SelectTake: the case happens (select claimed it). `out` is the case's value pointer (a
+  // Ticker writes the tick's time there), possibly null.
+  virtual void SelectTake(void* out, SyncClock::time_point now) = 0;
+  // SelectWatch: queues `node` (if it is not queued) for a grant when the case may become ready
+  // sooner than the returned time (nullopt: not before a grant). The caller then parks until
+  // the node is granted or that time passes, and asks again.
+  virtual std::optional<SyncClock::time_point> SelectWatch(WaitNode* node) = 0;
+  // SelectUnwatch: takes `node` off the queue if it is queued.
+  virtual void SelectUnwatch(WaitNode* node) = 0;
+
+ protected:
+  explicit Selectable(bool refused = false) : select_refused_(refused) {}
+  ~Selectable() = default;
+  Selectable(const Selectable&) = delete;
+  Selectable& operator=(const Selectable&) = delete;
+
+  mutable SpinLock select_lock_;
+
+ private:
+  const bool select_refused_;
+};
+
 }  // namespace sync_internal
 
-// SelectCase: one send or receive offered to select(). Make them with Channel::send_case and
-// Channel::recv_case; they refer to the channel and the value, which must outlive the select.
+// SelectCase: one case offered to select(), exactly one of:
+// - a send or receive: `channel`, `is_send` and `value`. Make them with Channel::send_case and
+//   Channel::recv_case; they refer to the channel and the value, which must outlive the select.
+// - a Timer or Ticker: `timer` (Timer::select_case, Ticker::select_case; a Ticker's case writes
+//   the tick's scheduled time to *value when value is not null).
+// - a CancellationToken: `token` (cancel_case); ready once the token is cancelled. The token
+//   must outlive the select.
+// Anything else (a zero-initialised case, a channel without a value, two kinds in one case) is
+// refused with invalid_argument.
 struct SelectCase {
-  sync_internal::ChannelCore* channel;
-  bool is_send;
-  void* value;  // send: the value (moved from only if this case happens); recv: receives it
+  sync_internal::ChannelCore* channel = nullptr;
+  bool is_send = false;
+  // send: the value (moved from only if this case happens); recv: receives it.
+  void* value = nullptr;
+  sync_internal::Selectable* timer = nullptr;
+  const CancellationToken* token = nullptr;
 };
+
+// cancel_case: a select case that happens when `token` is cancelled (at once if it is already;
+// a default token never is).
+inline SelectCase cancel_case(const CancellationToken& token) {
+  SelectCase c;
+  c.token = &token;
+  return c;
+}
 
 struct SelectResult {
   int index;  // the case that happened; -1: the default (nothing was ready)
-  bool ok;    // false: that case's channel was closed (nothing sent / received)
+  bool ok;    // false: that case's channel was closed (nothing sent / received); timer, ticker
+              // and token cases are always ok
 };
 
-// select: see the file comment. Errors: timed_out, operation_canceled; invalid_argument for no
-// cases with neither default, deadline nor token (it would block forever), for more than 64
-// cases, and for a case with a null channel or value (a zero-initialised SelectCase).
+// select: see the file comment. Errors: timed_out (options.deadline), operation_canceled
+// (options.cancel, or the runtime shutting down); invalid_argument for no cases with neither
+// default, deadline nor token (it would block forever), for more than 64 cases, and for a case
+// that is not exactly one of the kinds above (a zero-initialised SelectCase, a channel case
+// without a value), or a Ticker whose period is not positive. A timer case sees resets and
+// stops made while the select waits: it happens when the timer's deadline passes while the
+// timer is armed with it (docs/sync.md, "Timer and Ticker").
 Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions& options = {},
                             bool has_default = false);
 

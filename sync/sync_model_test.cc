@@ -13,7 +13,9 @@
 #include "weft/sync/cancellation.h"
 #include "weft/sync/channel.h"
 #include "weft/sync/coordination.h"
+#include "weft/sync/internal/wait_queue.h"
 #include "weft/sync/mutex.h"
+#include "weft/sync/timer.h"
 
 namespace weft {
 namespace {
@@ -26,6 +28,10 @@ using model::Report;
 WaitOptions InAnHour() {
   return WaitOptions{SyncClock::now() + std::chrono::hours(1), nullptr};  // the checker decides
 }
+
+// Timers read the model's clock (sync_internal::Now: 10 us per step, 1 s per timeout the
+// checker chooses), so a deadline half a second away is reached by one timeout.
+constexpr auto kHalfASecond = std::chrono::milliseconds(500);
 
 // Two threads each add 1 under the mutex: the count is 2 and no access races.
 TEST(SyncModelTest, MutexCountsEveryCriticalSection) {
@@ -182,6 +188,132 @@ TEST(SyncModelTest, SemaphoreAndWaitGroupWakeTheirWaiters) {
         t.join();
       },
       {.preemption_bound = 3});
+  ExpectAllSchedulesPass(r);
+}
+
+// Timer: a reset while a thread waits on a timer that is not armed ends the wait, whether the
+// reset comes before the wait queues, as it parks, or after; no schedule leaves it parked.
+TEST(SyncModelTest, TimerResetWakesItsWaiter) {
+  Report r = check(
+      [] {
+        Timer t;
+        model::thread waiter([&] { WEFT_MODEL_ASSERT(t.wait().ok()); });
+        WEFT_MODEL_ASSERT(!t.reset(kHalfASecond));  // it was not armed
+        waiter.join();
+      },
+      {.preemption_bound = 2});
+  ExpectAllSchedulesPass(r);
+}
+
+// Timer: stop racing a wait and the deadline. A stop that beat the deadline (returns true)
+// means no fire: the wait ends by its own deadline, never ok.
+TEST(SyncModelTest, TimerStopThatBeatsTheDeadlineMeansNoFire) {
+  Report r = check(
+      [] {
+        Timer t(kHalfASecond);
+        Cell<bool> waited_ok(false);
+        model::thread waiter([&] {
+          Result<void> w = t.wait(InAnHour());
+          WEFT_MODEL_ASSERT(w.ok() || w.error() == std::errc::timed_out);
+          waited_ok.set(w.ok());
+        });
+        const bool stopped = t.stop();
+        waiter.join();
+        WEFT_MODEL_ASSERT(!(stopped && waited_ok.get()));
+      },
+      {.preemption_bound = 2});
+  ExpectAllSchedulesPass(r);
+}
+
+// Timer: a reset to a later deadline racing the first one. The wait always ends ok; if the
+// reset beat the first deadline, not before the new one (no stale fire).
+TEST(SyncModelTest, TimerResetLaterRacingExpiryHasNoStaleFire) {
+  Report r = check(
+      [] {
+        Timer t(kHalfASecond);
+        Cell<SyncClock::time_point> returned_at{};
+        model::thread waiter([&] {
+          WEFT_MODEL_ASSERT(t.wait().ok());
+          returned_at.set(sync_internal::Now());
+        });
+        const bool pending = t.reset(3 * kHalfASecond);
+        const SyncClock::time_point later = *t.deadline();
+        waiter.join();
+        WEFT_MODEL_ASSERT(!pending || returned_at.get() >= later);
+      },
+      {.preemption_bound = 2});
+  ExpectAllSchedulesPass(r);
+}
+
+// select over a channel, a timer and a token, with a sender and a canceller racing the timer:
+// exactly one case happens; the value is received by the select or left in the channel.
+TEST(SyncModelTest, SelectOverAChannelATimerAndATokenHasOneOutcome) {
+  Report r = check(
+      [] {
+        Channel<int> a(1);
+        Timer t(kHalfASecond);
+        CancellationSource source;
+        CancellationToken token = source.token();
+        model::thread sender([&] { WEFT_MODEL_ASSERT(a.send(7).ok()); });
+        model::thread canceller([&] { source.cancel(); });
+        int out = 0;
+        SelectCase cases[] = {a.recv_case(out), t.select_case(), cancel_case(token)};
+        Result<SelectResult> got = select(cases);
+        sender.join();
+        canceller.join();
+        WEFT_MODEL_ASSERT(got.ok());
+        WEFT_MODEL_ASSERT(t.waiters() == 0);
+        if (got.value().index == 0) {
+          WEFT_MODEL_ASSERT(out == 7 && !a.try_recv().ok());
+        } else {
+          WEFT_MODEL_ASSERT(got.value().index == 1 || got.value().index == 2);
+          Result<int> left = a.try_recv();
+          WEFT_MODEL_ASSERT(left.ok() && left.value() == 7);
+        }
+      },
+      {.preemption_bound = 1});
+  ExpectAllSchedulesPass(r);
+}
+
+// A timer reset while a select waits on it (not armed, so the select parks with no deadline):
+// the select notices and ends with the timer's case.
+TEST(SyncModelTest, SelectNoticesATimerResetWhileItWaits) {
+  Report r = check(
+      [] {
+        Channel<int> a(1);
+        Timer t;
+        model::thread resetter([&] { (void)t.reset(kHalfASecond); });
+        int out = 0;
+        SelectCase cases[] = {a.recv_case(out), t.select_case()};
+        Result<SelectResult> got = select(cases);
+        resetter.join();
+        WEFT_MODEL_ASSERT(got.ok() && got.value().index == 1);
+      },
+      {.preemption_bound = 2});
+  ExpectAllSchedulesPass(r);
+}
+
+// Ticker: two threads take one tick each; they get different ticks, on the schedule.
+TEST(SyncModelTest, TickerTicksGoToOneTakerEach) {
+  Report r = check(
+      [] {
+        Ticker ticker(kHalfASecond);
+        const SyncClock::time_point first = *ticker.next();
+        Cell<SyncClock::time_point> other{};
+        model::thread taker([&] {
+          Result<SyncClock::time_point> t = ticker.tick();
+          WEFT_MODEL_ASSERT(t.ok());
+          other.set(t.value());
+        });
+        Result<SyncClock::time_point> mine = ticker.tick();
+        taker.join();
+        WEFT_MODEL_ASSERT(mine.ok());
+        WEFT_MODEL_ASSERT(mine.value() != other.get());
+        WEFT_MODEL_ASSERT(mine.value() == first || other.get() == first);
+        WEFT_MODEL_ASSERT(mine.value() - first <= kHalfASecond &&
+                          other.get() - first <= kHalfASecond);
+      },
+      {.preemption_bound = 1});
   ExpectAllSchedulesPass(r);
 }
 
