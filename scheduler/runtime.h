@@ -139,6 +139,9 @@ struct FiberBody {
 // tcache ran dry, and malloc_consolidate.)
 void* AllocateSpawnState(std::size_t bytes);
 void FreeSpawnState(void* p) noexcept;
+// SpawnStateIsLocal: p came from the calling worker's slab, so freeing it here is a local free,
+// not a trip through the owner's remote-free list.
+bool SpawnStateIsLocal(const void* p) noexcept;
 
 // SpawnState: the callable and the join state in one allocation, referenced by the fiber (as its
 // FiberBody) and by the handle (as its JoinState); the second of the two to let go frees it

@@ -77,7 +77,17 @@ void* AllocateSpawnState(std::size_t bytes) {
   }
   if (base == nullptr) base = ::operator new(total);  // std::bad_alloc, as make_shared would
   std::memcpy(base, &tag, sizeof tag);
+  // The header's second word: the worker whose slab it came from (SpawnStateIsLocal).
+  Worker* home = tag == kFromSlab ? w : nullptr;
+  std::memcpy(static_cast<std::byte*>(base) + sizeof tag, &home, sizeof home);
   return static_cast<std::byte*>(base) + kSpawnHeader;
+}
+
+bool SpawnStateIsLocal(const void* p) noexcept {
+  Worker* home;
+  std::memcpy(&home, static_cast<const std::byte*>(p) - kSpawnHeader + sizeof(std::uint64_t),
+              sizeof home);
+  return home != nullptr && home == t_worker;
 }
 
 void FreeSpawnState(void* p) noexcept {

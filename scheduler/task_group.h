@@ -130,8 +130,9 @@ class GroupCore {
   Result<std::uint64_t> Admit();
   void Withdraw();
   // Finish: the child's last step, on its fiber (on_fiber) or, for one that could not start, on
-  // a worker's own context. After it, the child is the group's: it may be freed at once.
-  void Finish(GroupChild* child, bool on_fiber) noexcept;
+  // a worker's own context; `local`: its record came from this worker's slab. After it, the
+  // child is the group's: it may be freed at once.
+  void Finish(GroupChild* child, bool on_fiber, bool local) noexcept;
   // TakeNext: a finished child not yet taken, waiting for one; no_child_process when none is
   // finished and none runs.
   Result<Finished> TakeNext(const WaitOptions& options);
@@ -222,12 +223,14 @@ struct GroupChildState final : GroupChildOf<T>, FiberBody {
       this->exception = std::current_exception();
     }
     fn.reset();
-    core->Finish(this, /*on_fiber=*/true);  // the last touch of *this
+    // The last touch of *this. (`this`, the allocation's start: FiberBody, polymorphic, is laid
+    // out first, so the GroupChild base is not.)
+    core->Finish(this, /*on_fiber=*/true, SpawnStateIsLocal(this));
   }
   void fail(std::exception_ptr why) override {
     fn.reset();
     this->exception = std::move(why);
-    core->Finish(this, /*on_fiber=*/false);
+    core->Finish(this, /*on_fiber=*/false, SpawnStateIsLocal(this));
   }
 
   GroupCore* const core;

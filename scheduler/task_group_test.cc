@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -95,6 +96,30 @@ TEST(TaskGroup, JoinNextHandsOutInCompletionOrderThenNoChild) {
     Result<Completed<int>> none = group.join_next();
     ASSERT_FALSE(none);
     EXPECT_EQ(none.error(), std::errc::no_child_process);
+  });
+}
+
+TEST(TaskGroup, AParkedJoinNextWakesForEachChildThatFinishesWhileOthersRun) {
+  Runtime rt({.workers = 2});
+  rt.block_on([&] {
+    TaskGroup<int> group;
+    Event first, second;
+    ASSERT_TRUE(group.spawn([&] { return first.wait().ok() ? 1 : -1; }));
+    ASSERT_TRUE(group.spawn([&] { return second.wait().ok() ? 2 : -2; }));
+    // Release the first only once the joiner is parked on the group (its dump line says so),
+    // so that the finish, with a sibling still running, is what must wake it.
+    auto releaser = rt.spawn([&] {
+      while (rt.dump_fibers().find("TaskGroup") == std::string::npos) this_fiber::yield();
+      first.set();
+    });
+    Result<Completed<int>> c = group.join_next();
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->get(), 1);
+    (void)releaser.join();
+    second.set();
+    c = group.join_next();
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->get(), 2);
   });
 }
 
