@@ -303,6 +303,23 @@ TEST(SignalSetTest, OwningATakenSignalIsBusyUntilItsSetCloses) {
   EXPECT_EQ(SignalSet::open({kA, kB}).error(), std::errc::device_or_resource_busy);
 }
 
+TEST(SignalSetTest, ShutdownCancelsAWaitingRecv) {
+  Dispositions dispositions;
+  Result<SignalSet> set = SignalSet::open({kA});
+  ASSERT_TRUE(set.ok());
+  Result<int> got = std::errc::io_error;
+  {
+    Runtime rt(RuntimeOptions{.workers = 1});
+    rt.spawn([&] { got = set->recv(); }).detach();
+  }  // parked or not yet started, the recv ends with operation_canceled
+  EXPECT_EQ(got.error(), std::errc::operation_canceled);
+  // The set still works.
+  RaiseHere(kA);
+  Result<int> again = set->recv();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, kA);
+}
+
 #ifndef _WIN32
 
 TEST(SignalSetTest, SignalsThatCannotBeOwned) {
