@@ -122,8 +122,9 @@ struct SignalSet::State {
   std::vector<int> signals;
   int read_fd = -1;
   int write_fd = -1;
-  std::atomic<unsigned> next{0};  // where the next claim starts: queued signals take turns
-  std::atomic<int> receivers{0};  // recv calls in progress
+  std::atomic<unsigned> next{0};    // where the next claim starts: queued signals take turns
+  std::atomic<int> receivers{0};    // recv calls in progress
+  std::atomic<bool> polled{false};  // read_fd has been handed to a reactor
   int Claim();
   void Drain() const;
 };
@@ -209,6 +210,7 @@ Result<int> SignalSet::recv(const WaitOptions& options) {
   int transient = 0;
   for (;;) {
     if (int signo = s.Claim(); signo != 0) return signo;
+    s.polled.store(true, std::memory_order_relaxed);
     Result<std::uint32_t> ready = io::poll(s.read_fd, POLLIN, options);
     if (!ready.ok()) {
       const std::errc e = ready.error();
@@ -235,8 +237,13 @@ void SignalSet::close() {
     std::lock_guard<std::mutex> lock(g_mutex);
     for (int signo : state_->signals) Release(signo);
   }
-  // read_fd went through weft's reactors: closed through them. write_fd never did.
-  (void)io::close(state_->read_fd);
+  // A read_fd that went through weft's reactors is closed through them (a plain thread's first
+  // close makes it a reactor); one that never did, and write_fd, are closed directly.
+  if (state_->polled.load(std::memory_order_relaxed)) {
+    (void)io::close(state_->read_fd);
+  } else {
+    ::close(state_->read_fd);
+  }
   ::close(state_->write_fd);
   state_.reset();
 }
