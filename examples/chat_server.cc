@@ -173,14 +173,9 @@ int main(int argc, char** argv) {
   g_options.outbox = static_cast<std::size_t>(outbox);
   g_options.slow = slow == "drop" ? SlowPolicy::kDrop : SlowPolicy::kDisconnect;
   g_options.grace = std::chrono::milliseconds(grace_ms);
-  CancellationSource stop;
-  std::thread watcher = examples::StopOnSignal(stop);
-  CancellationToken token = stop.token();
-  int rc = examples::Serve("chat_server", flags, token, &Serve);
+  int rc = examples::Serve("chat_server", flags, &Serve);
   std::fprintf(stderr, "chat_server: slow consumers evicted %llu, lines dropped %llu\n",
                static_cast<unsigned long long>(g_evicted.load()),
                static_cast<unsigned long long>(g_lines_dropped.load()));
-  if (!stop.is_cancelled()) ::kill(::getpid(), SIGTERM);
-  watcher.join();
   return rc;
 }

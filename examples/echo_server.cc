@@ -9,19 +9,13 @@ int main(int argc, char** argv) {
   using namespace weft;
   const char* usage = "a TCP echo server, one fiber per connection: echo_server --port 7000";
   examples::ServerFlags flags = examples::ParseServerFlags(argc, argv, usage);
-  CancellationSource stop;
-  std::thread watcher = examples::StopOnSignal(stop);
-  CancellationToken token = stop.token();
-  int rc = examples::Serve("echo_server", flags, token,
-                           [](net::TcpStream s, const CancellationToken& cancel) {
-                             char buf[16 << 10];
-                             for (;;) {
-                               Result<std::size_t> n = s.read(buf, sizeof buf, {.cancel = &cancel});
-                               if (!n.ok() || *n == 0) return;  // error, end of stream, or shutdown
-                               if (!s.write_all(buf, *n, {.cancel = &cancel}).ok()) return;
-                             }
-                           });
-  if (!stop.is_cancelled()) ::kill(::getpid(), SIGTERM);  // release the watcher
-  watcher.join();
-  return rc;
+  return examples::Serve("echo_server", flags,
+                         [](net::TcpStream s, const CancellationToken& cancel) {
+                           char buf[16 << 10];
+                           for (;;) {
+                             Result<std::size_t> n = s.read(buf, sizeof buf, {.cancel = &cancel});
+                             if (!n.ok() || *n == 0) return;  // error, end of stream, or shutdown
+                             if (!s.write_all(buf, *n, {.cancel = &cancel}).ok()) return;
+                           }
+                         });
 }

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs the tour, then starts the echo and chat example servers on free ports, floods each with the load driver
 # (exact delivery, server fds back to their baseline after each round), then stops them with
-# SIGTERM and checks they exit cleanly. When fds stay open, the driver prints them and the
+# SIGTERM and checks they exit cleanly; then stops each with live connections (SIGTERM, SIGINT)
+# and checks that it drains them and exits 0. When fds stay open, the driver prints them and the
 # server's live fibers (the example servers dump them on SIGUSR1).
 set -euo pipefail
 dir="$(dirname "$0")"
@@ -30,3 +31,35 @@ run chat-slow "$chat_server" --outbox 64 --slow_grace_ms 1000 -- \
   --mode chat --conns 10 --messages 400 --line_bytes 2000 --stall 1
 grep -q '"stalled_disconnected":1' "$tmp/chat-slow.json" ||
   { echo "chat-slow: the stalled client was not disconnected" >&2; exit 1; }
+
+# Graceful shutdown with live connections: five clients connected, each served once (echo: its
+# line back; chat: its welcome), then a signal: the server stops accepting, cancels the group of
+# connection fibers, drains them, and exits 0, saying how many it drained.
+shutdown_live() {  # name server signal
+  local name="$1" server="$2" sig="$3" log="$tmp/$1-shutdown.log"
+  rm -f "$tmp/$name.port"
+  "$server" --port 0 --workers 2 --port_file "$tmp/$name.port" 2>"$log" &
+  local pid=$! status=0 fd line i
+  for _ in $(seq 1 500); do [ -s "$tmp/$name.port" ] && break; sleep 0.01; done
+  local port
+  port="$(cat "$tmp/$name.port")"
+  local fds=()
+  for i in 1 2 3 4 5; do
+    exec {fd}<>"/dev/tcp/127.0.0.1/$port"
+    fds+=("$fd")
+    printf 'hello %d\n' "$i" >&"$fd"
+    read -r -t 20 line <&"$fd" ||
+      { echo "$name: connection $i got no reply" >&2; kill -KILL "$pid"; exit 1; }
+  done
+  kill "-$sig" "$pid"
+  wait "$pid" || status=$?
+  for fd in "${fds[@]}"; do exec {fd}>&-; done
+  cat "$log" >&2
+  [ "$status" -eq 0 ] || { echo "$name: exit status $status after SIG$sig" >&2; exit 1; }
+  grep -q "draining 5 connections" "$log" && grep -q "stopped; 5 connections drained" "$log" ||
+    { echo "$name: did not drain its 5 live connections" >&2; exit 1; }
+  echo "$name: graceful shutdown on SIG$sig with 5 live connections: ok"
+}
+shutdown_live echo-shutdown "$echo_server" TERM
+# SIGINT, which a shell's background job starts with ignored: the server's SignalSet takes it.
+shutdown_live chat-shutdown "$chat_server" INT

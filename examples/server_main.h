@@ -1,6 +1,6 @@
-// examples/server_main.h: what the example servers share: flags, the listener, a stop token
-// cancelled by SIGINT/SIGTERM, and the accept loop that runs each connection as a child of one
-// TaskGroup, cancelled and drained at shutdown.
+// examples/server_main.h: what the example servers share: flags, the listener, SIGINT/SIGTERM
+// received by a fiber (weft::SignalSet) as a stop token, and the accept loop that runs each
+// connection as a child of one TaskGroup, cancelled and drained at shutdown.
 
 #ifndef WEFT_EXAMPLES_SERVER_MAIN_H_
 #define WEFT_EXAMPLES_SERVER_MAIN_H_
@@ -11,9 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "weft/api/weft.h"
 
@@ -30,57 +28,45 @@ struct ServerFlags {
 // lists them. A bad value exits with a message.
 ServerFlags ParseServerFlags(int argc, char** argv, const char* usage);
 
-// The runtime that SIGUSR1 dumps (see StopOnSignal); set by Serve while it runs. The mutex keeps
-// the runtime alive while a dump reads it.
-inline std::mutex g_dump_mu;
-inline const Runtime* g_dump_runtime = nullptr;
-
-// StopOnSignal: SIGINT/SIGTERM cancel `source`; SIGUSR1 prints the live fibers (id, name, state,
-// what each is parked on) to stderr and keeps serving. Call before starting any thread (the
-// runtime's workers inherit the blocked mask, so only the watcher thread receives the signals).
-inline std::thread StopOnSignal(CancellationSource& source) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGUSR1);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return std::thread([set, &source] {
-    for (;;) {
-      int sig = 0;
-      sigwait(&set, &sig);
-      if (sig != SIGUSR1) break;
-      std::lock_guard<std::mutex> lock(g_dump_mu);
-      if (g_dump_runtime != nullptr) {
-        std::string dump = g_dump_runtime->dump_fibers();
-        std::fprintf(stderr, "--- live fibers (SIGUSR1)\n%s---\n", dump.c_str());
-      }
-    }
-    source.cancel();
-  });
-}
-
-// Serve: listens, then runs on_connection(stream, token) on a fiber per connection until `stop`
-// is cancelled. The connections are children of one TaskGroup, and `token` is the group's: the
-// handler passes it to its reads and writes. Then it shuts down gracefully: stops accepting,
-// cancels the group (every connection's pending read or write ends with operation_canceled),
-// waits for the connections to return, and returns 0. Out of fds (EMFILE) is logged and retried
-// after a pause: the server keeps serving the connections it has.
+// Serve: listens, then runs on_connection(stream, token) on a fiber per connection until SIGINT
+// or SIGTERM. The connections are children of one TaskGroup, and `token` is the group's: the
+// handler passes it to its reads and writes. On the signal it shuts down gracefully: stops
+// accepting, cancels the group (every connection's pending read or write ends with
+// operation_canceled), waits for the connections to return, and returns 0. SIGUSR1 prints the
+// live fibers (id, name, state, what each is parked on) to stderr and keeps serving. Out of fds
+// (EMFILE) is logged and retried after a pause: the server keeps serving the connections it has.
 template <typename OnConnection>
-int Serve(const char* name, const ServerFlags& flags, const CancellationToken& stop,
-          OnConnection on_connection) {
+int Serve(const char* name, const ServerFlags& flags, OnConnection on_connection) {
   Runtime rt({.workers = flags.workers});
-  {
-    std::lock_guard<std::mutex> lock(g_dump_mu);
-    g_dump_runtime = &rt;
-  }
-  struct Unpublish {  // before ~Runtime
-    ~Unpublish() {
-      std::lock_guard<std::mutex> lock(g_dump_mu);
-      g_dump_runtime = nullptr;
-    }
-  } unpublish;
   return rt.block_on([&]() -> int {
+    // The signals first: one that arrives from here on is queued, not fatal.
+    Result<SignalSet> signals = SignalSet::open({SIGINT, SIGTERM, SIGUSR1});
+    if (!signals.ok()) {
+      std::fprintf(stderr, "%s: signals: %s\n", name,
+                   std::make_error_code(signals.error()).message().c_str());
+      return 1;
+    }
+    CancellationSource stop;
+    const CancellationToken stop_token = stop.token();
+    // The signal watcher: a group of its own, cancelled (and joined) as Serve returns, before
+    // the set it waits on closes.
+    TaskGroup<> watcher;
+    (void)watcher.spawn(
+        [&](const CancellationToken& cancel) {
+          for (;;) {
+            Result<int> sig = signals->recv({.cancel = &cancel});
+            if (!sig.ok()) return;
+            if (*sig == SIGUSR1) {
+              std::string dump = rt.dump_fibers();
+              std::fprintf(stderr, "--- live fibers (SIGUSR1)\n%s---\n", dump.c_str());
+              continue;
+            }
+            std::fprintf(stderr, "%s: %s\n", name, *sig == SIGINT ? "SIGINT" : "SIGTERM");
+            stop.cancel();
+            return;
+          }
+        },
+        {.name = "signals"});
     auto listener = net::TcpListener::bind(
         net::SocketAddress::ipv4_any(static_cast<std::uint16_t>(flags.port)));
     if (!listener.ok()) {
@@ -95,7 +81,7 @@ int Serve(const char* name, const ServerFlags& flags, const CancellationToken& s
     // as connections close, so the group stays small however long the server runs.
     TaskGroup<> connections({.policy = GroupPolicy::kCollectAll, .discard_outcomes = true});
     for (;;) {
-      auto conn = listener->accept({.cancel = &stop});
+      auto conn = listener->accept({.cancel = &stop_token});
       if (conn.ok()) {
         (void)conn->set_nodelay(true);
         Result<std::uint64_t> id = connections.spawn(
@@ -112,7 +98,7 @@ int Serve(const char* name, const ServerFlags& flags, const CancellationToken& s
       } else if (conn.error() == std::errc::too_many_files_open ||
                  conn.error() == std::errc::too_many_files_open_in_system) {
         std::fprintf(stderr, "%s: out of fds; pausing accepts\n", name);
-        (void)this_fiber::sleep_for(std::chrono::milliseconds(10), &stop);
+        (void)this_fiber::sleep_for(std::chrono::milliseconds(10), &stop_token);
       } else {
         std::fprintf(stderr, "%s: accept: %s\n", name,
                      std::make_error_code(conn.error()).message().c_str());

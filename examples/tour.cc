@@ -1,8 +1,11 @@
 // examples/tour.cc: the tour of docs/api.md, compiled (so the docs stay true) and runnable:
 //   ./bazelw run //examples:tour
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -69,8 +72,51 @@ int main() {
     return reply;
   });
 
-  std::printf("answer %d, greeting %s, sum %ld, fib(25) %llu, pages %ld, echoed %s\n", answer,
-              s.c_str(), sum, static_cast<unsigned long long>(fib), pages, echoed.c_str());
+  // A server: its connections are children of a TaskGroup nested in the server's, each request
+  // has its own deadline under the server's stop, and SIGINT or SIGTERM stop it gracefully.
+  int served = rt.block_on([&] {
+    auto signals = weft::SignalSet::open({SIGINT, SIGTERM});  // first: from now on, queued
+    auto listener = weft::net::TcpListener::bind(weft::net::SocketAddress::ipv4_loopback(0));
+    if (!signals.ok() || !listener.ok()) return -1;
+    std::atomic<int> requests{0};
+    weft::TaskGroup<> server;
+    (void)server.spawn([&](const weft::CancellationToken& stop) {  // the stop: a signal
+      if (signals->recv({.cancel = &stop}).ok()) server.cancel();
+    });
+    (void)server.spawn([&](const weft::CancellationToken& stop) {  // the accept loop
+      // Nested: cancelled with the server; outcomes dropped as connections end.
+      weft::TaskGroup<> connections(
+          {.policy = weft::GroupPolicy::kCollectAll, .discard_outcomes = true});
+      for (;;) {
+        auto conn = listener->accept({.cancel = &stop});
+        if (!conn.ok()) return;  // stopped: ~TaskGroup cancels and joins the connections
+        (void)connections.spawn(
+            [&, s = std::move(*conn)](const weft::CancellationToken& cancel) mutable {
+              char buf[64];
+              for (;;) {
+                weft::CancellationSource request(cancel);  // 2 s per request, or the stop
+                (void)request.cancel_after(std::chrono::seconds(2));
+                const weft::CancellationToken deadline = request.token();
+                auto n = s.read(buf, sizeof buf, {.cancel = &deadline});
+                if (!n.ok() || *n == 0) return;
+                ++requests;
+                if (!s.write_all(buf, *n, {.cancel = &deadline}).ok()) return;
+              }
+            });
+      }
+    });
+    // A client sends one request and stays connected; then the signal Ctrl-C would send.
+    auto client = weft::net::TcpStream::connect(*listener->local_address());
+    char reply[4];
+    if (client.ok() && client->write_all("ping", 4).ok()) (void)client->read_exact(reply, 4);
+    ::kill(::getpid(), SIGINT);
+    (void)server.join_all();  // the signal cancelled the group; every connection has drained
+    return requests.load();
+  });
+
+  std::printf("answer %d, greeting %s, sum %ld, fib(25) %llu, pages %ld, echoed %s, served %d\n",
+              answer, s.c_str(), sum, static_cast<unsigned long long>(fib), pages, echoed.c_str(),
+              served);
   std::printf("stats: %s\n", rt.stats_json().c_str());
-  return echoed == "hello" && sum == 4950 && fib == 75025 ? 0 : 1;
+  return echoed == "hello" && sum == 4950 && fib == 75025 && served == 1 ? 0 : 1;
 }
