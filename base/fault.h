@@ -13,7 +13,7 @@
 //   kIo            EINTR, EAGAIN, short reads and writes (any reactor backend)  ECONNRESET, EPIPE
 //   kAccept        EINTR, ECONNABORTED                                          EMFILE
 //   kUringSubmit   the kernel refuses SQEs (EBUSY): the backlog path            -
-//   kStackMap      -                                                            mmap fails (ENOMEM)
+//   kStackMap      -                                                            mmap / VirtualAlloc fails (ENOMEM)
 //   kSlab          -                                                            a slab's memory is refused
 //   kThread        -                                                            a blocking thread fails to start
 //   kTimerEntry    no memory for a timed wait's timer: the wait polls instead    -

@@ -13,11 +13,16 @@
 
 #include <mutex>
 
+#include "weft/base/fault.h"
 #include "weft/context/internal/vm.h"
 
 namespace weft::context_internal {
 
 void* VmMap(std::size_t bytes) {
+  if (fault::Inject(fault::Site::kStackMap, fault::Kind::kNoMemory)) [[unlikely]] {
+    SetLastError(ERROR_NOT_ENOUGH_MEMORY);  // WEFT_FAULTS (base/fault.h), as vm_posix.cc's
+    return nullptr;
+  }
   return VirtualAlloc(nullptr, bytes, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
 }
 
