@@ -142,8 +142,12 @@ void Serve(net::TcpStream stream, const CancellationToken& cancel) {
       std::make_shared<const std::string>("welcome " + std::to_string(me->id) + "\n"));
   std::string pending;
   char buf[16 << 10];
+  // The reads take the writer group's token: nested in the connection's, it is cancelled by the
+  // server's shutdown, and also (fail-fast) if the writer fails, as one that cannot get a stack
+  // does: a client nobody writes to is not kept.
+  const CancellationToken& reading = writer.token();
   for (;;) {
-    Result<std::size_t> n = stream.read(buf, sizeof buf, {.cancel = &cancel});
+    Result<std::size_t> n = stream.read(buf, sizeof buf, {.cancel = &reading});
     if (!n.ok() || *n == 0) break;
     pending.append(buf, *n);
     std::size_t start = 0;

@@ -32,8 +32,9 @@ ServerFlags ParseServerFlags(int argc, char** argv, const char* usage);
 // or SIGTERM. The connections are children of one TaskGroup, and `token` is the group's: the
 // handler passes it to its reads and writes. On the signal it shuts down gracefully: stops
 // accepting, cancels the group (every connection's pending read or write ends with
-// operation_canceled), waits for the connections to return, and returns 0. SIGUSR1 prints the
-// live fibers (id, name, state, what each is parked on) to stderr and keeps serving. Out of fds
+// operation_canceled), waits for the connections to return, and returns 0; a second SIGINT or
+// SIGTERM during the drain exits at once (status 1). SIGUSR1 prints the live fibers (id, name,
+// state, what each is parked on) to stderr, while serving or draining. Out of fds
 // (EMFILE) is logged and retried after a pause: the server keeps serving the connections it has.
 template <typename OnConnection>
 int Serve(const char* name, const ServerFlags& flags, OnConnection on_connection) {
@@ -61,9 +62,13 @@ int Serve(const char* name, const ServerFlags& flags, OnConnection on_connection
               std::fprintf(stderr, "--- live fibers (SIGUSR1)\n%s---\n", dump.c_str());
               continue;
             }
-            std::fprintf(stderr, "%s: %s\n", name, *sig == SIGINT ? "SIGINT" : "SIGTERM");
-            stop.cancel();
-            return;
+            const char* what = *sig == SIGINT ? "SIGINT" : "SIGTERM";
+            if (stop.is_cancelled()) {  // a second one while draining: the operator insists
+              std::fprintf(stderr, "%s: %s again: exiting without draining\n", name, what);
+              std::_Exit(1);
+            }
+            std::fprintf(stderr, "%s: %s\n", name, what);
+            stop.cancel();  // and keep watching: SIGUSR1 dumps the drain, a second signal ends it
           }
         },
         {.name = "signals"});

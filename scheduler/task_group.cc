@@ -59,6 +59,10 @@ Result<std::uint64_t> GroupCore::Admit() {
   // sees a cancelled token, as a child already running does.
   if (token_.is_cancelled()) return std::errc::operation_canceled;
   lock_.lock();
+  if (tripped_) {
+    lock_.unlock();
+    return std::errc::operation_canceled;
+  }
   // Discarded outcomes take no room.
   while (!discard_ && finished_.capacity < running_ + finished_.count + 1) {
     // Grow the ring outside the lock (finishing children keep going), then move it in, unless
@@ -100,42 +104,46 @@ void GroupCore::Withdraw() {
   WakeIfIdleAndUnlock();
 }
 
-void GroupCore::Finish(GroupChild* child, bool on_fiber, bool local) noexcept {
+bool GroupCore::Report(GroupChild* child, bool on_fiber, bool local) noexcept {
+  const bool failed = child->failed();
+  if (!failed) return !discard_ && (child->has_value || !local);
   lock_.lock();
   bool trip = false;
-  const bool failed = child->failed();
-  if (failed && !failed_) {
+  if (!failed_) {
     failed_ = true;
     first_exception_ = child->exception;
     first_error_ = child->error;
     trip = policy_ == GroupPolicy::kFailFast;
+    tripped_ = trip;
   }
+  lock_.unlock();
   if (trip) {
     // Before the child is published, so that a joiner woken by it finds the siblings cancelled.
     // Not under lock_: the token's callbacks run here and may park.
-    lock_.unlock();
-    bool pending = false;
     if (on_fiber) {
       source_.cancel();
     } else if (!sync_internal::CancelOnDeadlineThread(StateOf(token_)).ok()) {
       // A child that could not start reports on a worker's own context, which cannot park (as
-      // a callback may): the deadline thread cancels instead, or, without memory or a thread
-      // for it, the next join or spawn (RunPendingCancel).
-      pending = true;
+      // a callback may): the deadline thread cancels instead, shortly after (spawns are refused
+      // from now: tripped_). Without memory or a thread for it, a join makes the cancel: wake
+      // the parked ones to do it (Wait), or the next join or spawn will.
+      lock_.lock();
+      cancel_pending_ = true;
+      while (!all_waiters_.empty()) next_waiters_.push_back(all_waiters_.pop_front());
+      sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted);
     }
-    lock_.lock();
-    cancel_pending_ = cancel_pending_ || pending;
   }
-  // What the record holds that a join wants: a value, a failure. Otherwise it goes now, while
-  // this fiber has it in cache, and the ring keeps only the id; unless it came from another
-  // worker's slab: a free here would go through that worker's remote-free list (on W2's shape
-  // with 2 workers, a tenth of the time went to collecting them), so the joiner, usually on
-  // the spawning worker, frees it.
-  const bool keep = !discard_ && (failed || child->has_value || !local);
+  return !discard_;
+}
+
+void GroupCore::Publish(GroupChild* child, bool keep) noexcept {
+  const std::uint64_t id = child->id;
+  if (!keep) child->destroy(child);  // no code of the child's is left in it (Finish)
+  lock_.lock();
   if (!discard_) {
     // Room was reserved when the child was admitted (Admit): nothing allocates here.
     finished_.count += 1;
-    finished_.at(finished_.count - 1) = Finished{keep ? child : nullptr, child->id};
+    finished_.at(finished_.count - 1) = Finished{keep ? child : nullptr, id};
   }
   --running_;
   if (running_ != 0 && !discard_) {
@@ -144,13 +152,18 @@ void GroupCore::Finish(GroupChild* child, bool on_fiber, bool local) noexcept {
   } else {
     WakeIfIdleAndUnlock();
   }
-  // After unlocking, and only into its own memory: the group may be gone by now.
-  if (!keep) child->destroy(child);
 }
 
 Result<void> GroupCore::Wait(bool all, const WaitOptions& options) {
   std::errc gave_up{};
   for (;;) {
+    if (cancel_pending_) [[unlikely]] {  // see Report
+      cancel_pending_ = false;
+      lock_.unlock();
+      source_.cancel();
+      lock_.lock();
+      continue;
+    }
     if (all ? running_ == 0 : finished_.count != 0 || running_ == 0) return {};
     if (gave_up != std::errc{}) return gave_up;
     // The node lives in the Waiter (Waiter::own_node): an execution waits on one thing at a time.

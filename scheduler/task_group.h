@@ -10,7 +10,8 @@
 // it returns an error. The policy says what a failure does:
 //   kFailFast    the first failure cancels the group's token at once (the siblings' waits that
 //                take it end with operation_canceled) and new spawns are refused; join_all
-//                reports that failure. errgroup.WithContext.
+//                reports that failure. errgroup.WithContext. (A child that could not start
+//                has the cancel made shortly after, on weft's deadline thread.)
 //   kCollectAll  a failure cancels nothing; every child runs to its end; join_next hands each
 //                outcome out, and join_all reports the first failure once all have finished.
 //
@@ -129,10 +130,14 @@ class GroupCore {
   // group is cancelled. Withdraw: an admitted child that could not be spawned after all.
   Result<std::uint64_t> Admit();
   void Withdraw();
-  // Finish: the child's last step, on its fiber (on_fiber) or, for one that could not start, on
-  // a worker's own context; `local`: its record came from this worker's slab. After it, the
-  // child is the group's: it may be freed at once.
-  void Finish(GroupChild* child, bool on_fiber, bool local) noexcept;
+  // A child's last two steps, on its fiber (on_fiber) or, for one that could not start, on a
+  // worker's own context. Report: records a failure (the first, with fail-fast's cancel);
+  // returns whether a join will want the record (a value, a failure, or a record from another
+  // worker's slab, which `local` says it is not). Publish: the child stops counting; its record
+  // (kept) or id is queued for the joins, and a record not kept is freed first. After Publish
+  // the record is the group's, and may be gone at once.
+  bool Report(GroupChild* child, bool on_fiber, bool local) noexcept;
+  void Publish(GroupChild* child, bool keep) noexcept;
   // TakeNext: a finished child not yet taken, waiting for one; no_child_process when none is
   // finished and none runs.
   Result<Finished> TakeNext(const WaitOptions& options);
@@ -166,7 +171,11 @@ class GroupCore {
   bool failed_ ABSL_GUARDED_BY(lock_) = false;
   std::exception_ptr first_exception_ ABSL_GUARDED_BY(lock_);
   std::errc first_error_ ABSL_GUARDED_BY(lock_){};
-  // A fail-fast cancel that neither its child nor the deadline thread could make (see Finish).
+  // Fail-fast has tripped: spawns are refused from then on, even before the token is cancelled
+  // (a child that could not start has the deadline thread cancel it, see Report).
+  bool tripped_ ABSL_GUARDED_BY(lock_) = false;
+  // A fail-fast cancel that neither its child nor the deadline thread could make (see Report):
+  // the next join, spawn, or a parked join woken for it, makes it.
   bool cancel_pending_ ABSL_GUARDED_BY(lock_) = false;
   sync_internal::WaitQueue next_waiters_ ABSL_GUARDED_BY(lock_);  // join_next
   sync_internal::WaitQueue all_waiters_ ABSL_GUARDED_BY(lock_);   // join_all, the destructor
@@ -223,14 +232,24 @@ struct GroupChildState final : GroupChildOf<T>, FiberBody {
       this->exception = std::current_exception();
     }
     fn.reset();
-    // The last touch of *this. (`this`, the allocation's start: FiberBody, polymorphic, is laid
-    // out first, so the GroupChild base is not.)
-    core->Finish(this, /*on_fiber=*/true, SpawnStateIsLocal(this));
+    Finish(/*on_fiber=*/true);
   }
   void fail(std::exception_ptr why) override {
     fn.reset();
     this->exception = std::move(why);
-    core->Finish(this, /*on_fiber=*/false, SpawnStateIsLocal(this));
+    Finish(/*on_fiber=*/false);
+  }
+  // Finish: an outcome no join will take (a void success; any, with discard_outcomes) is
+  // destroyed here, while the child still counts as running, so that no code of the child's (a
+  // value's destructor) runs after join_all or ~TaskGroup returned. (`this`, the allocation's
+  // start: FiberBody, polymorphic, is laid out first, so the GroupChild base is not.)
+  void Finish(bool on_fiber) {
+    const bool keep = core->Report(this, on_fiber, SpawnStateIsLocal(this));
+    if (!keep) {
+      this->value.reset();
+      this->exception = nullptr;
+    }
+    core->Publish(this, keep);  // the last touch of *this
   }
 
   GroupCore* const core;

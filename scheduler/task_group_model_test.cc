@@ -29,6 +29,11 @@ struct Record : GroupChild {
   }
 };
 
+// Finish: a child's last steps, as GroupChildState::Finish takes them on its fiber.
+void Finish(GroupCore& core, GroupChild* child) {
+  core.Publish(child, core.Report(child, /*on_fiber=*/true, /*local=*/true));
+}
+
 // A joiner parked in join_next while a sibling still runs must be woken by each finish: the
 // second child waits for the first to be taken, so a finish that woke nobody leaves both waiting.
 TEST(TaskGroupModelTest, JoinNextWakesForAFinishWhileASiblingRuns) {
@@ -38,10 +43,10 @@ TEST(TaskGroupModelTest, JoinNextWakesForAFinishWhileASiblingRuns) {
     a.id = *core.Admit();
     b.id = *core.Admit();
     Event first_taken;
-    model::thread ta([&] { core.Finish(&a, /*on_fiber=*/true, /*local=*/true); });
+    model::thread ta([&] { Finish(core, &a); });
     model::thread tb([&] {
       WEFT_MODEL_ASSERT(first_taken.wait().ok());
-      core.Finish(&b, true, true);
+      Finish(core, &b);
     });
     Result<Finished> first = core.TakeNext({});
     WEFT_MODEL_ASSERT(first.ok() && first->child == &a);
@@ -64,13 +69,13 @@ TEST(TaskGroupModelTest, FailFastCancelsTheSiblingAndJoinAllTakesBoth) {
     sibling.id = *core.Admit();
     model::thread tf([&] {
       failing.error = std::errc::io_error;
-      core.Finish(&failing, true, true);
+      Finish(core, &failing);
     });
     model::thread ts([&] {
       Event never;
       const CancellationToken& token = core.token();
       WEFT_MODEL_ASSERT(never.wait({.cancel = &token}).error() == std::errc::operation_canceled);
-      core.Finish(&sibling, true, true);
+      Finish(core, &sibling);
     });
     Result<FinishedRing> all = core.TakeAll({});
     WEFT_MODEL_ASSERT(all.ok() && all->count == 2);
@@ -90,8 +95,8 @@ TEST(TaskGroupModelTest, JoinAllWaitsForASiblingSpawnedByAChild) {
     parent.id = *core.Admit();
     model::thread tp([&] {
       sibling.id = *core.Admit();
-      model::thread sib([&] { core.Finish(&sibling, true, true); });
-      core.Finish(&parent, true, true);
+      model::thread sib([&] { Finish(core, &sibling); });
+      Finish(core, &parent);
       sib.join();
     });
     Result<FinishedRing> all = core.TakeAll({});

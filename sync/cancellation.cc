@@ -46,6 +46,11 @@ struct CancelState : std::enable_shared_from_this<CancelState> {
   // and the registration on its list that cancels this one.
   std::shared_ptr<CancelState> parent;
   CancelRegistration parent_reg;
+  // Set by the first Arm (under the deadline thread's mutex), never cleared: the destructor then
+  // takes the entry off the heap if it is still there. (Not `deadline`: CancelOnDeadlineThread
+  // arms without one.) relaxed: the destructor runs after every owner let go, which the
+  // shared_ptr count orders after any Arm.
+  std::atomic<bool> armed{false};
   // On the deadline thread's heap while a deadline is armed (guarded by that thread's mutex).
   struct DeadlineEntry {
     TimerNode node;  // first member: the heap hands back &node
@@ -188,6 +193,7 @@ class DeadlineThread {
     TimerNode& node = s->deadline_entry.node;
     Result<void> r = node.queued() ? heap_.reschedule(node, at) : heap_.insert(node, at);
     if (!r.ok()) return r;
+    s->armed.store(true, std::memory_order_relaxed);
     if (heap_.next_deadline() == at) cv_.notify_one();  // a new earliest deadline
     return {};
   }
@@ -233,7 +239,7 @@ class DeadlineThread {
 }  // namespace
 
 CancelState::~CancelState() {
-  if (deadline.load(std::memory_order_relaxed) != kNoDeadline) DeadlineThread::Get().Remove(this);
+  if (armed.load(std::memory_order_relaxed)) DeadlineThread::Get().Remove(this);
   if (parent != nullptr) Deregister(parent.get(), &parent_reg);
 }
 

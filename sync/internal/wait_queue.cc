@@ -33,6 +33,12 @@ bool ReserveWakeList(std::vector<Waiter*>& wake, std::size_t n) noexcept {
 
 void WakeAndUnlock(SpinLock& lock, WaitQueue& q, NodeState state, std::size_t max) noexcept {
   const std::size_t n = std::min(max, q.size());
+  if (n <= 1) {  // none or one: no list to allocate
+    Waiter* w = n == 1 ? Grant(q.pop_front(), state) : nullptr;
+    lock.unlock();
+    if (w != nullptr) w->notify();
+    return;
+  }
   std::vector<Waiter*> wake;
   if (!ReserveWakeList(wake, n)) [[unlikely]] {
     for (std::size_t i = 0; i < n; ++i) Grant(q.pop_front(), state)->notify();
