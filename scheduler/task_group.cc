@@ -53,14 +53,15 @@ void GroupCore::RunPendingCancel() {
 }
 
 Result<std::uint64_t> GroupCore::Admit() {
-  RunPendingCancel();
   // A cancelled group starts nothing: fail-fast has tripped, or the group (or a parent) was
   // cancelled, or it is being destroyed. A cancel racing this check admits a child that then
   // sees a cancelled token, as a child already running does.
   if (token_.is_cancelled()) return std::errc::operation_canceled;
   lock_.lock();
   if (tripped_) {
+    const bool pending = std::exchange(cancel_pending_, false);  // see Report
     lock_.unlock();
+    if (pending) source_.cancel();
     return std::errc::operation_canceled;
   }
   // Discarded outcomes take no room.
