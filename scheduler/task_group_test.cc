@@ -360,9 +360,11 @@ TEST(TaskGroup, AParentDeadlineFlowsIntoTheGroup) {
   Runtime rt({.workers = 2});
   rt.block_on([&] {
     CancellationSource request;
-    ASSERT_TRUE(request.cancel_after(2ms));
     TaskGroup<Result<void>> group({.parent = request.token()});
     ASSERT_TRUE(group.spawn([](const CancellationToken& t) { return WaitForCancel(t); }));
+    // The deadline after the spawn (a slow machine could reach it first, and a cancelled group
+    // refuses spawns).
+    ASSERT_TRUE(request.cancel_after(2ms));
     EXPECT_EQ(group.join_all().error(), std::errc::operation_canceled);
     EXPECT_TRUE(group.token().deadline().has_value());
   });
