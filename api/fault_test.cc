@@ -9,7 +9,6 @@
 
 #include "weft/base/fault.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "weft/api/testing/dual_mode.h"
 #include "weft/api/weft.h"
 #include "weft/base/stress_scale.h"
 
@@ -33,14 +33,7 @@ using net::SocketAddress;
 using net::TcpListener;
 using net::TcpStream;
 
-int OpenFds() {
-  int n = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (::readdir(d) != nullptr) ++n;
-    ::closedir(d);
-  }
-  return n;
-}
+using testing::OpenFds;
 
 // FaultsOn: injection for the scope of a test, off again at its end (also on failure).
 class FaultsOn {

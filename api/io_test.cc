@@ -24,6 +24,7 @@
 
 #include "gtest/gtest.h"
 #include "weft/api/net.h"
+#include "weft/api/testing/dual_mode.h"
 #include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/coordination.h"
@@ -104,43 +105,11 @@ struct Pipe {
   }
 };
 
-// Runs test bodies on fibers (kFibers) or on plain threads (kThreads).
-enum class Mode { kFibers, kThreads };
+using testing::Mode;
 
-class IoTest : public ::testing::TestWithParam<Mode> {
+class IoTest : public testing::DualModeTest {
  protected:
-  void SetUp() override {
-    if (GetParam() == Mode::kFibers) rt_ = std::make_unique<Runtime>(RuntimeOptions{.workers = 1});
-  }
-  // Run: the body, on a fiber or on this thread.
-  void Run(const std::function<void()>& body) {
-    if (rt_ != nullptr) {
-      rt_->block_on(body);
-    } else {
-      body();
-    }
-  }
-  // Concurrently: another execution of the same kind (a fiber, or a thread); join() waits.
-  class Other {
-   public:
-    explicit Other(JoinHandle<void> h) : fiber_(std::move(h)) {}
-    explicit Other(std::thread t) : thread_(std::move(t)) {}
-    void join() {
-      if (thread_.joinable()) thread_.join();
-      if (fiber_.joinable()) (void)fiber_.join();
-    }
-    ~Other() { join(); }
-
-   private:
-    JoinHandle<void> fiber_;
-    std::thread thread_;
-  };
-  Other Concurrently(std::function<void()> f) {
-    if (rt_ != nullptr) return Other(rt_->spawn(std::move(f)));
-    return Other(std::thread(std::move(f)));
-  }
-
-  std::unique_ptr<Runtime> rt_;
+  IoTest() : DualModeTest(/*workers=*/1) {}
 };
 
 TEST_P(IoTest, PipeReadAndWrite) {
@@ -493,9 +462,7 @@ TEST_P(IoTest, AcceptOutOfFdsIsReportedAndTheListenerRecovers) {
 #endif
 
 INSTANTIATE_TEST_SUITE_P(FibersAndThreads, IoTest, ::testing::Values(Mode::kFibers, Mode::kThreads),
-                         [](const auto& test_info) {
-                           return test_info.param == Mode::kFibers ? "Fibers" : "Threads";
-                         });
+                         testing::ModeName);
 
 // WaitUntilParkedOn: until dump_fibers shows a fiber parked in an I/O call (`what`) on fd.
 void WaitUntilParkedOn(Runtime& rt, const char* what, int fd) {

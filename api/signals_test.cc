@@ -9,7 +9,6 @@
 #ifdef _WIN32
 #include <windows.h>
 #else
-#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -26,6 +25,7 @@
 
 #include "gtest/gtest.h"
 #include "weft/api/internal/console_events.h"
+#include "weft/api/testing/dual_mode.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/cancellation.h"
 
@@ -80,41 +80,11 @@ class Dispositions {
 #endif
 };
 
-// Runs test bodies on fibers (kFibers) or on plain threads (kThreads).
-enum class Mode { kFibers, kThreads };
+using testing::Mode;
 
-class SignalWaitTest : public ::testing::TestWithParam<Mode> {
+class SignalWaitTest : public testing::DualModeTest {
  protected:
-  void SetUp() override {
-    if (GetParam() == Mode::kFibers) rt_ = std::make_unique<Runtime>(RuntimeOptions{.workers = 2});
-  }
-  void Run(const std::function<void()>& body) {
-    if (rt_ != nullptr) {
-      rt_->block_on(body);
-    } else {
-      body();
-    }
-  }
-  // Concurrently: another execution of the same kind (a fiber, or a thread); join() waits.
-  class Other {
-   public:
-    explicit Other(JoinHandle<void> h) : fiber_(std::move(h)) {}
-    explicit Other(std::thread t) : thread_(std::move(t)) {}
-    Other(Other&&) = default;
-    void join() {
-      if (thread_.joinable()) thread_.join();
-      if (fiber_.joinable()) (void)fiber_.join();
-    }
-    ~Other() { join(); }
-
-   private:
-    JoinHandle<void> fiber_;
-    std::thread thread_;
-  };
-  Other Concurrently(std::function<void()> f) {
-    if (rt_ != nullptr) return Other(rt_->spawn(std::move(f)));
-    return Other(std::thread(std::move(f)));
-  }
+  SignalWaitTest() : DualModeTest(/*workers=*/2) {}
   // Pause: lets the other executions run a little (a sleep: parks a fiber, blocks a thread).
   void Pause() {
     if (rt_ != nullptr) {
@@ -125,13 +95,10 @@ class SignalWaitTest : public ::testing::TestWithParam<Mode> {
   }
 
   Dispositions dispositions_;
-  std::unique_ptr<Runtime> rt_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Modes, SignalWaitTest, ::testing::Values(Mode::kFibers, Mode::kThreads),
-                         [](const auto& test) {
-                           return test.param == Mode::kFibers ? "Fibers" : "Threads";
-                         });
+                         testing::ModeName);
 
 TEST_P(SignalWaitTest, ReceivesASignalRaisedWhileItWaits) {
   Result<SignalSet> set = SignalSet::open({kA});
@@ -469,14 +436,7 @@ TEST(SignalSetTest, SigpipeCanBeOwned) {
   EXPECT_EQ(*got, SIGPIPE);
 }
 
-int OpenFds() {
-  int n = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (::readdir(d) != nullptr) ++n;
-    ::closedir(d);
-  }
-  return n;
-}
+using testing::OpenFds;
 
 TEST(SignalSetTest, OpenAndCloseLeaveNothingOpen) {
   Dispositions dispositions;

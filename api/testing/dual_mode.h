@@ -1,0 +1,91 @@
+// api/testing/dual_mode.h: for weft's own tests of calls that work both on fibers and on plain
+// threads: a fixture parameterised by Mode that runs a test body on a fiber of its runtime or
+// on the test's thread, with a concurrent execution of the same kind; and OpenFds (Linux), the
+// count of the process's open file descriptors, for leak checks. Bazel target:
+// //api:dual_mode_testing (testonly).
+
+#ifndef WEFT_API_TESTING_DUAL_MODE_H_
+#define WEFT_API_TESTING_DUAL_MODE_H_
+
+#ifdef __linux__
+#include <dirent.h>
+#endif
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "gtest/gtest.h"
+#include "weft/scheduler/runtime.h"
+
+namespace weft::testing {
+
+// Runs test bodies on fibers (kFibers) or on plain threads (kThreads).
+enum class Mode { kFibers, kThreads };
+
+// ModeName: "Fibers" or "Threads", for INSTANTIATE_TEST_SUITE_P's name generator.
+inline std::string ModeName(const ::testing::TestParamInfo<Mode>& info) {
+  return info.param == Mode::kFibers ? "Fibers" : "Threads";
+}
+
+class DualModeTest : public ::testing::TestWithParam<Mode> {
+ protected:
+  // workers: the runtime's, in kFibers mode.
+  explicit DualModeTest(unsigned workers) : workers_(workers) {}
+
+  void SetUp() override {
+    if (GetParam() == Mode::kFibers)
+      rt_ = std::make_unique<Runtime>(RuntimeOptions{.workers = workers_});
+  }
+  // Run: the body, on a fiber or on this thread.
+  void Run(const std::function<void()>& body) {
+    if (rt_ != nullptr) {
+      rt_->block_on(body);
+    } else {
+      body();
+    }
+  }
+  // Concurrently: another execution of the same kind (a fiber, or a thread); join() waits.
+  class Other {
+   public:
+    explicit Other(JoinHandle<void> h) : fiber_(std::move(h)) {}
+    explicit Other(std::thread t) : thread_(std::move(t)) {}
+    Other(Other&&) = default;
+    void join() {
+      if (thread_.joinable()) thread_.join();
+      if (fiber_.joinable()) (void)fiber_.join();
+    }
+    ~Other() { join(); }
+
+   private:
+    JoinHandle<void> fiber_;
+    std::thread thread_;
+  };
+  Other Concurrently(std::function<void()> f) {
+    if (rt_ != nullptr) return Other(rt_->spawn(std::move(f)));
+    return Other(std::thread(std::move(f)));
+  }
+
+  std::unique_ptr<Runtime> rt_;
+
+ private:
+  const unsigned workers_;
+};
+
+#ifdef __linux__
+// OpenFds: how many file descriptors the process has open now (one more while counting).
+inline int OpenFds() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d) != nullptr) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+#endif
+
+}  // namespace weft::testing
+
+#endif  // WEFT_API_TESTING_DUAL_MODE_H_
