@@ -45,13 +45,6 @@ GroupCore::~GroupCore() {
 
 bool GroupCore::IsOwnChild() const { return CurrentGroupToken() == &token_; }
 
-void GroupCore::RunPendingCancel() {
-  lock_.lock();
-  bool pending = std::exchange(cancel_pending_, false);
-  lock_.unlock();
-  if (pending) source_.cancel();
-}
-
 Result<std::uint64_t> GroupCore::Admit() {
   // A cancelled group starts nothing: fail-fast has tripped, or the group (or a parent) was
   // cancelled, or it is being destroyed. A cancel racing this check admits a child that then
@@ -88,12 +81,16 @@ Result<std::uint64_t> GroupCore::Admit() {
   return id;
 }
 
+void GroupCore::WakeAllAndUnlock() {
+  // Every waiter of both kinds, through one queue.
+  while (!all_waiters_.empty()) next_waiters_.push_back(all_waiters_.pop_front());
+  sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted);
+}
+
 void GroupCore::WakeIfIdleAndUnlock() {
   if (running_ == 0) {
-    // Every waiter of both kinds: join_all's return, join_next's take what finished or report
-    // no_child_process.
-    while (!all_waiters_.empty()) next_waiters_.push_back(all_waiters_.pop_front());
-    sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted);
+    // join_all's return; join_next's take what finished or report no_child_process.
+    WakeAllAndUnlock();
   } else {
     lock_.unlock();
   }
@@ -110,8 +107,7 @@ bool GroupCore::Report(GroupChild* child, bool on_fiber, bool local) noexcept {
   if (!failed) return !discard_ && (child->has_value || !local);
   lock_.lock();
   bool trip = false;
-  if (!failed_) {
-    failed_ = true;
+  if (first_exception_ == nullptr && first_error_ == std::errc{}) {  // the first failure
     first_exception_ = child->exception;
     first_error_ = child->error;
     trip = policy_ == GroupPolicy::kFailFast;
@@ -130,8 +126,7 @@ bool GroupCore::Report(GroupChild* child, bool on_fiber, bool local) noexcept {
       // the parked ones to do it (Wait), or the next join or spawn will.
       lock_.lock();
       cancel_pending_ = true;
-      while (!all_waiters_.empty()) next_waiters_.push_back(all_waiters_.pop_front());
-      sync_internal::WakeAndUnlock(lock_, next_waiters_, sync_internal::kGranted);
+      WakeAllAndUnlock();
     }
   }
   return !discard_;
@@ -197,7 +192,6 @@ Result<void> GroupCore::Wait(bool all, const WaitOptions& options) {
 
 Result<Finished> GroupCore::TakeNext(const WaitOptions& options) {
   if (IsOwnChild()) return std::errc::resource_deadlock_would_occur;
-  RunPendingCancel();
   lock_.lock();
   Result<void> waited = Wait(/*all=*/false, options);
   if (!waited.ok() && finished_.count == 0) {
@@ -217,7 +211,6 @@ Result<Finished> GroupCore::TakeNext(const WaitOptions& options) {
 
 Result<FinishedRing> GroupCore::TakeAll(const WaitOptions& options) {
   if (IsOwnChild()) return std::errc::resource_deadlock_would_occur;
-  RunPendingCancel();
   lock_.lock();
   Result<void> waited = Wait(/*all=*/true, options);
   if (!waited.ok() && running_ != 0) {
@@ -233,13 +226,11 @@ Result<FinishedRing> GroupCore::TakeAll(const WaitOptions& options) {
 
 Result<void> GroupCore::FirstFailure() const {
   lock_.lock();
-  bool failed = failed_;
   std::exception_ptr exception = first_exception_;
   std::errc error = first_error_;
   lock_.unlock();
-  if (!failed) return {};
   if (exception != nullptr) std::rethrow_exception(exception);
-  return error;
+  return error;  // std::errc{}: none failed
 }
 
 void GroupCore::Cancel() { source_.cancel(); }
@@ -258,7 +249,6 @@ void GroupCore::CancelAndJoin() noexcept {
                  "for itself)\n");
     std::abort();
   }
-  RunPendingCancel();
   source_.cancel();
   for (;;) {
     Result<FinishedRing> taken = TakeAll({});

@@ -153,9 +153,9 @@ class GroupCore {
 
  private:
   bool IsOwnChild() const;
-  void RunPendingCancel();
   // Wait: until a finished child can be taken (all: until none runs), under lock_ on return.
   Result<void> Wait(bool all, const WaitOptions& options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  void WakeAllAndUnlock() ABSL_UNLOCK_FUNCTION(lock_);
   void WakeIfIdleAndUnlock() ABSL_UNLOCK_FUNCTION(lock_);
 
   Runtime* const rt_;
@@ -167,15 +167,15 @@ class GroupCore {
   std::size_t running_ ABSL_GUARDED_BY(lock_) = 0;  // admitted, not finished
   FinishedRing finished_ ABSL_GUARDED_BY(lock_);    // capacity >= running_ + finished_.count
   std::uint64_t next_id_ ABSL_GUARDED_BY(lock_) = 1;
-  // The first failure (completion order); written once, under lock_, read after.
-  bool failed_ ABSL_GUARDED_BY(lock_) = false;
+  // The first failure (completion order), one of the two set; written once, under lock_. (A
+  // failure always has one: GroupChild::failed.)
   std::exception_ptr first_exception_ ABSL_GUARDED_BY(lock_);
   std::errc first_error_ ABSL_GUARDED_BY(lock_){};
   // Fail-fast has tripped: spawns are refused from then on, even before the token is cancelled
   // (a child that could not start has the deadline thread cancel it, see Report).
   bool tripped_ ABSL_GUARDED_BY(lock_) = false;
   // A fail-fast cancel that neither its child nor the deadline thread could make (see Report):
-  // the next join, spawn, or a parked join woken for it, makes it.
+  // a join makes it (Wait: a parked one is woken for it), or a spawn (Admit).
   bool cancel_pending_ ABSL_GUARDED_BY(lock_) = false;
   sync_internal::WaitQueue next_waiters_ ABSL_GUARDED_BY(lock_);  // join_next
   sync_internal::WaitQueue all_waiters_ ABSL_GUARDED_BY(lock_);   // join_all, the destructor
