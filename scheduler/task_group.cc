@@ -2,11 +2,15 @@
 // children, their reports as they finish, the joins' waits, the first failure and the fail-fast
 // cancel. Touches the runtime only through Spawn (in the header) and the fiber's group token.
 //
-// The protocol is the one of every //sync primitive (sync/internal/wait_queue.h): a joiner
-// queues its node under lock_ and parks; a finishing child grants nodes under lock_ and
-// notifies after unlocking. A finish grants one join_next waiter; the last running child's
-// finish grants every waiter of both kinds (join_next then reports no_child_process, or takes
-// what finished). A waiter granted as it gives up still looks once more: the grant stands.
+// Two modes. In spawn-order mode (a group's first), a child's finish is one exchange on its
+// record's JoinSignal, as a plain spawn's is, and join_all walks the list of children in spawn
+// order, waiting on each as JoinHandle::join does: no lock is shared between the spawner, the
+// children and the joiner but the spawner's own. The first join_next puts the group in queue
+// mode for good (discard_outcomes starts there): each listed child's record is dropped, so that
+// its finish queues it in completion order under the lock, with the protocol of every //sync
+// primitive (sync/internal/wait_queue.h): a joiner queues its node under lock_ and parks; a
+// finishing child grants nodes under lock_ and notifies after unlocking. A finish grants one
+// join_next waiter; the last running child's finish grants every waiter of both kinds.
 
 #include "weft/scheduler/task_group.h"
 
@@ -36,49 +40,109 @@ GroupCore::GroupCore(Runtime* rt, const TaskGroupOptions& options)
       policy_(options.policy),
       discard_(options.discard_outcomes),
       source_(ParentOf(options)),
-      token_(source_.token()) {}
+      token_(source_.token()),
+      queue_mode_(options.discard_outcomes) {}
 
 GroupCore::~GroupCore() {
   sync_internal::AbortIfWaitedOn(lock_, {&next_waiters_, &all_waiters_}, "a TaskGroup");
-  finished_.Free();  // empty once CancelAndJoin has run
+  // Empty once CancelAndJoin has run.
+  Taken left{std::move(in_order_), std::move(finished_)};
+  left.Free();
+}
+
+std::size_t Taken::count() const {
+  return ring.count +
+         static_cast<std::size_t>(std::count_if(in_order.begin(), in_order.end(),
+                                                [](const Finished& f) { return f.id != 0; }));
+}
+
+void Taken::Free() noexcept {
+  for (const Finished& f : in_order) {
+    if (f.child != nullptr) f.child->destroy(f.child);
+  }
+  in_order.clear();
+  for (std::size_t i = 0; i < ring.count; ++i) {
+    if (GroupChild* c = ring.at(i).child) c->destroy(c);
+  }
+  ring.count = 0;
 }
 
 bool GroupCore::IsOwnChild() const { return CurrentGroupToken() == &token_; }
 
-Result<std::uint64_t> GroupCore::Admit() {
+Result<bool> GroupCore::Reserve(std::size_t n) {
+  if (finished_.capacity >= running_ + finished_.count + n) return true;
+  // Grow the ring outside the lock (finishing children keep going), then move it in, unless
+  // another call grew it meanwhile.
+  const std::size_t want =
+      std::max({std::size_t{64}, 2 * finished_.capacity, running_ + finished_.count + n});
+  lock_.unlock();
+  std::unique_ptr<Finished[]> slots(new (std::nothrow) Finished[want]);
+  lock_.lock();
+  if (slots == nullptr) return std::errc::not_enough_memory;
+  if (finished_.capacity < want) {
+    for (std::size_t i = 0; i < finished_.count; ++i) slots[i] = finished_.at(i);
+    finished_.slots.swap(slots);
+    finished_.capacity = want;
+    finished_.head = 0;
+  }
+  // The old array is freed outside the lock.
+  lock_.unlock();
+  slots.reset();
+  lock_.lock();
+  return false;
+}
+
+Result<std::uint64_t> GroupCore::Admit(GroupChild* child) {
   // A cancelled group starts nothing: fail-fast has tripped, or the group (or a parent) was
   // cancelled, or it is being destroyed. A cancel racing this check admits a child that then
   // sees a cancelled token, as a child already running does.
   if (token_.is_cancelled()) return std::errc::operation_canceled;
   lock_.lock();
-  if (tripped_) {
-    const bool pending = std::exchange(cancel_pending_, false);  // see Report
+  for (;;) {
+    if (tripped_) {
+      const bool pending = std::exchange(cancel_pending_, false);  // see Report
+      lock_.unlock();
+      if (pending) source_.cancel();
+      return std::errc::operation_canceled;
+    }
+    if (queue_mode_) {
+      if (!discard_) {  // discarded outcomes take no room
+        Result<bool> room = Reserve(1);
+        if (!room) {
+          lock_.unlock();
+          return room.error();
+        }
+        if (!*room) continue;  // it let go of the lock: look again
+      }
+      (void)child->done.drop();  // never set yet: its finish will queue it (Publish)
+      ++running_;
+      break;
+    }
+    if (in_order_.size() < in_order_.capacity()) {
+      in_order_.push_back(Finished{child, next_id_});  // within capacity: cannot throw
+      break;
+    }
+    // Grow the list outside the lock, as the ring.
+    const std::size_t want = std::max<std::size_t>(64, 2 * in_order_.capacity());
     lock_.unlock();
-    if (pending) source_.cancel();
-    return std::errc::operation_canceled;
-  }
-  // Discarded outcomes take no room.
-  while (!discard_ && finished_.capacity < running_ + finished_.count + 1) {
-    // Grow the ring outside the lock (finishing children keep going), then move it in, unless
-    // another spawn grew it meanwhile.
-    std::size_t want = std::max<std::size_t>(64, 2 * finished_.capacity);
-    lock_.unlock();
-    std::unique_ptr<Finished[]> slots(new (std::nothrow) Finished[want]);
-    if (slots == nullptr) return std::errc::not_enough_memory;
+    std::vector<Finished> bigger;
+    try {
+      bigger.reserve(want);
+    } catch (const std::bad_alloc&) {
+      return std::errc::not_enough_memory;
+    }
     lock_.lock();
-    if (finished_.capacity >= want) continue;
-    for (std::size_t i = 0; i < finished_.count; ++i) slots[i] = finished_.at(i);
-    finished_.slots.swap(slots);  // the old array is freed as `slots` goes, after unlocking
-    finished_.capacity = want;
-    finished_.head = 0;
+    if (!queue_mode_ && in_order_.capacity() < want) {
+      bigger.assign(in_order_.begin(), in_order_.end());  // within capacity: cannot throw
+      in_order_.swap(bigger);
+    }
     lock_.unlock();
-    slots.reset();
+    bigger = {};  // the old (or unused) storage, freed outside the lock
     lock_.lock();
   }
-  ++running_;
-  std::uint64_t id = next_id_++;
+  child->id = next_id_++;
   lock_.unlock();
-  return id;
+  return child->id;
 }
 
 void GroupCore::WakeAllAndUnlock() {
@@ -96,15 +160,32 @@ void GroupCore::WakeIfIdleAndUnlock() {
   }
 }
 
-void GroupCore::Withdraw() {
+bool GroupCore::Withdraw(GroupChild* child) noexcept {
   lock_.lock();
-  --running_;
-  WakeIfIdleAndUnlock();
+  auto listed = std::find_if(in_order_.rbegin(), in_order_.rend(),
+                             [&](const Finished& f) { return f.child == child; });
+  if (listed == in_order_.rend()) {
+    // Admitted in queue mode, or listed and handed to running_ since: it counts there.
+    --running_;
+    WakeIfIdleAndUnlock();
+    return true;
+  }
+  if (!walking_) {
+    in_order_.erase(std::next(listed).base());
+    lock_.unlock();
+    return true;
+  }
+  // A join_all walks the list, and may be waiting on this very record: it frees it, seeing it
+  // withdrawn as its `done` is set.
+  child->withdrawn = true;
+  ++withdrawn_;
+  lock_.unlock();
+  (void)child->done.set();  // never dropped: listed, and not in queue mode (walking_)
+  return false;
 }
 
-bool GroupCore::Report(GroupChild* child, bool on_fiber, bool local) noexcept {
-  const bool failed = child->failed();
-  if (!failed) return !discard_ && (child->has_value || !local);
+void GroupCore::Report(GroupChild* child, bool on_fiber) noexcept {
+  if (!child->failed()) return;
   lock_.lock();
   bool trip = false;
   if (first_exception_ == nullptr && first_error_ == std::errc{}) {  // the first failure
@@ -114,22 +195,20 @@ bool GroupCore::Report(GroupChild* child, bool on_fiber, bool local) noexcept {
     tripped_ = trip;
   }
   lock_.unlock();
-  if (trip) {
-    // Before the child is published, so that a joiner woken by it finds the siblings cancelled.
-    // Not under lock_: the token's callbacks run here and may park.
-    if (on_fiber) {
-      source_.cancel();
-    } else if (!sync_internal::CancelOnDeadlineThread(StateOf(token_)).ok()) {
-      // A child that could not start reports on a worker's own context, which cannot park (as
-      // a callback may): the deadline thread cancels instead, shortly after (spawns are refused
-      // from now: tripped_). Without memory or a thread for it, a join makes the cancel: wake
-      // the parked ones to do it (Wait), or the next join or spawn will.
-      lock_.lock();
-      cancel_pending_ = true;
-      WakeAllAndUnlock();
-    }
+  if (!trip) return;
+  // Before the child is published, so that a joiner woken by it finds the siblings cancelled.
+  // Not under lock_: the token's callbacks run here and may park.
+  if (on_fiber) {
+    source_.cancel();
+  } else if (!sync_internal::CancelOnDeadlineThread(StateOf(token_)).ok()) {
+    // A child that could not start reports on a worker's own context, which cannot park (as
+    // a callback may): the deadline thread cancels instead, shortly after (spawns are refused
+    // from now: tripped_). Without memory or a thread for it, a join makes the cancel: wake
+    // the parked ones to do it (Wait), or the next join or spawn will.
+    lock_.lock();
+    cancel_pending_ = true;
+    WakeAllAndUnlock();
   }
-  return !discard_;
 }
 
 void GroupCore::Publish(GroupChild* child, bool keep) noexcept {
@@ -150,7 +229,9 @@ void GroupCore::Publish(GroupChild* child, bool keep) noexcept {
   }
 }
 
-Result<void> GroupCore::Wait(bool all, const WaitOptions& options) {
+template <typename Ready>
+Result<void> GroupCore::Wait(sync_internal::WaitQueue& queue, Ready ready,
+                             const WaitOptions& options) {
   std::errc gave_up{};
   for (;;) {
     if (cancel_pending_) [[unlikely]] {  // see Report
@@ -160,7 +241,7 @@ Result<void> GroupCore::Wait(bool all, const WaitOptions& options) {
       lock_.lock();
       continue;
     }
-    if (all ? running_ == 0 : finished_.count != 0 || running_ == 0) return {};
+    if (ready()) return {};
     if (gave_up != std::errc{}) return gave_up;
     // The node lives in the Waiter (Waiter::own_node): an execution waits on one thing at a time.
     Waiter& self = current_waiter();
@@ -168,13 +249,12 @@ Result<void> GroupCore::Wait(bool all, const WaitOptions& options) {
     node.waiter = &self;
     // relaxed: nobody sees the node before push_back (under lock_) publishes it.
     node.state.store(sync_internal::kWaiting, std::memory_order_relaxed);
-    sync_internal::WaitQueue& queue = all ? all_waiters_ : next_waiters_;
     queue.push_back(&node);
     lock_.unlock();
     sync_internal::ParkResult r = sync_internal::Park(
         self,
         [&] {
-          // acquire: pairs with Grant's release; what the finishing child wrote is visible.
+          // acquire: pairs with Grant's release; what the granting side wrote is visible.
           return node.state.load(std::memory_order_acquire) != sync_internal::kWaiting;
         },
         options, "TaskGroup", this);
@@ -185,42 +265,152 @@ Result<void> GroupCore::Wait(bool all, const WaitOptions& options) {
         queue.remove(&node);
         return sync_internal::ErrorOf(r);
       }
-      gave_up = sync_internal::ErrorOf(r);  // granted as it gave up: take what is there
+      gave_up = sync_internal::ErrorOf(r);  // granted as it gave up: look once more
     }
   }
+}
+
+Result<bool> GroupCore::ToQueueMode() {
+  Result<bool> room = Reserve(in_order_.size() - withdrawn_);
+  if (!room || !*room) return room;
+  // The children that finished already go to the ring in spawn order (their completion order
+  // is not known); the others will queue themselves as they finish.
+  for (const Finished& f : in_order_) {
+    if (f.id == 0) continue;  // withdrawn, and freed by a walk
+    if (f.child == nullptr) {
+      finished_.at(finished_.count++) = f;  // freed by a walk: a void child that succeeded
+    } else if (f.child->done.drop()) {
+      // Finished. acquire (drop's failure): its outcome is visible.
+      if (f.child->withdrawn) {
+        f.child->destroy(f.child);
+      } else {
+        finished_.at(finished_.count++) = f;
+      }
+    } else {
+      ++running_;
+    }
+  }
+  std::vector<Finished> list;
+  list.swap(in_order_);
+  withdrawn_ = 0;
+  queue_mode_ = true;
+  lock_.unlock();
+  list = {};  // freed outside the lock
+  lock_.lock();
+  return true;
 }
 
 Result<Finished> GroupCore::TakeNext(const WaitOptions& options) {
   if (IsOwnChild()) return std::errc::resource_deadlock_would_occur;
   lock_.lock();
-  Result<void> waited = Wait(/*all=*/false, options);
-  if (!waited.ok() && finished_.count == 0) {
+  for (;;) {
+    if (!queue_mode_ && !walking_) {
+      Result<bool> done = ToQueueMode();
+      if (!done) {
+        lock_.unlock();
+        return done.error();
+      }
+      if (!*done) continue;  // it let go of the lock: look again
+    }
+    // Until a join_all's walk of the list ends, the children are its to take.
+    Result<void> waited = Wait(
+        next_waiters_,
+        [&] {
+          ABSL_ASSERT_EXCLUSIVE_LOCK(lock_);
+          return queue_mode_ ? finished_.count != 0 || running_ == 0 : !walking_;
+        },
+        options);
+    if (queue_mode_ && finished_.count != 0) {
+      Finished f = finished_.at(0);
+      finished_.head = (finished_.head + 1) % finished_.capacity;
+      finished_.count -= 1;
+      lock_.unlock();
+      return f;
+    }
+    if (!waited.ok()) {
+      lock_.unlock();
+      return waited.error();
+    }
+    if (queue_mode_) {  // none finished, none runs
+      lock_.unlock();
+      return std::errc::no_child_process;
+    }
+  }
+}
+
+Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {
+  if (IsOwnChild()) return std::errc::resource_deadlock_would_occur;
+  lock_.lock();
+  // One walk at a time: another join_all's ends with the children taken.
+  Result<void> waited = Wait(
+      all_waiters_,
+      [&] {
+        ABSL_ASSERT_EXCLUSIVE_LOCK(lock_);
+        return !walking_;
+      },
+      options);
+  if (!waited.ok()) {
     lock_.unlock();
     return waited.error();
   }
-  if (finished_.count == 0) {
+  walking_ = true;
+  // Spawn-order mode: wait for each listed child in turn, a chunk of the list at a time (copied
+  // out under the lock: spawns may grow it meanwhile, children spawning siblings included), until
+  // the end is reached under the lock. A void child that succeeded is freed at once, while
+  // it is warm. (queue_mode_ does not change while walking_.)
+  constexpr std::size_t kChunk = 32;
+  Finished chunk[kChunk];
+  for (std::size_t at = 0;;) {
+    const std::size_t n = std::min(kChunk, in_order_.size() - at);
+    if (n == 0) break;
+    std::copy_n(in_order_.begin() + static_cast<std::ptrdiff_t>(at), n, chunk);
     lock_.unlock();
-    return std::errc::no_child_process;
+    Result<void> joined;
+    std::size_t i = 0;
+    for (; i < n; ++i) {
+      GroupChild* c = chunk[i].child;
+      if (c == nullptr) continue;  // freed by an earlier walk that gave up
+      joined = c->done.wait(options);
+      if (!joined.ok()) break;
+      if (c->withdrawn) {
+        c->destroy(c);
+        chunk[i] = Finished{nullptr, 0};
+      } else if (!c->carries()) {
+        c->destroy(c);
+        chunk[i].child = nullptr;
+      }
+    }
+    lock_.lock();
+    // Positions do not move while walking_ (the list only grows at its end).
+    std::copy_n(chunk, i, in_order_.begin() + static_cast<std::ptrdiff_t>(at));
+    if (!joined.ok()) {
+      // Nothing is taken: the list stays, the children walked so far marked as freed or not.
+      walking_ = false;
+      WakeAllAndUnlock();
+      return joined.error();
+    }
+    at += n;
   }
-  Finished f = finished_.at(0);
-  finished_.head = (finished_.head + 1) % finished_.capacity;
-  finished_.count -= 1;
-  lock_.unlock();
-  return f;
-}
-
-Result<FinishedRing> GroupCore::TakeAll(const WaitOptions& options) {
-  if (IsOwnChild()) return std::errc::resource_deadlock_would_occur;
-  lock_.lock();
-  Result<void> waited = Wait(/*all=*/true, options);
-  if (!waited.ok() && running_ != 0) {
-    lock_.unlock();
+  // Queue mode: wait until every child has finished.
+  waited = Wait(
+      all_waiters_,
+      [&] {
+        ABSL_ASSERT_EXCLUSIVE_LOCK(lock_);
+        return running_ == 0;
+      },
+      options);
+  if (!waited.ok()) {
+    walking_ = false;
+    WakeAllAndUnlock();
     return waited.error();
   }
   // No child runs: the ring's room is no longer reserved for anyone; it goes with the caller.
-  FinishedRing taken = std::move(finished_);
+  Taken taken{std::move(in_order_), std::move(finished_)};
+  in_order_ = {};
   finished_ = FinishedRing{};
-  lock_.unlock();
+  withdrawn_ = 0;
+  walking_ = false;
+  WakeAllAndUnlock();  // the joins that waited for this walk to end
   return taken;
 }
 
@@ -237,7 +427,7 @@ void GroupCore::Cancel() { source_.cancel(); }
 
 std::size_t GroupCore::size() const {
   lock_.lock();
-  std::size_t n = running_ + finished_.count;
+  std::size_t n = in_order_.size() - withdrawn_ + running_ + finished_.count;
   lock_.unlock();
   return n;
 }
@@ -251,7 +441,7 @@ void GroupCore::CancelAndJoin() noexcept {
   }
   source_.cancel();
   for (;;) {
-    Result<FinishedRing> taken = TakeAll({});
+    Result<Taken> taken = TakeAll({});
     if (taken.ok()) {
       taken->Free();
       return;

@@ -79,40 +79,51 @@ struct IsResult : std::false_type {};
 template <typename U>
 struct IsResult<Result<U>> : std::true_type {};
 
-// GroupChild: a child's record: its outcome, kept until taken when it carries something (a
-// value, a failure); a void child that succeeded is freed as it finishes, warm.
+// GroupChild: a child's record: its outcome, kept until a join takes it (a void child that
+// succeeded in a group in queue mode frees it as it finishes, warm).
 struct GroupChild {
+  // done: set as the child finishes. A group starts in spawn-order mode: join_all waits on each
+  // record's `done` in turn, as a JoinHandle is joined, and the child's finish is that one
+  // exchange. In queue mode (join_next was called, or discard_outcomes) the record is dropped
+  // when listed, and set() then tells the child to queue itself for the joins (GroupCore).
+  JoinSignal done;
   std::uint64_t id = 0;
   std::exception_ptr exception;  // it threw, or could not start
   std::errc error{};             // it returned a Result holding this
   bool has_value = false;        // keep it after a success: the value is what join takes
+  bool withdrawn = false;        // listed, then its spawn failed: no child, no outcome
   void (*destroy)(GroupChild*) noexcept = nullptr;
   bool failed() const { return exception != nullptr || error != std::errc{}; }
+  // carries: a join has something to take from it (a value, a failure).
+  bool carries() const { return has_value || failed(); }
 };
 
-// Finished: a finished child as the group queues it: its record, or null once freed (a void
-// child that succeeded), and its id.
+// Finished: a child as the group lists it: its record, or null once freed (a void child that
+// succeeded), and its id (0: withdrawn).
 struct Finished {
   GroupChild* child;
   std::uint64_t id;
 };
 
-// FinishedRing: the finished children in completion order. Its room is reserved as children are
-// admitted (a spawn reports not_enough_memory), so that a finish never allocates; and join_all
-// walks an array, not a list of records that have long left the cache.
+// FinishedRing: the finished children of a group in queue mode, in completion order. Its room
+// is reserved as children are admitted (a spawn reports not_enough_memory), so that a finish
+// never allocates.
 struct FinishedRing {
   std::unique_ptr<Finished[]> slots;
   std::size_t capacity = 0;
   std::size_t head = 0;
   std::size_t count = 0;
   Finished& at(std::size_t i) { return slots[(head + i) % capacity]; }
-  // Free: destroys the records still held.
-  void Free() noexcept {
-    for (std::size_t i = 0; i < count; ++i) {
-      if (GroupChild* c = at(i).child) c->destroy(c);
-    }
-    count = 0;
-  }
+};
+
+// Taken: what join_all takes: the children listed in spawn order (spawn-order mode) and the
+// finished ring (queue mode). Free destroys the records still held.
+struct Taken {
+  std::vector<Finished> in_order;
+  FinishedRing ring;
+  // count: the children taken (withdrawn ones are not).
+  std::size_t count() const;
+  void Free() noexcept;
 };
 
 // GroupCore: the group's state, shared with its children (who outlive neither it nor their
@@ -126,23 +137,29 @@ class GroupCore {
 
   Runtime* runtime() const { return rt_; }
   const CancellationToken& token() const { return token_; }
-  // Admit: counts a child about to be spawned and gives its id; operation_canceled once the
-  // group is cancelled. Withdraw: an admitted child that could not be spawned after all.
-  Result<std::uint64_t> Admit();
-  void Withdraw();
-  // A child's last two steps, on its fiber (on_fiber) or, for one that could not start, on a
-  // worker's own context. Report: records a failure (the first, with fail-fast's cancel);
-  // returns whether a join will want the record (a value, a failure, or a record from another
-  // worker's slab, which `local` says it is not). Publish: the child stops counting; its record
-  // (kept) or id is queued for the joins, and a record not kept is freed first. After Publish
-  // the record is the group's, and may be gone at once.
-  bool Report(GroupChild* child, bool on_fiber, bool local) noexcept;
+  // Admit: lists a child about to be spawned and gives its id; operation_canceled once the
+  // group is cancelled, not_enough_memory. Withdraw: an admitted child that could not be
+  // spawned after all; true if the caller frees its record (false: a join_all walking the list
+  // frees it).
+  Result<std::uint64_t> Admit(GroupChild* child);
+  bool Withdraw(GroupChild* child) noexcept;
+  // A child's last steps, on its fiber (on_fiber) or, for one that could not start, on a
+  // worker's own context (see GroupChildState::Finish). Report: records a failure (the first,
+  // with fail-fast's cancel). Then the child sets its `done`; in queue mode it goes on: Keeps
+  // says whether a join will want the record (a value, a failure, or a record from another
+  // worker's slab, which `local` says it is not), and Publish makes the child stop counting and
+  // queues its record (kept) or its id, a record not kept being freed first. After Publish,
+  // or a `done.set()` that returned false, the record is the group's, and may be gone at once.
+  void Report(GroupChild* child, bool on_fiber) noexcept;
+  bool Keeps(const GroupChild* child, bool local) const {
+    return !discard_ && (child->carries() || !local);
+  }
   void Publish(GroupChild* child, bool keep) noexcept;
   // TakeNext: a finished child not yet taken, waiting for one; no_child_process when none is
-  // finished and none runs.
+  // finished and none runs. Puts the group in queue mode.
   Result<Finished> TakeNext(const WaitOptions& options);
-  // TakeAll: waits until no child runs, then takes every finished one (completion order).
-  Result<FinishedRing> TakeAll(const WaitOptions& options);
+  // TakeAll: waits until no child runs, then takes every one not taken.
+  Result<Taken> TakeAll(const WaitOptions& options);
   // FirstFailure: ok, or the first failure's error; rethrows it if it was an exception.
   Result<void> FirstFailure() const;
   void Cancel();
@@ -153,8 +170,17 @@ class GroupCore {
 
  private:
   bool IsOwnChild() const;
-  // Wait: until a finished child can be taken (all: until none runs), under lock_ on return.
-  Result<void> Wait(bool all, const WaitOptions& options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // Wait: until ready() (under lock_) holds, parked on `queue`; under lock_ on return. A grant
+  // found as the wait gives up stands: ready() is looked at once more.
+  template <typename Ready>
+  Result<void> Wait(sync_internal::WaitQueue& queue, Ready ready, const WaitOptions& options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // ToQueueMode: hands the listed children to the ring (the finished ones, in spawn order) or
+  // to running_; false if it had to let go of lock_ to grow the ring (look again).
+  Result<bool> ToQueueMode() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // Reserve: room in the ring for `n` more, growing it outside lock_; false if it let go of
+  // lock_ (look again).
+  Result<bool> Reserve(std::size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   void WakeAllAndUnlock() ABSL_UNLOCK_FUNCTION(lock_);
   void WakeIfIdleAndUnlock() ABSL_UNLOCK_FUNCTION(lock_);
 
@@ -163,8 +189,16 @@ class GroupCore {
   const bool discard_;
   CancellationSource source_;
   const CancellationToken token_;
-  mutable sync_internal::SpinLock lock_;            // mutable: size() takes it
-  std::size_t running_ ABSL_GUARDED_BY(lock_) = 0;  // admitted, not finished
+  mutable sync_internal::SpinLock lock_;  // mutable: size() takes it
+  // Spawn-order mode: the children admitted and not taken, in spawn order. A finish does not
+  // touch the group; join_all walks this list, waiting on each child's `done`.
+  std::vector<Finished> in_order_ ABSL_GUARDED_BY(lock_);
+  std::size_t withdrawn_ ABSL_GUARDED_BY(lock_) = 0;  // of in_order_
+  bool walking_ ABSL_GUARDED_BY(lock_) = false;       // a join_all walks in_order_
+  // Queue mode, for good once a join_next has run (or with discard_outcomes): each finish
+  // counts down running_ and queues the child in finished_, under lock_.
+  bool queue_mode_ ABSL_GUARDED_BY(lock_);
+  std::size_t running_ ABSL_GUARDED_BY(lock_) = 0;  // admitted in queue mode, not finished
   FinishedRing finished_ ABSL_GUARDED_BY(lock_);    // capacity >= running_ + finished_.count
   std::uint64_t next_id_ ABSL_GUARDED_BY(lock_) = 1;
   // The first failure (completion order), one of the two set; written once, under lock_. (A
@@ -239,12 +273,15 @@ struct GroupChildState final : GroupChildOf<T>, FiberBody {
     this->exception = std::move(why);
     Finish(/*on_fiber=*/false);
   }
-  // Finish: an outcome no join will take (a void success; any, with discard_outcomes) is
+  // Finish: in spawn-order mode, setting `done` is all (the join frees the record). In queue
+  // mode, an outcome no join will take (a void success; any, with discard_outcomes) is
   // destroyed here, while the child still counts as running, so that no code of the child's (a
   // value's destructor) runs after join_all or ~TaskGroup returned. (`this`, the allocation's
   // start: FiberBody, polymorphic, is laid out first, so the GroupChild base is not.)
   void Finish(bool on_fiber) {
-    const bool keep = core->Report(this, on_fiber, SpawnStateIsLocal(this));
+    core->Report(this, on_fiber);
+    if (!this->done.set()) return;  // the last touch of *this, in spawn-order mode
+    const bool keep = core->Keeps(this, SpawnStateIsLocal(this));
     if (!keep) {
       this->value.reset();
       this->exception = nullptr;
@@ -356,31 +393,29 @@ class TaskGroup {
                   "a TaskGroup<T> child returns T (void for TaskGroup<void>)");
     using State = scheduler_internal::GroupChildState<T, F>;
     if (core_ == nullptr || core_->runtime() == nullptr) return std::errc::invalid_argument;
-    Result<std::uint64_t> id = core_->Admit();
-    if (!id) return id;
+    if (core_->token().is_cancelled()) return std::errc::operation_canceled;
     State* state;
     try {
       state = State::New(core_.get(), std::move(f));
     } catch (const std::bad_alloc&) {
-      core_->Withdraw();
       return std::errc::not_enough_memory;
-    } catch (...) {  // F's move constructor threw
-      core_->Withdraw();
-      throw;
+    }  // F's move constructor's exception goes to the caller
+    Result<std::uint64_t> id = core_->Admit(state);
+    if (!id) {
+      State::Destroy(state);
+      return id;
     }
-    state->id = *id;
+    std::errc error;
     try {
       scheduler_internal::Spawn(*core_->runtime(), state, options);
+      return id;
     } catch (const std::system_error& e) {
-      State::Destroy(state);
-      core_->Withdraw();
-      return static_cast<std::errc>(e.code().value());
+      error = static_cast<std::errc>(e.code().value());
     } catch (const std::bad_alloc&) {
-      State::Destroy(state);
-      core_->Withdraw();
-      return std::errc::not_enough_memory;
+      error = std::errc::not_enough_memory;
     }
-    return id;
+    if (core_->Withdraw(state)) State::Destroy(state);
+    return error;
   }
 
   // join_next: the next child to finish that nobody has taken yet (completion order), waiting
@@ -423,23 +458,30 @@ class TaskGroup {
 template <typename T>
 typename scheduler_internal::JoinAllOf<T>::type TaskGroup<T>::join_all(const WaitOptions& options) {
   using scheduler_internal::GroupChild;
+  using scheduler_internal::Taken;
   if (core_ == nullptr) return std::errc::invalid_argument;  // moved from
-  Result<scheduler_internal::FinishedRing> taken = core_->TakeAll(options);
+  Result<Taken> taken = core_->TakeAll(options);
   if (!taken) return taken.error();
   // What was taken is freed however this returns (a rethrow, a std::bad_alloc included).
   struct Owned {
-    scheduler_internal::FinishedRing& ring;
-    ~Owned() { ring.Free(); }
+    Taken& taken;
+    ~Owned() { taken.Free(); }
   } owned{*taken};
   if (Result<void> failure = core_->FirstFailure(); !failure) return failure.error();
   if constexpr (std::is_same_v<typename scheduler_internal::JoinAllOf<T>::type, Result<void>>) {
     return {};
   } else {
-    scheduler_internal::FinishedRing& ring = *taken;
-    std::vector<GroupChild*> order(ring.count);
-    for (std::size_t i = 0; i < ring.count; ++i) order[i] = ring.at(i).child;
-    std::sort(order.begin(), order.end(),
-              [](const GroupChild* a, const GroupChild* b) { return a->id < b->id; });
+    // Spawn order: the list's already; the ring's (children that finished in queue mode) by id.
+    std::vector<GroupChild*> order;
+    order.reserve(taken->count());
+    for (const scheduler_internal::Finished& f : taken->in_order) {
+      if (f.child != nullptr) order.push_back(f.child);
+    }
+    if (scheduler_internal::FinishedRing& ring = taken->ring; ring.count != 0) {
+      for (std::size_t i = 0; i < ring.count; ++i) order.push_back(ring.at(i).child);
+      std::sort(order.begin(), order.end(),
+                [](const GroupChild* a, const GroupChild* b) { return a->id < b->id; });
+    }
     typename scheduler_internal::JoinAllOf<T>::values values;
     values.reserve(order.size());
     for (GroupChild* c : order) {

@@ -1,7 +1,9 @@
 // scheduler/task_group_model_test.cc: TaskGroup's shared state (GroupCore) under the model
 // checker (--config=model): children are model threads that finish their records as a group's
-// fibers would, and the joiner takes them. Every schedule within the bounds must hold; a lost
-// wake-up of a join is a deadlock the checker reports.
+// fibers would, and the joiner takes them, in both of the group's modes (join_all's walk of the
+// spawn-order list; the completion-order queue join_next switches to) and across the switch.
+// Every schedule within the bounds must hold; a lost wake-up of a join is a deadlock the checker
+// reports.
 
 #include <system_error>
 
@@ -17,9 +19,9 @@ namespace {
 using model::check;
 using model::ExpectAllSchedulesPass;
 using scheduler_internal::Finished;
-using scheduler_internal::FinishedRing;
 using scheduler_internal::GroupChild;
 using scheduler_internal::GroupCore;
+using scheduler_internal::Taken;
 
 // A child's record as the template makes it, minus the callable; owned by the test.
 struct Record : GroupChild {
@@ -31,17 +33,20 @@ struct Record : GroupChild {
 
 // Finish: a child's last steps, as GroupChildState::Finish takes them on its fiber.
 void Finish(GroupCore& core, GroupChild* child) {
-  core.Publish(child, core.Report(child, /*on_fiber=*/true, /*local=*/true));
+  core.Report(child, /*on_fiber=*/true);
+  if (!child->done.set()) return;  // spawn-order mode
+  core.Publish(child, core.Keeps(child, /*local=*/true));
 }
 
 // A joiner parked in join_next while a sibling still runs must be woken by each finish: the
 // second child waits for the first to be taken, so a finish that woke nobody leaves both waiting.
+// The first join_next switches the group to queue mode as the first child may be finishing.
 TEST(TaskGroupModelTest, JoinNextWakesForAFinishWhileASiblingRuns) {
   ExpectAllSchedulesPass(check([] {
     GroupCore core(nullptr, {});
     Record a, b;
-    a.id = *core.Admit();
-    b.id = *core.Admit();
+    (void)*core.Admit(&a);
+    (void)*core.Admit(&b);
     Event first_taken;
     model::thread ta([&] { Finish(core, &a); });
     model::thread tb([&] {
@@ -65,8 +70,8 @@ TEST(TaskGroupModelTest, FailFastCancelsTheSiblingAndJoinAllTakesBoth) {
   ExpectAllSchedulesPass(check([] {
     GroupCore core(nullptr, {.policy = GroupPolicy::kFailFast});
     Record failing, sibling;
-    failing.id = *core.Admit();
-    sibling.id = *core.Admit();
+    (void)*core.Admit(&failing);
+    (void)*core.Admit(&sibling);
     model::thread tf([&] {
       failing.error = std::errc::io_error;
       Finish(core, &failing);
@@ -77,10 +82,11 @@ TEST(TaskGroupModelTest, FailFastCancelsTheSiblingAndJoinAllTakesBoth) {
       WEFT_MODEL_ASSERT(never.wait({.cancel = &token}).error() == std::errc::operation_canceled);
       Finish(core, &sibling);
     });
-    Result<FinishedRing> all = core.TakeAll({});
-    WEFT_MODEL_ASSERT(all.ok() && all->count == 2);
+    Result<Taken> all = core.TakeAll({});
+    WEFT_MODEL_ASSERT(all.ok() && all->count() == 2);
     WEFT_MODEL_ASSERT(core.FirstFailure().error() == std::errc::io_error);
-    WEFT_MODEL_ASSERT(core.Admit().error() == std::errc::operation_canceled);
+    Record late;
+    WEFT_MODEL_ASSERT(core.Admit(&late).error() == std::errc::operation_canceled);
     tf.join();
     ts.join();
   }));
@@ -92,16 +98,89 @@ TEST(TaskGroupModelTest, JoinAllWaitsForASiblingSpawnedByAChild) {
   ExpectAllSchedulesPass(check([] {
     GroupCore core(nullptr, {});
     Record parent, sibling;
-    parent.id = *core.Admit();
+    (void)*core.Admit(&parent);
     model::thread tp([&] {
-      sibling.id = *core.Admit();
+      (void)*core.Admit(&sibling);
       model::thread sib([&] { Finish(core, &sibling); });
       Finish(core, &parent);
       sib.join();
     });
-    Result<FinishedRing> all = core.TakeAll({});
-    WEFT_MODEL_ASSERT(all.ok() && all->count == 2);
+    Result<Taken> all = core.TakeAll({});
+    WEFT_MODEL_ASSERT(all.ok() && all->count() == 2);
     tp.join();
+  }));
+}
+
+// A join_next made while a join_all walks the list waits for the walk to end (the children are
+// the walk's), then finds none left; the walker gets both children, each exactly once.
+TEST(TaskGroupModelTest, JoinNextDuringAWalkWaitsForItAndFindsNothingLeft) {
+  ExpectAllSchedulesPass(check([] {
+    GroupCore core(nullptr, {});
+    Record a, b;
+    (void)*core.Admit(&a);
+    (void)*core.Admit(&b);
+    Finish(core, &a);
+    Result<Taken> all = std::errc::interrupted;  // until the walker returns
+    model::thread walker([&] { all = core.TakeAll({}); });
+    model::thread tb([&] { Finish(core, &b); });
+    Result<Finished> next = core.TakeNext({});
+    walker.join();
+    tb.join();
+    // Either order is allowed: join_next first takes a child (switching the group to queue
+    // mode, where join_all then takes the rest), or the walk takes both.
+    WEFT_MODEL_ASSERT(all.ok());
+    if (next.ok()) {
+      WEFT_MODEL_ASSERT(all->count() == 1);
+    } else {
+      WEFT_MODEL_ASSERT(next.error() == std::errc::no_child_process);
+      WEFT_MODEL_ASSERT(all->count() == 2);
+    }
+  }));
+}
+
+// A walk that gives up (its wait cancelled) takes nothing: join_next then hands out both
+// children, the one the walk had already seen finish included, whichever finishes when.
+TEST(TaskGroupModelTest, AWalkThatGivesUpLeavesEveryChildToJoinNext) {
+  ExpectAllSchedulesPass(check([] {
+    GroupCore core(nullptr, {});
+    Record a, b;
+    (void)*core.Admit(&a);
+    (void)*core.Admit(&b);
+    CancellationSource stop;
+    const CancellationToken token = stop.token();
+    model::thread ta([&] { Finish(core, &a); });
+    model::thread canceller([&] { stop.cancel(); });
+    Result<Taken> all = core.TakeAll({.cancel = &token});
+    canceller.join();
+    // b has not finished: the walk cannot end but by giving up.
+    WEFT_MODEL_ASSERT(!all.ok() && all.error() == std::errc::operation_canceled);
+    model::thread tb([&] { Finish(core, &b); });
+    Result<Finished> first = core.TakeNext({});
+    Result<Finished> second = core.TakeNext({});
+    WEFT_MODEL_ASSERT(first.ok() && second.ok() && first->child != second->child);
+    WEFT_MODEL_ASSERT(core.TakeNext({}).error() == std::errc::no_child_process);
+    ta.join();
+    tb.join();
+  }));
+}
+
+// A spawn that fails after its child was listed, while a join_all waits on that very child:
+// the walk ends, and the child is not among those taken.
+TEST(TaskGroupModelTest, AChildWithdrawnDuringAWalkIsNotTaken) {
+  ExpectAllSchedulesPass(check([] {
+    GroupCore core(nullptr, {});
+    Record a, never_ran;
+    (void)*core.Admit(&a);
+    (void)*core.Admit(&never_ran);
+    bool caller_frees = false;
+    model::thread ta([&] { Finish(core, &a); });
+    model::thread spawner([&] { caller_frees = core.Withdraw(&never_ran); });
+    Result<Taken> all = core.TakeAll({});
+    spawner.join();
+    ta.join();
+    WEFT_MODEL_ASSERT(all.ok() && all->count() == 1);
+    WEFT_MODEL_ASSERT(core.size() == 0);
+    (void)caller_frees;  // either side frees it; Record's destroy does nothing
   }));
 }
 

@@ -432,6 +432,68 @@ TEST(TaskGroup, ConcurrentJoinNextHandsEachChildToOneCaller) {
   });
 }
 
+// join_all walks the children in spawn order; one that gives up takes nothing, not even the
+// children it saw finish (a void one's record it freed keeps its id), and join_next, which
+// switches the group to completion order, then hands out every child.
+TEST(TaskGroup, AJoinAllThatGivesUpLeavesEveryChildToJoinNext) {
+  Runtime rt({.workers = 2});
+  rt.block_on([&] {
+    TaskGroup<> voids;
+    TaskGroup<int> values;
+    Event release;
+    ASSERT_TRUE(voids.spawn([] {}));
+    ASSERT_TRUE(voids.spawn([&] { (void)release.wait(); }));
+    ASSERT_TRUE(voids.spawn([] {}));
+    ASSERT_TRUE(values.spawn([] { return 1; }));
+    ASSERT_TRUE(values.spawn([&] { return release.wait().ok() ? 2 : -1; }));
+    ASSERT_TRUE(values.spawn([] { return 3; }));
+    this_fiber::sleep_for(2ms);  // the first and third children finish (not needed to pass)
+    EXPECT_EQ(voids.join_all({.deadline = SyncClock::now() + 2ms}).error(), std::errc::timed_out);
+    EXPECT_EQ(values.join_all({.deadline = SyncClock::now() + 2ms}).error(), std::errc::timed_out);
+    EXPECT_EQ(voids.size(), 3u);
+    EXPECT_EQ(values.size(), 3u);
+    release.set();
+    std::set<std::uint64_t> ids;
+    std::set<int> got;
+    for (int i = 0; i < 3; ++i) {
+      Result<Completed<void>> v = voids.join_next();
+      ASSERT_TRUE(v);
+      ids.insert(v->id());
+      Result<Completed<int>> c = values.join_next();
+      ASSERT_TRUE(c);
+      got.insert(c->get());
+    }
+    EXPECT_EQ(ids, (std::set<std::uint64_t>{1, 2, 3}));
+    EXPECT_EQ(got, (std::set<int>{1, 2, 3}));
+    EXPECT_EQ(voids.join_next().error(), std::errc::no_child_process);
+    EXPECT_EQ(values.join_next().error(), std::errc::no_child_process);
+    EXPECT_TRUE(values.join_all());
+  });
+}
+
+// A child spawns a sibling that cannot be spawned (a stack size no class has) while join_all
+// walks the list the sibling was already entered in: the spawn reports the error, and join_all
+// returns without waiting for it or counting it.
+TEST(TaskGroup, ASpawnThatFailsDuringJoinAllIsNotWaitedFor) {
+  Runtime rt({.workers = 2});
+  rt.block_on([&] {
+    TaskGroup<int> group;
+    std::errc sibling{};
+    ASSERT_TRUE(group.spawn([&] {
+      this_fiber::sleep_for(5ms);  // the root is in join_all by now (not needed to pass)
+      Result<std::uint64_t> id =
+          group.spawn([] { return 2; }, {.stack_size = std::size_t{1} << 40});
+      sibling = id.ok() ? std::errc{} : id.error();
+      return 1;
+    }));
+    Result<std::vector<int>> all = group.join_all();
+    ASSERT_TRUE(all);
+    EXPECT_EQ(*all, std::vector<int>{1});
+    EXPECT_EQ(sibling, std::errc::invalid_argument);
+    EXPECT_EQ(group.size(), 0u);
+  });
+}
+
 TEST(TaskGroup, OutsideARuntimeSpawnIsInvalidAndBadStacksAreRefused) {
   TaskGroup<> nowhere;
   EXPECT_EQ(nowhere.spawn([] {}).error(), std::errc::invalid_argument);
