@@ -15,7 +15,8 @@
 //   kUringSubmit   the kernel refuses SQEs (EBUSY): the backlog path            -
 //   kStackMap      -                                                            mmap / VirtualAlloc fails (ENOMEM)
 //   kSlab          -                                                            a slab's memory is refused
-//   kThread        -                                                            a blocking thread fails to start
+//   kThread        -                                                            a blocking thread fails to start;
+//                                                                               the deadline thread refuses a cancel
 //   kTimerEntry    no memory for a timed wait's timer: the wait polls instead    -
 // clang-format on
 //

@@ -94,14 +94,16 @@ class JoinSignal {
     return word_.load(std::memory_order_acquire) == kSet;
   }
   // wait: until set; timed_out or operation_canceled per options (the state stays joinable),
-  // EBUSY if another wait on it is in progress (two joins of one handle at once).
-  Result<void> wait(const WaitOptions& options) {
+  // EBUSY if another wait on it is in progress (two joins of one handle at once). With
+  // `interrupt`: also ends, with interrupted, once it reads true (the waker sets it, then
+  // notifies the waiting execution's Waiter).
+  Result<void> wait(const WaitOptions& options, const atomic<bool>* interrupt = nullptr) {
     if (is_set()) return {};
-    return WaitSlow(options);
+    return WaitSlow(options, interrupt);
   }
 
  private:
-  Result<void> WaitSlow(const WaitOptions& options);
+  Result<void> WaitSlow(const WaitOptions& options, const atomic<bool>* interrupt);
   static constexpr std::uintptr_t kOpen = 0;
   static constexpr std::uintptr_t kSet = 1;      // never a Waiter's address (aligned)
   static constexpr std::uintptr_t kDropped = 2;  // nor this

@@ -103,7 +103,7 @@ void FreeSpawnState(void* p) noexcept {
   }
 }
 
-Result<void> JoinSignal::WaitSlow(const WaitOptions& options) {
+Result<void> JoinSignal::WaitSlow(const WaitOptions& options, const atomic<bool>* interrupt) {
   Waiter& self = current_waiter();
   const auto me = reinterpret_cast<std::uintptr_t>(&self);
   std::uintptr_t seen = kOpen;
@@ -115,14 +115,20 @@ Result<void> JoinSignal::WaitSlow(const WaitOptions& options) {
     return std::errc::device_or_resource_busy;
   }
   sync_internal::ParkResult r = sync_internal::Park(
-      self, [this] { return is_set(); }, options, "JoinHandle", this);
-  if (r == sync_internal::ParkResult::kWoken) return {};
-  // Gave up: withdraw, unless set() took the word first; then the join succeeded after all, and
-  // its notify leaves a stale permit, which every wait tolerates (sync/waiter.h). acquire: as
-  // above, for the result.
+      self,
+      [&] {
+        // acquire (interrupt): what the interrupter wrote before setting it is visible.
+        return is_set() || (interrupt != nullptr && interrupt->load(std::memory_order_acquire));
+      },
+      options, "JoinHandle", this);
+  if (r == sync_internal::ParkResult::kWoken && is_set()) return {};
+  // Gave up or interrupted: withdraw, unless set() took the word first; then the join succeeded
+  // after all, and its notify leaves a stale permit, which every wait tolerates
+  // (sync/waiter.h). acquire: as above, for the result.
   seen = me;
   if (word_.compare_exchange_strong(seen, kOpen, std::memory_order_acquire)) {
-    return sync_internal::ErrorOf(r);
+    return r == sync_internal::ParkResult::kWoken ? std::errc::interrupted
+                                                  : sync_internal::ErrorOf(r);
   }
   return {};
 }

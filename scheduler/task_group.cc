@@ -180,8 +180,12 @@ bool GroupCore::Withdraw(GroupChild* child) noexcept {
   child->withdrawn = true;
   ++withdrawn_;
   lock_.unlock();
-  (void)child->done.set();  // never dropped: listed, and not in queue mode (walking_)
-  return false;
+  if (!child->done.set()) return false;
+  // The walker switched the group to queue mode meanwhile, and counted it as running.
+  lock_.lock();
+  --running_;
+  WakeIfIdleAndUnlock();
+  return true;
 }
 
 void GroupCore::Report(GroupChild* child, bool on_fiber) noexcept {
@@ -207,7 +211,35 @@ void GroupCore::Report(GroupChild* child, bool on_fiber) noexcept {
     // the parked ones to do it (Wait), or the next join or spawn will.
     lock_.lock();
     cancel_pending_ = true;
+    InterruptWalk();
     WakeAllAndUnlock();
+  }
+}
+
+void GroupCore::InterruptWalk() {
+  if (walker_ == nullptr) return;
+  // release: what was set under lock_ before (cancel_pending_, switch_wanted_) is visible to a
+  // walker that reads true outside it; it looks under lock_ anyway.
+  interrupt_walk_.store(true, std::memory_order_release);
+  walker_->notify();  // under lock_: the walker cannot return, and its Waiter go, meanwhile
+}
+
+void GroupCore::OnInterrupt() {
+  // relaxed: under lock_, which every InterruptWalk holds.
+  interrupt_walk_.store(false, std::memory_order_relaxed);
+  if (cancel_pending_) {  // see Report
+    cancel_pending_ = false;
+    lock_.unlock();
+    source_.cancel();
+    lock_.lock();
+  }
+  if (switch_wanted_ && !queue_mode_) {
+    Result<bool> done = false;
+    while (done.ok() && !*done) done = ToQueueMode();
+    if (!done.ok()) switch_error_ = done.error();
+    switch_wanted_ = false;
+    WakeAllAndUnlock();  // the join_next calls: take what finished, or the error
+    lock_.lock();
   }
 }
 
@@ -294,6 +326,7 @@ Result<bool> GroupCore::ToQueueMode() {
   list.swap(in_order_);
   withdrawn_ = 0;
   queue_mode_ = true;
+  switch_wanted_ = false;
   lock_.unlock();
   list = {};  // freed outside the lock
   lock_.lock();
@@ -311,13 +344,17 @@ Result<Finished> GroupCore::TakeNext(const WaitOptions& options) {
         return done.error();
       }
       if (!*done) continue;  // it let go of the lock: look again
+    } else if (!queue_mode_ && !switch_wanted_) {
+      // A join_all walks the list: the walker makes the switch (it waits on the children).
+      switch_wanted_ = true;
+      InterruptWalk();
     }
-    // Until a join_all's walk of the list ends, the children are its to take.
     Result<void> waited = Wait(
         next_waiters_,
         [&] {
           ABSL_ASSERT_EXCLUSIVE_LOCK(lock_);
-          return queue_mode_ ? finished_.count != 0 || running_ == 0 : !walking_;
+          return queue_mode_ ? finished_.count != 0 || running_ == 0
+                             : !walking_ || switch_error_ != std::errc{};
         },
         options);
     if (queue_mode_ && finished_.count != 0) {
@@ -334,6 +371,11 @@ Result<Finished> GroupCore::TakeNext(const WaitOptions& options) {
     if (queue_mode_) {  // none finished, none runs
       lock_.unlock();
       return std::errc::no_child_process;
+    }
+    if (switch_error_ != std::errc{}) {  // the walker could not switch
+      const std::errc error = std::exchange(switch_error_, std::errc{});
+      lock_.unlock();
+      return error;
     }
   }
 }
@@ -354,13 +396,21 @@ Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {
     return waited.error();
   }
   walking_ = true;
+  walker_ = &current_waiter();
+  interrupt_walk_.store(false, std::memory_order_relaxed);  // relaxed: under lock_, as it is set
+  const auto end_walk = [&] {
+    walker_ = nullptr;
+    walking_ = false;
+    switch_wanted_ = false;
+    WakeAllAndUnlock();  // the joins that waited for this walk to end
+  };
   // Spawn-order mode: wait for each listed child in turn, a chunk of the list at a time (copied
   // out under the lock: spawns may grow it meanwhile, children spawning siblings included), until
-  // the end is reached under the lock. A void child that succeeded is freed at once, while
-  // it is warm. (queue_mode_ does not change while walking_.)
+  // the end is reached under the lock. A void child that succeeded is freed at once, while it is
+  // warm. The walk stops early if it is interrupted into queue mode (OnInterrupt).
   constexpr std::size_t kChunk = 32;
   Finished chunk[kChunk];
-  for (std::size_t at = 0;;) {
+  for (std::size_t at = 0; !queue_mode_;) {
     const std::size_t n = std::min(kChunk, in_order_.size() - at);
     if (n == 0) break;
     std::copy_n(in_order_.begin() + static_cast<std::ptrdiff_t>(at), n, chunk);
@@ -370,7 +420,7 @@ Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {
     for (; i < n; ++i) {
       GroupChild* c = chunk[i].child;
       if (c == nullptr) continue;  // freed by an earlier walk that gave up
-      joined = c->done.wait(options);
+      joined = c->done.wait(options, &interrupt_walk_);
       if (!joined.ok()) break;
       if (c->withdrawn) {
         c->destroy(c);
@@ -381,15 +431,18 @@ Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {
       }
     }
     lock_.lock();
-    // Positions do not move while walking_ (the list only grows at its end).
+    // Positions do not move while walking_ (the list only grows at its end, and only the walker
+    // switches it away).
     std::copy_n(chunk, i, in_order_.begin() + static_cast<std::ptrdiff_t>(at));
-    if (!joined.ok()) {
-      // Nothing is taken: the list stays, the children walked so far marked as freed or not.
-      walking_ = false;
-      WakeAllAndUnlock();
-      return joined.error();
+    at += i;
+    if (joined.ok()) continue;
+    if (joined.error() == std::errc::interrupted) {
+      OnInterrupt();  // then on from the child it was waiting for
+      continue;
     }
-    at += n;
+    // Nothing is taken: the list stays, the children walked so far marked as freed or not.
+    end_walk();
+    return joined.error();
   }
   // Queue mode: wait until every child has finished.
   waited = Wait(
@@ -400,8 +453,7 @@ Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {
       },
       options);
   if (!waited.ok()) {
-    walking_ = false;
-    WakeAllAndUnlock();
+    end_walk();
     return waited.error();
   }
   // No child runs: the ring's room is no longer reserved for anyone; it goes with the caller.
@@ -409,8 +461,7 @@ Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {
   in_order_ = {};
   finished_ = FinishedRing{};
   withdrawn_ = 0;
-  walking_ = false;
-  WakeAllAndUnlock();  // the joins that waited for this walk to end
+  end_walk();
   return taken;
 }
 

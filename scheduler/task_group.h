@@ -27,7 +27,8 @@
 // Threads: spawn, cancel, token and size may be called from any thread or fiber at once,
 // children included (a child may spawn siblings). join_next from several fibers at once hands
 // each finished child to exactly one of them. Concurrent join_all calls all return once no child
-// runs, the values going to whichever took them first. A child must not join or destroy its own
+// runs, the values going to whichever took them first, and join_next, made meanwhile, gets the
+// finished children that none of them took. A child must not join or destroy its own
 // group (join_next / join_all return resource_deadlock_would_occur; the destructor aborts with a
 // message; a grandchild joining it is not detected, and waits forever). Destroying a group while
 // another fiber, not one of its children, is in one of its calls is a bug, as for every
@@ -176,8 +177,13 @@ class GroupCore {
   Result<void> Wait(sync_internal::WaitQueue& queue, Ready ready, const WaitOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   // ToQueueMode: hands the listed children to the ring (the finished ones, in spawn order) or
-  // to running_; false if it had to let go of lock_ to grow the ring (look again).
+  // to running_; false if it had to let go of lock_ to grow the ring (look again). Made when no
+  // walk is on, or by the walker itself.
   Result<bool> ToQueueMode() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // InterruptWalk: ends the walker's wait on a child (see walker_), so that it looks at
+  // cancel_pending_ and switch_wanted_. OnInterrupt: the walker's side.
+  void InterruptWalk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  void OnInterrupt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   // Reserve: room in the ring for `n` more, growing it outside lock_; false if it let go of
   // lock_ (look again).
   Result<bool> Reserve(std::size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
@@ -195,6 +201,15 @@ class GroupCore {
   std::vector<Finished> in_order_ ABSL_GUARDED_BY(lock_);
   std::size_t withdrawn_ ABSL_GUARDED_BY(lock_) = 0;  // of in_order_
   bool walking_ ABSL_GUARDED_BY(lock_) = false;       // a join_all walks in_order_
+  // The walker's Waiter, while it walks: InterruptWalk sets interrupt_walk_ and notifies it
+  // under lock_ (the walker clears walker_ under lock_ before it returns). Its waits on the
+  // children take interrupt_walk_, which it clears under lock_ before it looks at why.
+  Waiter* walker_ ABSL_GUARDED_BY(lock_) = nullptr;
+  atomic<bool> interrupt_walk_{false};
+  // A join_next wants the group in queue mode while a walk is on: the walker switches it (the
+  // children it waits on are its own), or leaves switch_error_ for the join_next.
+  bool switch_wanted_ ABSL_GUARDED_BY(lock_) = false;
+  std::errc switch_error_ ABSL_GUARDED_BY(lock_){};
   // Queue mode, for good once a join_next has run (or with discard_outcomes): each finish
   // counts down running_ and queues the child in finished_, under lock_.
   bool queue_mode_ ABSL_GUARDED_BY(lock_);
@@ -209,7 +224,7 @@ class GroupCore {
   // (a child that could not start has the deadline thread cancel it, see Report).
   bool tripped_ ABSL_GUARDED_BY(lock_) = false;
   // A fail-fast cancel that neither its child nor the deadline thread could make (see Report):
-  // a join makes it (Wait: a parked one is woken for it), or a spawn (Admit).
+  // a join makes it (Wait, or the walker: a parked one is woken for it), or a spawn (Admit).
   bool cancel_pending_ ABSL_GUARDED_BY(lock_) = false;
   sync_internal::WaitQueue next_waiters_ ABSL_GUARDED_BY(lock_);  // join_next
   sync_internal::WaitQueue all_waiters_ ABSL_GUARDED_BY(lock_);   // join_all, the destructor
@@ -418,9 +433,11 @@ class TaskGroup {
     return error;
   }
 
-  // join_next: the next child to finish that nobody has taken yet (completion order), waiting
-  // for one if none has. Errors: no_child_process (none finished and none running),
-  // timed_out / operation_canceled per options, resource_deadlock_would_occur (from a child).
+  // join_next: the next child to finish that nobody has taken yet (completion order; those
+  // that finished before the group's first join_next come first, in spawn order), waiting for
+  // one if none has. Errors: not_enough_memory (the first join_next of a group, for the queue),
+  // no_child_process (none finished and none running), timed_out / operation_canceled per options,
+  // resource_deadlock_would_occur (from a child).
   Result<Completed<T>> join_next(const WaitOptions& options = {}) {
     if (core_ == nullptr) return std::errc::invalid_argument;  // moved from
     Result<scheduler_internal::Finished> c = core_->TakeNext(options);

@@ -111,9 +111,9 @@ TEST(TaskGroupModelTest, JoinAllWaitsForASiblingSpawnedByAChild) {
   }));
 }
 
-// A join_next made while a join_all walks the list waits for the walk to end (the children are
-// the walk's), then finds none left; the walker gets both children, each exactly once.
-TEST(TaskGroupModelTest, JoinNextDuringAWalkWaitsForItAndFindsNothingLeft) {
+// A join_next made while a join_all walks the list, with one child finished and one finishing:
+// between them they take each child exactly once.
+TEST(TaskGroupModelTest, JoinNextDuringAWalkAndTheWalkTakeEachChildOnce) {
   ExpectAllSchedulesPass(check([] {
     GroupCore core(nullptr, {});
     Record a, b;
@@ -181,6 +181,91 @@ TEST(TaskGroupModelTest, AChildWithdrawnDuringAWalkIsNotTaken) {
     WEFT_MODEL_ASSERT(all.ok() && all->count() == 1);
     WEFT_MODEL_ASSERT(core.size() == 0);
     (void)caller_frees;  // either side frees it; Record's destroy does nothing
+  }));
+}
+
+// A join_next made while a join_all waits on a child that finishes only after the join_next
+// has a child: the walk is interrupted to switch the group to queue mode, and the join_next gets
+// the finished one; the walk then takes the other.
+TEST(TaskGroupModelTest, JoinNextDuringAWalkGetsTheFinishedChild) {
+  ExpectAllSchedulesPass(check([] {
+    GroupCore core(nullptr, {});
+    Record a, b;
+    (void)*core.Admit(&a);
+    (void)*core.Admit(&b);
+    Finish(core, &a);
+    Event handed_out;
+    Result<Taken> all = std::errc::interrupted;  // until the walker returns
+    model::thread walker([&] { all = core.TakeAll({}); });
+    model::thread tb([&] {
+      WEFT_MODEL_ASSERT(handed_out.wait().ok());
+      Finish(core, &b);
+    });
+    Result<Finished> next = core.TakeNext({});
+    WEFT_MODEL_ASSERT(next.ok() && next->child == &a);
+    handed_out.set();
+    walker.join();
+    tb.join();
+    WEFT_MODEL_ASSERT(all.ok() && all->count() == 1);
+    WEFT_MODEL_ASSERT(core.size() == 0);
+  }));
+}
+
+// A record whose destroys are counted.
+struct Counted : GroupChild {
+  Counted() {
+    has_value = true;
+    destroy = [](GroupChild* c) noexcept { ++static_cast<Counted*>(c)->destroyed; };
+  }
+  int destroyed = 0;
+};
+
+// A spawn withdrawn while a walk runs, the walk giving up meanwhile and a join_next switching
+// the group to queue mode before the withdrawal sets the record's `done`: the record is freed
+// once (by the spawner or the join) and counts no more.
+TEST(TaskGroupModelTest, AWithdrawalRacingAWalkThatGivesUpAndTheSwitch) {
+  ExpectAllSchedulesPass(check([] {
+    GroupCore core(nullptr, {});
+    Counted a, withdrawn;
+    (void)*core.Admit(&a);
+    (void)*core.Admit(&withdrawn);
+    CancellationSource stop;
+    const CancellationToken token = stop.token();
+    bool caller_frees = false;
+    model::thread walker([&] { (void)core.TakeAll({.cancel = &token}); });
+    model::thread spawner([&] { caller_frees = core.Withdraw(&withdrawn); });
+    model::thread canceller([&] { stop.cancel(); });
+    walker.join();  // `a` has not finished: the walk gave up
+    canceller.join();
+    model::thread ta([&] { Finish(core, &a); });
+    Result<Finished> first = core.TakeNext({});
+    WEFT_MODEL_ASSERT(first.ok() && first->child == &a);
+    spawner.join();
+    ta.join();
+    WEFT_MODEL_ASSERT(core.size() == 0);
+    WEFT_MODEL_ASSERT(withdrawn.destroyed + (caller_frees ? 1 : 0) == 1);
+    WEFT_MODEL_ASSERT(core.TakeNext({}).error() == std::errc::no_child_process);
+  }));
+}
+
+// A child spawns a sibling while a join_next switches the group: each is handed out once.
+TEST(TaskGroupModelTest, ASiblingAdmittedDuringTheSwitchIsHandedOutOnce) {
+  ExpectAllSchedulesPass(check([] {
+    GroupCore core(nullptr, {});
+    Record parent, sibling;
+    (void)*core.Admit(&parent);
+    model::thread tp([&] {
+      (void)*core.Admit(&sibling);
+      model::thread sib([&] { Finish(core, &sibling); });
+      Finish(core, &parent);
+      sib.join();
+    });
+    Result<Finished> x = core.TakeNext({});
+    Result<Finished> y = core.TakeNext({});
+    WEFT_MODEL_ASSERT(x.ok() && y.ok() && x->child != y->child);
+    WEFT_MODEL_ASSERT(core.TakeNext({}).error() == std::errc::no_child_process);
+    tp.join();
+    WEFT_MODEL_ASSERT(core.size() == 0);
   }));
 }
 

@@ -20,6 +20,7 @@
 
 #include "gtest/gtest.h"
 #include "weft/base/fault.h"
+#include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/scheduler/task_group.h"
 #include "weft/sync/cancellation.h"
@@ -255,6 +256,82 @@ TEST_P(TaskGroupRaceStress, RingGrowthWithdrawAndJoinNextRace) {
   EXPECT_EQ(got.size(), static_cast<std::size_t>(admitted.load()));
   EXPECT_EQ(std::set<int>(got.begin(), got.end()).size(), got.size());
   EXPECT_EQ(group.size(), 0u);
+}
+
+// join_all walks that give up (short deadlines) race join_next from a fiber or a plain thread,
+// while children spawn siblings, some of which are withdrawn (a bad stack size); every value is
+// handed out exactly once and size() ends at 0. Some rounds end in the destructor instead.
+TEST_P(TaskGroupRaceStress, WalksThatGiveUpRaceJoinNextSpawnsAndWithdraws) {
+  Runtime rt({.workers = GetParam()});
+  for (int round = 0; round < 60 * testing::StressScale(); ++round) {
+    auto owner =
+        std::make_unique<TaskGroup<int>>(rt, TaskGroupOptions{.policy = GroupPolicy::kCollectAll});
+    TaskGroup<int>* group = owner.get();  // the children use it while the destructor runs too
+    std::atomic<int> admitted{0};
+    std::function<int(int, int)> child = [&](int depth, int v) -> int {
+      if (depth > 0) {
+        for (int k = 0; k < 3; ++k) {
+          FiberOptions o;
+          if (k == 2) o.stack_size = std::size_t{1} << 40;  // refused after Admit: Withdraw
+          const int w = v * 4 + k + 1;
+          if (group->spawn([&, depth, w] { return child(depth - 1, w); }, o)) admitted.fetch_add(1);
+        }
+      }
+      if (v % 3 == 0) this_fiber::yield();
+      if (v % 5 == 0) (void)this_fiber::sleep_for(50us);
+      return v;
+    };
+    for (int i = 0; i < 8; ++i) {
+      if (group->spawn([&, i] { return child(3, 1000000 * (i + 1)); })) admitted.fetch_add(1);
+    }
+    if (round % 5 == 4) {
+      (void)group->join_all({.deadline = SyncClock::now() + 100us});
+      owner.reset();  // ~TaskGroup walks what the join left
+      continue;
+    }
+    std::mutex mu;
+    std::multiset<int> got;
+    auto drain_next = [&] {
+      for (;;) {
+        Result<Completed<int>> c = group->join_next({.deadline = SyncClock::now() + 300us});
+        if (!c) {
+          if (c.error() == std::errc::no_child_process) return;
+          this_fiber::yield();
+          continue;
+        }
+        int v = c->get();
+        std::lock_guard<std::mutex> l(mu);
+        got.insert(v);
+      }
+    };
+    auto drain_all = [&] {
+      for (;;) {
+        Result<std::vector<int>> all = group->join_all({.deadline = SyncClock::now() + 200us});
+        if (!all) {
+          EXPECT_EQ(all.error(), std::errc::timed_out);
+          this_fiber::yield();
+          continue;
+        }
+        std::lock_guard<std::mutex> l(mu);
+        got.insert(all->begin(), all->end());
+        return;
+      }
+    };
+    auto walker = rt.spawn(drain_all);
+    std::thread next_taker;
+    JoinHandle<void> next_fiber;
+    if (round % 2 == 0) {
+      next_taker = std::thread(drain_next);
+    } else {
+      next_fiber = rt.spawn(drain_next);
+    }
+    (void)walker.join();
+    if (next_taker.joinable()) next_taker.join();
+    if (next_fiber.joinable()) (void)next_fiber.join();
+    ASSERT_EQ(group->size(), 0u) << "round " << round;
+    ASSERT_EQ(got.size(), static_cast<std::size_t>(admitted.load())) << "round " << round;
+    ASSERT_EQ(std::set<int>(got.begin(), got.end()).size(), got.size()) << "round " << round;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, TaskGroupRaceStress, ::testing::Values(1u, 2u, 4u, 8u));

@@ -494,6 +494,74 @@ TEST(TaskGroup, ASpawnThatFailsDuringJoinAllIsNotWaitedFor) {
   });
 }
 
+// A join_next made while a join_all waits for the children in spawn order gets a finished child
+// that nobody took: the walk hands the group over to completion order. Here the second child
+// waits for the first to be handed out, so a join_next that waited for the walk to end would
+// wait forever, and the walk with it.
+TEST(TaskGroup, JoinNextDuringAJoinAllGetsAFinishedChild) {
+  Runtime rt({.workers = 2});
+  rt.block_on([&] {
+    TaskGroup<int> group;
+    Event handed_out;
+    ASSERT_TRUE(group.spawn([] { return 1; }));
+    ASSERT_TRUE(group.spawn([&] {
+      (void)handed_out.wait();
+      return 2;
+    }));
+    JoinHandle<Result<std::vector<int>>> walker = rt.spawn([&] { return group.join_all(); });
+    (void)this_fiber::sleep_for(5ms);  // the walk waits on the second child (not needed to pass)
+    Result<Completed<int>> c = group.join_next();
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->get(), 1);
+    handed_out.set();
+    Result<Result<std::vector<int>>> all = walker.join();
+    ASSERT_TRUE(all && *all);
+    EXPECT_EQ(**all, std::vector<int>{2});  // what join_next did not take
+    EXPECT_EQ(group.size(), 0u);
+  });
+}
+
+// A child that cannot start fails a fail-fast group while join_all waits on a sibling that
+// waits for the group's cancel, and the deadline thread refuses to make the cancel (an injected
+// fault): the walk is woken to make it.
+TEST(TaskGroup, AnUnstartableChildDuringAJoinAllCancelsTheSiblingsWithoutTheDeadlineThread) {
+  // A stack class no other test uses, so that no cached stack hides the refused mapping.
+  Runtime rt({.workers = 2, .stack_size = std::size_t{5} << 20});
+  rt.block_on([&] {
+    TaskGroup<> group;
+    Event parked;
+    std::atomic<bool> sibling_cancelled{false};
+    ASSERT_TRUE(group.spawn(
+        [&](const CancellationToken& t) {
+          parked.set();
+          sibling_cancelled = WaitForCancel(t).error() == std::errc::operation_canceled;
+        },
+        {.stack_size = 64 << 10}));
+    ASSERT_TRUE(parked.wait());
+    const CancellationToken token = group.token();
+    JoinHandle<void> failer = rt.spawn([&] {
+      (void)this_fiber::sleep_for(5ms);  // the root walks by now (not needed to pass)
+      fault::Config before = fault::Current();
+      fault::Configure({.rate = 1.0, .seed = 3, .hard = true});
+      EXPECT_TRUE(group.spawn([] { ADD_FAILURE() << "ran without a stack"; }));
+      // Faults stay on until the child has failed and the walk has made the cancel.
+      EXPECT_EQ(WaitForCancel(token).error(), std::errc::operation_canceled);
+      fault::Configure(before);
+    });
+    try {
+      // The deadline only turns a regression's hang into a failure.
+      Result<void> r = group.join_all({.deadline = SyncClock::now() + 20s});
+      ADD_FAILURE() << "join_all did not report the child that could not start: "
+                    << (r.ok() ? "ok" : std::make_error_code(r.error()).message());
+    } catch (const std::system_error& e) {
+      EXPECT_EQ(e.code(), std::errc::not_enough_memory);
+    }
+    EXPECT_TRUE(sibling_cancelled.load());
+    group.cancel();  // for the failer, if the walk failed
+    (void)failer.join();
+  });
+}
+
 TEST(TaskGroup, OutsideARuntimeSpawnIsInvalidAndBadStacksAreRefused) {
   TaskGroup<> nowhere;
   EXPECT_EQ(nowhere.spawn([] {}).error(), std::errc::invalid_argument);

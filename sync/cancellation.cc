@@ -25,6 +25,7 @@
 
 #include "internal/spin_lock.h"  // a private header here (srcs)
 #include "weft/base/atomic.h"
+#include "weft/base/fault.h"
 #include "weft/timer/timer_heap.h"
 
 namespace weft {
@@ -292,6 +293,10 @@ std::optional<SyncClock::time_point> CancellationSource::deadline() const {
 
 namespace sync_internal {
 Result<void> CancelOnDeadlineThread(CancelState* state) {
+  // As if the deadline thread could not start (its callers' fallback is what is tested).
+  if (fault::Inject(fault::Site::kThread, fault::Kind::kNoThread)) [[unlikely]] {
+    return std::errc::resource_unavailable_try_again;
+  }
   return DeadlineThread::Get().Arm(state, SyncClock::now());
 }
 }  // namespace sync_internal
