@@ -39,21 +39,23 @@ std::string Runtime::stats_json() const {
                   "%s{\"index\":%u,\"reactor\":\"%s\",\"spawned\":%" PRIu64 ",\"run\":%" PRIu64
                   ",\"stolen\":%" PRIu64 ",\"parked\":%" PRIu64 ",\"polled\":%" PRIu64
                   ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"no_stack\":%" PRIu64
-                  ",\"rescued\":%" PRIu64 ",\"timers\":%zu}",
+                  ",\"rescued\":%" PRIu64 ",\"stuck\":%" PRIu64 ",\"timers\":%zu}",
                   w->index == 0 ? "" : ",", w->index,
                   w->reactor != nullptr ? std::string(w->reactor->backend_name()).c_str() : "none",
                   get(c.spawned), get(c.run), get(c.stolen), get(c.parked), get(c.polled),
-                  get(c.sleeps), get(c.idle_ns), get(c.no_stack), get(c.rescued), TimersOf(*w));
+                  get(c.sleeps), get(c.idle_ns), get(c.no_stack), get(c.rescued), get(c.stuck),
+                  TimersOf(*w));
     out += buf;
   }
   std::int64_t live = impl_->credits.load(std::memory_order_relaxed);
   for (const auto& w : impl_->workers) live -= w->credits.load(std::memory_order_relaxed);
   std::snprintf(buf, sizeof buf,
                 "],\"spawned_outside\":%" PRIu64 ",\"live_fibers\":%" PRId64
-                ",\"blocking_threads\":%zu,\"blocking_busy\":%zu}",
+                ",\"blocking_threads\":%zu,\"blocking_busy\":%zu,\"monitor_samples\":%" PRIu64 "}",
                 impl_->spawned_outside.load(std::memory_order_relaxed), live,
                 impl_->blocking != nullptr ? impl_->blocking->threads() : 0,
-                impl_->blocking != nullptr ? impl_->blocking->busy() : 0);
+                impl_->blocking != nullptr ? impl_->blocking->busy() : 0,
+                impl_->monitor != nullptr ? impl_->monitor->samples() : 0);
   out += buf;
   return out;
 }

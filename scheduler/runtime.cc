@@ -81,6 +81,16 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     w->rng = 0x9E3779B97F4A7C15ull * (i + 1);
     impl_->workers.push_back(std::move(w));
   }
+  if (options.stuck_threshold > std::chrono::microseconds::zero()) {
+    try {
+      impl_->monitor = std::make_unique<Monitor>(impl_.get());
+    } catch (const std::system_error&) {
+      // Out of threads: the runtime serves all the same, unwatched.
+      std::fprintf(stderr,
+                   "weft: the runtime's monitor thread could not start; stuck fibers "
+                   "go unreported\n");
+    }
+  }
   // Each worker creates its reactor on its own thread (io_uring's single-issuer rings require
   // it) before it runs any fiber; the constructor waits, so Wake() always finds it settled.
   std::atomic<unsigned> ready{0};
@@ -158,6 +168,7 @@ Runtime::~Runtime() {
   impl_->stop.store(true, std::memory_order_release);
   impl_->WakeAll();
   for (auto& w : impl_->workers) w->thread.join();
+  impl_->monitor.reset();  // it watched the fibers that held shutdown up too
   // Every fiber has finished: their blocks go to the process's pool (see RetiredBlocks).
   std::vector<std::unique_ptr<FiberBlock>> blocks;
   {

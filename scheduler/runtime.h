@@ -38,12 +38,34 @@
 
 namespace weft {
 
+// StuckFiber: a fiber that has held its worker past RuntimeOptions::stuck_threshold without a
+// switch (a long computation, or a blocking call outside call_blocking), as the runtime's
+// monitor saw it.
+struct StuckFiber {
+  std::uint64_t fiber_id = 0;
+  std::string name;  // FiberOptions::name, empty if it had none
+  unsigned worker = 0;
+  // How long it had run when the monitor looked (at least this long: the monitor samples).
+  std::chrono::nanoseconds running_for{0};
+  // Fibers waiting in that worker's run queue meanwhile (idle workers steal them; a fiber in the
+  // worker's run_next slot or yield ring waits for the stuck one; docs/scheduler.md).
+  std::size_t queued = 0;
+};
+
 struct RuntimeOptions {
   unsigned workers = 0;                            // 0: std::thread::hardware_concurrency()
   std::size_t stack_size = std::size_t{64} << 10;  // default fiber stack (rounded to a class)
   ReactorOptions reactor = {};                     // each worker's reactor (backend choice)
   std::size_t max_blocking_threads = 64;           // call_blocking / BlockingRegion threads
   std::size_t fork_join_depth = 4096;              // fork-join spawns per worker before inline
+  // stuck_threshold: a fiber that runs this long without a switch is reported to on_stuck, once
+  // per such run. Zero: no monitor (no thread). The monitor is one thread per runtime that
+  // samples each worker twice per threshold (every 0.5 to 10 ms), and parks while the runtime
+  // is idle (no fiber has run for 20 ms).
+  std::chrono::microseconds stuck_threshold{5000};
+  // on_stuck: called on the monitor's thread; it must not block (the next reports wait for it).
+  // Null: one line on stderr, at most one a second (the lines skipped are counted in the next).
+  std::function<void(const StuckFiber&)> on_stuck;
 };
 
 struct FiberOptions {

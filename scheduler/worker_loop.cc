@@ -254,6 +254,7 @@ void Runtime::Impl::Sleep(Worker& w) {
                  .count()));
   }
   idle.EndSleep(w);  // still listed if nobody woke us (a timer, or the safety net)
+  if (monitor != nullptr) monitor->WorkerAwake();
 }
 
 // FailUnstartable: the fibers that found no stack end without running; their joins rethrow a

@@ -110,10 +110,10 @@ struct TimerEntry {
 };
 
 // Counters: written by their worker only (a relaxed load+store, no read-modify-write), read by
-// stats_json from any thread.
+// stats_json from any thread; stuck is written by the runtime's monitor only.
 struct Counters {
   std::atomic<std::uint64_t> spawned{0}, run{0}, stolen{0}, parked{0}, polled{0}, sleeps{0},
-      idle_ns{0}, no_stack{0}, rescued{0};
+      idle_ns{0}, no_stack{0}, rescued{0}, stuck{0};
 };
 inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);

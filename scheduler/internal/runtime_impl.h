@@ -28,6 +28,7 @@
 
 #include "blocking_pool.h"
 #include "fiber.h"
+#include "monitor.h"
 #include "weft/base/atomic.h"
 #include "weft/context/context.h"
 #include "weft/context/stack.h"
@@ -98,6 +99,10 @@ struct Runtime::Impl {
   }
   std::unique_ptr<BlockingPool> blocking;
   std::unique_ptr<ForkJoinPool> fork_join;  // hosted: the workers are this runtime's
+  // The monitor (RuntimeOptions::stuck_threshold), null if off or if its thread could not
+  // start. Made before the worker threads start and destroyed after they are joined: workers
+  // tell it when they wake (Sleep).
+  std::unique_ptr<scheduler_internal::Monitor> monitor;
 
   // WakeOne: new work exists; wake one sleeping worker, if any. Cheap when none sleeps.
   void WakeOne() { idle.WakeOne(); }

@@ -45,6 +45,25 @@ namespace scheduler_internal {
 constexpr std::size_t kRunQueueCapacity = 256;
 using RunQueue = SpmcRing<Fiber*, kRunQueueCapacity>;
 
+// Relaxed<T>: a field its owner thread writes and reads as if it were plain, which another
+// thread (the runtime's monitor) reads as a hint. Relaxed loads and stores: the same moves as a
+// plain field on x86-64 and aarch64, and no data race.
+template <typename T>
+class Relaxed {
+ public:
+  Relaxed(T v = T()) : v_(v) {}  // NOLINT: implicit, as the plain field it stands for
+  Relaxed(const Relaxed& other) : v_(static_cast<T>(other)) {}
+  operator T() const { return v_.load(std::memory_order_relaxed); }  // NOLINT
+  T operator->() const { return *this; }
+  Relaxed& operator=(T v) {
+    v_.store(v, std::memory_order_relaxed);
+    return *this;
+  }
+
+ private:
+  std::atomic<T> v_;
+};
+
 struct Worker {
   Runtime::Impl* rt = nullptr;
   unsigned index = 0;
@@ -58,7 +77,9 @@ struct Worker {
   // request, applied to yields). It also spills when workers sleep (see Spill).
   FiberFifo yields;
   weft::atomic<bool> steal_request{false};  // a thief found nothing; relaxed (a hint)
-  Fiber* current = nullptr;
+  // The fiber running on this worker; null while the worker runs its own loop. The owner's; the
+  // monitor reads it (with counters.run) to find a fiber that holds the worker too long.
+  Relaxed<Fiber*> current = nullptr;
   Context home = nullptr;  // the worker thread's own context
   // The deadlines of fibers that parked here. The owner inserts, cancels and pops; an idle worker
   // may pop the ones overdue by kTimerRescueGrace (RescueTimers: this worker is stuck in one

@@ -1,0 +1,84 @@
+// scheduler/internal/monitor.h: the runtime's monitor (Go's sysmon, for detection): one thread
+// that samples each worker and reports a fiber that has held its worker past
+// RuntimeOptions::stuck_threshold without a switch.
+//
+// Defines (weft::scheduler_internal): Monitor.
+//
+// What it reads of a worker, relaxed (hints): counters.run, which the worker bumps as each fiber
+// starts, and current, the fiber it runs (null in its own loop). A worker whose run count has
+// not moved across samples at least a threshold apart, with a fiber current, is stuck in that
+// fiber; the switch path pays nothing for this (both are stores it makes anyway). Once no fiber
+// has run for 20 ms and every worker sleeps, the monitor parks too, and the first worker to wake
+// wakes it (WorkerAwake), so an idle runtime costs it no periodic wake-ups.
+
+#ifndef WEFT_SCHEDULER_INTERNAL_MONITOR_H_
+#define WEFT_SCHEDULER_INTERNAL_MONITOR_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "weft/scheduler/runtime.h"
+
+namespace weft {
+namespace scheduler_internal {
+
+struct Fiber;
+
+class Monitor {
+ public:
+  // Starts the thread; throws std::system_error if it cannot.
+  explicit Monitor(Runtime::Impl* rt);
+  ~Monitor();  // stops and joins it
+  Monitor(const Monitor&) = delete;
+  Monitor& operator=(const Monitor&) = delete;
+
+  // samples: how many times it has looked at the workers (stats_json's monitor_samples).
+  std::uint64_t samples() const { return samples_.load(std::memory_order_relaxed); }
+
+  // WorkerAwake: a worker left its sleep; wakes the monitor if it is parked. Cheap when it is
+  // not: a fence and a load, on the path out of a sleep only.
+  void WorkerAwake() {
+    // seq_cst: the Dekker pair with Loop's parked_ store and its look at the sleepers; either
+    // the monitor sees this worker awake, or this sees the monitor parked.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (parked_.load(std::memory_order_relaxed)) Unpark();
+  }
+
+ private:
+  struct Watch {  // one worker, as the monitor last saw it
+    std::uint64_t run = 0;
+    std::chrono::steady_clock::time_point since;  // when run was first seen at this value
+    bool reported = false;                        // this run of its fiber was reported
+  };
+  void Loop();
+  // Sample: looks at every worker once; true if one runs a fiber.
+  bool Sample(std::chrono::steady_clock::time_point now);
+  void Report(unsigned index, Fiber* f, std::uint64_t run, std::chrono::nanoseconds running_for);
+  void DefaultReport(const StuckFiber& s, std::chrono::steady_clock::time_point now);
+  void Unpark();
+
+  Runtime::Impl* const rt_;
+  const std::chrono::microseconds threshold_;
+  const std::chrono::microseconds period_;
+  std::vector<Watch> watch_;  // the monitor thread's
+  // The default report's rate limit (the monitor thread's).
+  std::chrono::steady_clock::time_point last_line_{};
+  std::uint64_t skipped_lines_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;      // guarded by mu_
+  bool unparked_ = false;  // guarded by mu_
+  std::atomic<bool> parked_{false};
+  std::atomic<std::uint64_t> samples_{0};  // written by the monitor thread only
+  std::thread thread_;
+};
+
+}  // namespace scheduler_internal
+}  // namespace weft
+
+#endif  // WEFT_SCHEDULER_INTERNAL_MONITOR_H_

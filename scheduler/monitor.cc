@@ -1,0 +1,157 @@
+// scheduler/monitor.cc: the runtime's monitor thread (internal/monitor.h): samples each worker,
+// reports a fiber that holds its worker past the threshold, and parks while every worker sleeps.
+
+#include "internal/monitor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "internal/runtime_impl.h"
+
+namespace weft {
+namespace scheduler_internal {
+
+namespace {
+using MonitorClock = std::chrono::steady_clock;
+
+// Period: two samples per threshold, so a stuck spell is seen at most half a threshold late;
+// never more often than every 500 us, nor less often than every 10 ms.
+std::chrono::microseconds PeriodFor(std::chrono::microseconds threshold) {
+  return std::clamp(threshold / 2, std::chrono::microseconds(500), std::chrono::microseconds(10000));
+}
+
+// kParkAfter: how long no sample may have seen a fiber run before the monitor parks (when every
+// worker sleeps). Workers that sleep between short bursts (a timer-driven load: W5's sleeps)
+// would otherwise wake it, through a futex, at every burst; a worker's safety-net wake-up in an
+// idle runtime costs it one sample.
+constexpr std::chrono::milliseconds kParkAfter{20};
+}  // namespace
+
+Monitor::Monitor(Runtime::Impl* rt)
+    : rt_(rt),
+      threshold_(rt->options.stuck_threshold),
+      period_(PeriodFor(rt->options.stuck_threshold)),
+      watch_(rt->workers.size()),
+      thread_([this] { Loop(); }) {}
+
+Monitor::~Monitor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void Monitor::Unpark() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unparked_ = true;
+  }
+  cv_.notify_one();
+}
+
+void Monitor::Loop() {
+  const int workers = static_cast<int>(rt_->workers.size());
+  MonitorClock::time_point last_busy = MonitorClock::now();  // a sample last saw a fiber run
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    const MonitorClock::time_point now = MonitorClock::now();
+    const bool running = Sample(now);
+    bool park = false;
+    if (running) {
+      last_busy = now;
+    } else if (now - last_busy >= kParkAfter && rt_->idle.sleepers() == workers) {
+      // Park while every worker sleeps: announce it, then look again (the Dekker pair with
+      // WorkerAwake). seq_cst: the store is ordered before the load of the sleeper count.
+      parked_.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      park = rt_->idle.sleepers() == workers;
+      if (!park) parked_.store(false, std::memory_order_relaxed);
+    }
+    lock.lock();
+    if (park) {
+      cv_.wait(lock, [&] { return stop_ || unparked_; });
+      unparked_ = false;
+      parked_.store(false, std::memory_order_relaxed);
+    } else {
+      cv_.wait_for(lock, period_, [&] { return stop_; });
+    }
+  }
+}
+
+bool Monitor::Sample(MonitorClock::time_point now) {
+  // relaxed: a count for stats_json, one writer.
+  samples_.store(samples_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  bool running = false;
+  for (std::size_t i = 0; i < watch_.size(); ++i) {
+    Worker& w = *rt_->workers[i];
+    Watch& seen = watch_[i];
+    // relaxed (both): hints. A run count that moved means a fiber started since the last look;
+    // a fiber seen current with the same count has run at least since `since`.
+    const std::uint64_t run = w.counters.run.load(std::memory_order_relaxed);
+    Fiber* f = w.current;
+    if (run != seen.run || f == nullptr) {
+      seen = Watch{run, now, false};
+      running = running || f != nullptr;
+      continue;
+    }
+    running = true;
+    if (seen.reported || now - seen.since < threshold_) continue;
+    seen.reported = true;  // once per run of a fiber
+    Report(static_cast<unsigned>(i), f, run, now - seen.since);
+  }
+  return running;
+}
+
+void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
+                     std::chrono::nanoseconds running_for) {
+  Worker& w = *rt_->workers[index];
+  StuckFiber s;
+  // The Fiber object outlives the runtime (blocks are retired, never freed): reading it is safe
+  // even if it has finished since; its identity is read under the lock spawn writes it under.
+  f->meta_lock.lock();
+  s.fiber_id = f->id;
+  s.name.assign(f->name, f->name_len);
+  f->meta_lock.unlock();
+  // relaxed: as in Sample. If the worker moved on meanwhile, the identity may be another
+  // fiber's: drop the report (the spell ended).
+  if (w.counters.run.load(std::memory_order_relaxed) != run) return;
+  s.worker = index;
+  s.running_for = running_for;
+  s.queued = w.queue.size_approx();
+  Bump(w.counters.stuck);  // the monitor is its only writer
+  if (rt_->options.on_stuck) {
+    rt_->options.on_stuck(s);
+  } else {
+    DefaultReport(s, MonitorClock::now());
+  }
+}
+
+void Monitor::DefaultReport(const StuckFiber& s, MonitorClock::time_point now) {
+  if (last_line_ != MonitorClock::time_point{} && now - last_line_ < std::chrono::seconds(1)) {
+    ++skipped_lines_;
+    return;
+  }
+  last_line_ = now;
+  const double ms = std::chrono::duration<double, std::milli>(s.running_for).count();
+  char skipped[64] = "";
+  if (skipped_lines_ != 0) {
+    std::snprintf(skipped, sizeof skipped, " (%" PRIu64 " more skipped)", skipped_lines_);
+    skipped_lines_ = 0;
+  }
+  std::fprintf(stderr,
+               "weft: fiber %" PRIu64 " \"%s\" has run for %.1f ms on worker %u without a switch"
+               " (%zu fibers queued there); a long computation, or a blocking call outside "
+               "call_blocking?%s\n",
+               s.fiber_id, s.name.c_str(), ms, s.worker, s.queued, skipped);
+}
+
+}  // namespace scheduler_internal
+}  // namespace weft

@@ -1,0 +1,222 @@
+// The runtime's monitor: a fiber that holds its worker past RuntimeOptions::stuck_threshold is
+// reported once per run, naming it and its worker; parked, blocking and idle fibers are not; the
+// default report is one rate-limited line on stderr; an idle runtime's monitor sleeps.
+//
+// The stuck fibers here spin until they are reported (bounded by a generous cap that only turns
+// a regression into a failure), so no assertion depends on how fast the machine is.
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/coordination.h"
+
+#if !defined(_WIN32)
+#include <unistd.h>
+#endif
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Reports: what on_stuck was given, for a test to look at.
+struct Reports {
+  std::mutex mu;
+  std::vector<StuckFiber> got;
+  std::function<void(const StuckFiber&)> callback() {
+    return [this](const StuckFiber& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      got.push_back(s);
+    };
+  }
+  std::size_t count() {
+    std::lock_guard<std::mutex> lock(mu);
+    return got.size();
+  }
+  // SpinUntil: holds the calling fiber's worker (no switch) until `n` reports have come, or the
+  // cap; true if they came.
+  bool SpinUntil(std::size_t n, std::chrono::seconds cap = 30s) {
+    const auto end = std::chrono::steady_clock::now() + cap;
+    while (count() < n) {
+      if (std::chrono::steady_clock::now() > end) return false;
+    }
+    return true;
+  }
+};
+
+TEST(Monitor, AFiberThatHoldsItsWorkerIsReportedOnceWithItsNameAndWorker) {
+  Reports reports;
+  Runtime rt({.workers = 2, .stuck_threshold = 5ms, .on_stuck = reports.callback()});
+  std::uint64_t id = 0;
+  int worker = -1;
+  JoinHandle<bool> h = rt.spawn(
+      [&] {
+        id = this_fiber::id();
+        worker = this_fiber::worker_index();
+        bool reported = reports.SpinUntil(1);
+        // Still the same run: no second report for it, however long it goes on.
+        std::this_thread::sleep_for(30ms);  // blocks the worker, as a blocking call would
+        return reported;
+      },
+      {.name = "spinner"});
+  Result<bool> reported = h.join();
+  ASSERT_TRUE(reported);
+  ASSERT_TRUE(*reported);
+  std::lock_guard<std::mutex> lock(reports.mu);
+  ASSERT_EQ(reports.got.size(), 1u);
+  const StuckFiber& s = reports.got[0];
+  EXPECT_EQ(s.fiber_id, id);
+  EXPECT_EQ(s.name, "spinner");
+  EXPECT_EQ(static_cast<int>(s.worker), worker);
+  EXPECT_GE(s.running_for, 5ms);
+  EXPECT_NE(rt.stats_json().find("\"stuck\":1"), std::string::npos) << rt.stats_json();
+}
+
+TEST(Monitor, EachRunIsReportedAndEveryStuckWorkerToo) {
+  Reports reports;
+  Runtime rt({.workers = 2, .stuck_threshold = 2ms, .on_stuck = reports.callback()});
+  // Two fibers, one per worker, each holding it until both are reported.
+  std::atomic<int> started{0};
+  std::vector<JoinHandle<bool>> hs;
+  for (int i = 0; i < 2; ++i) {
+    hs.push_back(rt.spawn(
+        [&, i] {
+          started.fetch_add(1);
+          while (started.load() < 2) {
+          }
+          bool ok = reports.SpinUntil(2);
+          if (i == 0) {
+            // A second run of the same fiber, after a switch, is a new spell.
+            this_fiber::yield();
+            ok = ok && reports.SpinUntil(3);
+          }
+          return ok;
+        },
+        {.pinned_worker = i}));
+  }
+  for (auto& h : hs) {
+    Result<bool> ok = h.join();
+    ASSERT_TRUE(ok);
+    EXPECT_TRUE(*ok);
+  }
+  std::lock_guard<std::mutex> lock(reports.mu);
+  ASSERT_EQ(reports.got.size(), 3u);
+  EXPECT_NE(reports.got[0].worker, reports.got[1].worker);
+  EXPECT_EQ(reports.got[2].worker, 0u);
+  EXPECT_EQ(reports.got[2].fiber_id, reports.got[0].worker == 0 ? reports.got[0].fiber_id
+                                                                 : reports.got[1].fiber_id);
+}
+
+TEST(Monitor, ParkedBlockingAndIdleFibersAreNotReported) {
+  Reports reports;
+  Runtime rt({.workers = 2, .stuck_threshold = 1ms, .on_stuck = reports.callback()});
+  rt.block_on([&] {
+    // Parked: a sleep, a wait; on a blocking thread: call_blocking. None holds a worker.
+    (void)this_fiber::sleep_for(20ms);
+    Event never;
+    EXPECT_EQ(never.wait({.deadline = SyncClock::now() + 20ms}).error(), std::errc::timed_out);
+    Result<int> r = call_blocking([] {
+      std::this_thread::sleep_for(20ms);
+      return 1;
+    });
+    EXPECT_TRUE(r.ok());
+    // Many short runs: each fiber switches long before the threshold.
+    for (int i = 0; i < 200; ++i) this_fiber::yield();
+  });
+  std::this_thread::sleep_for(20ms);  // an idle runtime
+  EXPECT_EQ(reports.count(), 0u);
+}
+
+TEST(Monitor, ZeroThresholdMeansNoMonitor) {
+  Reports reports;
+  Runtime rt({.workers = 1, .stuck_threshold = 0us, .on_stuck = reports.callback()});
+  rt.block_on([] { std::this_thread::sleep_for(20ms); });
+  EXPECT_EQ(reports.count(), 0u);
+  EXPECT_NE(rt.stats_json().find("\"monitor_samples\":0"), std::string::npos);
+}
+
+TEST(Monitor, AnIdleRuntimesMonitorSleeps) {
+  Runtime rt({.workers = 2, .stuck_threshold = 1ms});
+  rt.block_on([] {});
+  auto samples = [&] {
+    std::string json = rt.stats_json();
+    std::size_t at = json.find("\"monitor_samples\":");
+    return std::strtoull(json.c_str() + at + 18, nullptr, 10);
+  };
+  // Every worker goes to sleep soon after (at most their spin before sleeping); from then on the
+  // monitor samples no more until one wakes (20 ms after the last fiber ran). At its 500 us
+  // period, 100 ms would be 200 samples.
+  std::this_thread::sleep_for(50ms);
+  const auto before = samples();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_LE(samples() - before, 20u);
+  // And it wakes with the workers.
+  rt.block_on([] { (void)this_fiber::sleep_for(5ms); });
+  EXPECT_GT(samples(), before);
+}
+
+#if !defined(_WIN32)
+// The default report: one line on stderr naming the fiber; a second spell within the second is
+// not printed, and is counted in the next line.
+TEST(Monitor, TheDefaultReportIsOneLineOnStderrAtMostOneASecond) {
+  std::fflush(stderr);
+  char path[] = "/tmp/weft_monitor_test_XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  int saved = ::dup(2);
+  ASSERT_GE(::dup2(fd, 2), 0);
+  {
+    Runtime rt({.workers = 1, .stuck_threshold = 2ms});
+    auto stuck_count = [&] {
+      std::string json = rt.stats_json();
+      return json.find("\"stuck\":") != std::string::npos
+                 ? std::strtoull(json.c_str() + json.find("\"stuck\":") + 8, nullptr, 10)
+                 : 0;
+    };
+    for (std::uint64_t spell = 1; spell <= 2; ++spell) {
+      (void)rt.spawn(
+                [&] {
+                  const auto end = std::chrono::steady_clock::now() + 30s;
+                  while (stuck_count() < spell && std::chrono::steady_clock::now() < end) {
+                  }
+                },
+                {.name = "busy"})
+          .join();
+    }
+    std::this_thread::sleep_for(1100ms);
+    rt.block_on([&] {
+      const auto end = std::chrono::steady_clock::now() + 30s;
+      while (stuck_count() < 3 && std::chrono::steady_clock::now() < end) {
+      }
+    });
+  }
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::string out;
+  char buf[4096];
+  ::lseek(fd, 0, SEEK_SET);
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  ::unlink(path);
+  std::vector<std::string> lines;
+  for (std::size_t at = 0, nl; (nl = out.find('\n', at)) != std::string::npos; at = nl + 1) {
+    if (out.compare(at, 11, "weft: fiber") == 0) lines.push_back(out.substr(at, nl - at));
+  }
+  ASSERT_EQ(lines.size(), 2u) << out;
+  EXPECT_NE(lines[0].find("\"busy\""), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("on worker 0 without a switch"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("(1 more skipped)"), std::string::npos) << lines[1];
+}
+#endif
+
+}  // namespace
+}  // namespace weft
