@@ -13,8 +13,55 @@
 
 #include "internal/runtime_impl.h"
 
+#if defined(__linux__)
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#endif
+
 namespace weft {
 namespace scheduler_internal {
+
+void ThreadClock::SetToCallingThread() {
+#if defined(__linux__)
+  tid = pthread_getcpuclockid(pthread_self(), &clock) == 0 ? static_cast<int>(::syscall(SYS_gettid))
+                                                           : -1;
+#endif
+}
+
+std::int64_t ThreadClock::cpu_ns() const {
+#if defined(__linux__)
+  timespec ts;
+  if (tid < 0 || ::clock_gettime(clock, &ts) != 0) return -1;  // EINVAL once the thread is gone
+  return std::int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+#else
+  return -1;
+#endif
+}
+
+std::optional<bool> ThreadClock::runnable() const {
+#if defined(__linux__)
+  if (tid < 0) return std::nullopt;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[512];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  buf[n] = '\0';
+  // "tid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
+  const char* end = std::strrchr(buf, ')');
+  if (end == nullptr || end[1] != ' ' || end[2] == '\0') return std::nullopt;
+  return end[2] == 'R';
+#else
+  return std::nullopt;
+#endif
+}
 
 namespace {
 using MonitorClock = std::chrono::steady_clock;
@@ -22,7 +69,8 @@ using MonitorClock = std::chrono::steady_clock;
 // Period: two samples per threshold, so a stuck spell is seen at most half a threshold late;
 // never more often than every 500 us, nor less often than every 10 ms.
 std::chrono::microseconds PeriodFor(std::chrono::microseconds threshold) {
-  return std::clamp(threshold / 2, std::chrono::microseconds(500), std::chrono::microseconds(10000));
+  return std::clamp(threshold / 2, std::chrono::microseconds(500),
+                    std::chrono::microseconds(10000));
 }
 
 // kParkAfter: how long no sample may have seen a fiber run before the monitor parks (when every
@@ -48,6 +96,14 @@ Monitor::~Monitor() {
   thread_.join();
 }
 
+void Monitor::Start() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    started_ = true;
+  }
+  cv_.notify_one();
+}
+
 void Monitor::Unpark() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -58,8 +114,9 @@ void Monitor::Unpark() {
 
 void Monitor::Loop() {
   const int workers = static_cast<int>(rt_->workers.size());
-  MonitorClock::time_point last_busy = MonitorClock::now();  // a sample last saw a fiber run
   std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return stop_ || started_; });
+  MonitorClock::time_point last_busy = MonitorClock::now();  // a sample last saw a fiber run
   while (!stop_) {
     lock.unlock();
     const MonitorClock::time_point now = MonitorClock::now();
@@ -103,11 +160,27 @@ bool Monitor::Sample(MonitorClock::time_point now) {
       continue;
     }
     running = true;
-    if (seen.reported || now - seen.since < threshold_) continue;
+    if (seen.reported) continue;
+    if (seen.cpu_ns < 0) {
+      seen.cpu_ns = w.cpu_clock.cpu_ns();
+      seen.cpu_at = now;
+    }
+    if (now - seen.since < threshold_ || !Holds(w, seen, now)) continue;
     seen.reported = true;  // once per run of a fiber
     Report(static_cast<unsigned>(i), f, run, now - seen.since);
   }
   return running;
+}
+
+bool Monitor::Holds(const Worker& w, const Watch& seen, MonitorClock::time_point now) {
+  if (seen.cpu_ns < 0 || now <= seen.cpu_at) return true;
+  const std::int64_t cpu = w.cpu_clock.cpu_ns();
+  if (cpu < 0) return true;
+  const std::int64_t wall = std::chrono::nanoseconds(now - seen.cpu_at).count();
+  if (2 * (cpu - seen.cpu_ns) >= wall) return true;  // it computes
+  // Little CPU: blocked in the kernel (a blocking call: the fiber's doing), or runnable and
+  // waiting for a CPU the system gave to other threads (not the fiber's doing: look again later).
+  return w.cpu_clock.runnable() != std::optional<bool>(true);
 }
 
 void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
@@ -147,7 +220,8 @@ void Monitor::DefaultReport(const StuckFiber& s, MonitorClock::time_point now) {
     skipped_lines_ = 0;
   }
   std::fprintf(stderr,
-               "weft: fiber %" PRIu64 " \"%s\" has run for %.1f ms on worker %u without a switch"
+               "weft: fiber %" PRIu64
+               " \"%s\" has run for %.1f ms on worker %u without a switch"
                " (%zu fibers queued there); a long computation, or a blocking call outside "
                "call_blocking?%s\n",
                s.fiber_id, s.name.c_str(), ms, s.worker, s.queued, skipped);

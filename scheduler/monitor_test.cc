@@ -80,6 +80,20 @@ TEST(Monitor, AFiberThatHoldsItsWorkerIsReportedOnceWithItsNameAndWorker) {
   EXPECT_NE(rt.stats_json().find("\"stuck\":1"), std::string::npos) << rt.stats_json();
 }
 
+// A blocking call made outside call_blocking (the thread sleeps in the kernel, using no CPU)
+// holds the worker as much as a computation does, and is reported too.
+TEST(Monitor, ABlockingCallOutsideCallBlockingIsReported) {
+  Reports reports;
+  Runtime rt({.workers = 1, .stuck_threshold = 5ms, .on_stuck = reports.callback()});
+  rt.block_on([&] {
+    const auto end = std::chrono::steady_clock::now() + 30s;
+    while (reports.count() == 0 && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  EXPECT_EQ(reports.count(), 1u);
+}
+
 TEST(Monitor, EachRunIsReportedAndEveryStuckWorkerToo) {
   Reports reports;
   Runtime rt({.workers = 2, .stuck_threshold = 2ms, .on_stuck = reports.callback()});
@@ -111,8 +125,8 @@ TEST(Monitor, EachRunIsReportedAndEveryStuckWorkerToo) {
   ASSERT_EQ(reports.got.size(), 3u);
   EXPECT_NE(reports.got[0].worker, reports.got[1].worker);
   EXPECT_EQ(reports.got[2].worker, 0u);
-  EXPECT_EQ(reports.got[2].fiber_id, reports.got[0].worker == 0 ? reports.got[0].fiber_id
-                                                                 : reports.got[1].fiber_id);
+  EXPECT_EQ(reports.got[2].fiber_id,
+            reports.got[0].worker == 0 ? reports.got[0].fiber_id : reports.got[1].fiber_id);
 }
 
 TEST(Monitor, ParkedBlockingAndIdleFibersAreNotReported) {
@@ -182,13 +196,14 @@ TEST(Monitor, TheDefaultReportIsOneLineOnStderrAtMostOneASecond) {
                  : 0;
     };
     for (std::uint64_t spell = 1; spell <= 2; ++spell) {
-      (void)rt.spawn(
-                [&] {
-                  const auto end = std::chrono::steady_clock::now() + 30s;
-                  while (stuck_count() < spell && std::chrono::steady_clock::now() < end) {
-                  }
-                },
-                {.name = "busy"})
+      (void)rt
+          .spawn(
+              [&] {
+                const auto end = std::chrono::steady_clock::now() + 30s;
+                while (stuck_count() < spell && std::chrono::steady_clock::now() < end) {
+                }
+              },
+              {.name = "busy"})
           .join();
     }
     std::this_thread::sleep_for(1100ms);
@@ -204,7 +219,8 @@ TEST(Monitor, TheDefaultReportIsOneLineOnStderrAtMostOneASecond) {
   std::string out;
   char buf[4096];
   ::lseek(fd, 0, SEEK_SET);
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+    out.append(buf, static_cast<std::size_t>(n));
   ::close(fd);
   ::unlink(path);
   std::vector<std::string> lines;

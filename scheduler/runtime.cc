@@ -112,6 +112,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
                                 "weft: a worker thread could not start (injected)");
       }
       raw->thread = std::thread([impl, raw, &ready] {
+        raw->cpu_clock.SetToCallingThread();
         Result<std::unique_ptr<Reactor>> r = Reactor::create(impl->options.reactor);
         if (r.ok()) {
           raw->reactor = std::move(r).value();
@@ -141,6 +142,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   for (unsigned k; (k = ready.load(std::memory_order_acquire)) != n;) {
     base_internal::FutexWait(ready, k, std::chrono::milliseconds(10));
   }
+  if (impl_->monitor != nullptr) impl_->monitor->Start();  // the workers are settled
 }
 
 Runtime::~Runtime() {

@@ -28,11 +28,15 @@ namespace weft {
 namespace scheduler_internal {
 
 struct Fiber;
+struct Worker;
 
 class Monitor {
  public:
-  // Starts the thread; throws std::system_error if it cannot.
+  // Starts the thread, which waits for Start before it looks at the workers; throws
+  // std::system_error if it cannot.
   explicit Monitor(Runtime::Impl* rt);
+  // Start: every worker has set its fields (Worker::cpu_clock); the monitor may read them.
+  void Start();
   ~Monitor();  // stops and joins it
   Monitor(const Monitor&) = delete;
   Monitor& operator=(const Monitor&) = delete;
@@ -54,7 +58,14 @@ class Monitor {
     std::uint64_t run = 0;
     std::chrono::steady_clock::time_point since;  // when run was first seen at this value
     bool reported = false;                        // this run of its fiber was reported
+    // The thread's CPU time at cpu_at, the second sample of the run (-1: not read yet).
+    std::int64_t cpu_ns = -1;
+    std::chrono::steady_clock::time_point cpu_at;
   };
+  // Holds: whether the fiber itself holds the worker (it computes: the thread had at least half
+  // the CPU since cpu_at; or it blocks in the kernel), rather than the system having
+  // descheduled the thread. True when the platform cannot tell.
+  static bool Holds(const Worker& w, const Watch& seen, std::chrono::steady_clock::time_point now);
   void Loop();
   // Sample: looks at every worker once; true if one runs a fiber.
   bool Sample(std::chrono::steady_clock::time_point now);
@@ -72,6 +83,7 @@ class Monitor {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;      // guarded by mu_
+  bool started_ = false;   // guarded by mu_
   bool unparked_ = false;  // guarded by mu_
   std::atomic<bool> parked_{false};
   std::atomic<std::uint64_t> samples_{0};  // written by the monitor thread only

@@ -16,8 +16,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -45,6 +47,21 @@ namespace scheduler_internal {
 constexpr std::size_t kRunQueueCapacity = 256;
 using RunQueue = SpmcRing<Fiber*, kRunQueueCapacity>;
 
+// ThreadClock: a thread's CPU time and run state, readable from another thread (Linux: its
+// CPU-time clock and /proc/self/task/<tid>/stat; elsewhere: unknown). Set on the thread itself.
+struct ThreadClock {
+  void SetToCallingThread();
+  // cpu_ns: CPU time the thread has used; -1 if unknown.
+  std::int64_t cpu_ns() const;
+  // runnable: true if it is running or waiting for a CPU ('R'), false if it sleeps or blocks in
+  // the kernel; nullopt if unknown.
+  std::optional<bool> runnable() const;
+#if defined(__linux__)
+  clockid_t clock{};
+  int tid = -1;
+#endif
+};
+
 // Relaxed<T>: a field its owner thread writes and reads as if it were plain, which another
 // thread (the runtime's monitor) reads as a hint. Relaxed loads and stores: the same moves as a
 // plain field on x86-64 and aarch64, and no data race.
@@ -68,6 +85,10 @@ struct Worker {
   Runtime::Impl* rt = nullptr;
   unsigned index = 0;
   int* errno_slot = nullptr;  // this worker thread's errno (its address, taken on the thread)
+  // The worker thread's CPU-time clock and kernel thread id (Linux; for the monitor, which tells
+  // a fiber that computes or blocks from a thread the system has descheduled). Written on the
+  // thread before the runtime's constructor returns; read by the monitor after.
+  ThreadClock cpu_clock;
   std::thread thread;
   RunQueue queue;
   Fiber* run_next = nullptr;
