@@ -57,6 +57,14 @@ std::string Runtime::stats_json() const {
                 impl_->blocking != nullptr ? impl_->blocking->busy() : 0,
                 impl_->monitor != nullptr ? impl_->monitor->samples() : 0);
   out += buf;
+  if (impl_->monitor != nullptr) {
+    out.pop_back();  // the closing brace: two more fields
+    out += ",\"long_runs_ns\":";
+    impl_->monitor->long_runs().append_json(out);
+    out += ",\"run_queue_len\":";
+    impl_->monitor->run_queue().append_json(out);
+    out += '}';
+  }
   return out;
 }
 

@@ -154,12 +154,19 @@ bool Monitor::Sample(MonitorClock::time_point now) {
     // a fiber seen current with the same count has run at least since `since`.
     const std::uint64_t run = w.counters.run.load(std::memory_order_relaxed);
     Fiber* f = w.current;
+    if (f != nullptr) run_queue_.record(w.queue.size_approx());
     if (run != seen.run || f == nullptr) {
-      seen = Watch{run, now, false};
+      // The run seen last time ended (or none was on); a long one goes to the histogram.
+      if (seen.held) {
+        long_runs_.record(static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now - seen.since).count()));
+      }
+      seen = Watch{run, now};
       running = running || f != nullptr;
       continue;
     }
     running = true;
+    seen.held = true;
     if (seen.reported) continue;
     if (seen.cpu_ns < 0) {
       seen.cpu_ns = w.cpu_clock.cpu_ns();

@@ -77,7 +77,20 @@ TEST(Monitor, AFiberThatHoldsItsWorkerIsReportedOnceWithItsNameAndWorker) {
   EXPECT_EQ(s.name, "spinner");
   EXPECT_EQ(static_cast<int>(s.worker), worker);
   EXPECT_GE(s.running_for, 5ms);
-  EXPECT_NE(rt.stats_json().find("\"stuck\":1"), std::string::npos) << rt.stats_json();
+  // The run goes to the histogram of long runs once the monitor has seen it end: one bucket
+  // at 4 ms or more; and the histogram of run-queue lengths has samples.
+  std::string json = rt.stats_json();
+  for (auto end = std::chrono::steady_clock::now() + 30s;
+       json.find("\"long_runs_ns\":[]") != std::string::npos &&
+       std::chrono::steady_clock::now() < end;
+       json = rt.stats_json()) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_NE(json.find("\"stuck\":1"), std::string::npos) << json;
+  const std::size_t at = json.find("\"long_runs_ns\":[[");
+  ASSERT_NE(at, std::string::npos) << json;
+  EXPECT_GE(std::strtoull(json.c_str() + at + 17, nullptr, 10), 4000000u) << json;
+  EXPECT_EQ(json.find("\"run_queue_len\":[]"), std::string::npos) << json;
 }
 
 // A blocking call made outside call_blocking (the thread sleeps in the kernel, using no CPU)

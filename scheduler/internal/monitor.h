@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "weft/base/histogram.h"
 #include "weft/scheduler/runtime.h"
 
 namespace weft {
@@ -43,6 +44,10 @@ class Monitor {
 
   // samples: how many times it has looked at the workers (stats_json's monitor_samples).
   std::uint64_t samples() const { return samples_.load(std::memory_order_relaxed); }
+  // long_runs: runs of a fiber seen to last across at least two samples, by how long they were
+  // seen to last (ns; a lower bound). run_queue: each busy worker's run-queue length, per sample.
+  const LogHistogram& long_runs() const { return long_runs_; }
+  const LogHistogram& run_queue() const { return run_queue_; }
 
   // WorkerAwake: a worker left its sleep; wakes the monitor if it is parked. Cheap when it is
   // not: a fence and a load, on the path out of a sleep only.
@@ -58,6 +63,7 @@ class Monitor {
     std::uint64_t run = 0;
     std::chrono::steady_clock::time_point since;  // when run was first seen at this value
     bool reported = false;                        // this run of its fiber was reported
+    bool held = false;                            // seen running across two samples or more
     // The thread's CPU time at cpu_at, the second sample of the run (-1: not read yet).
     std::int64_t cpu_ns = -1;
     std::chrono::steady_clock::time_point cpu_at;
@@ -87,6 +93,7 @@ class Monitor {
   bool unparked_ = false;  // guarded by mu_
   std::atomic<bool> parked_{false};
   std::atomic<std::uint64_t> samples_{0};  // written by the monitor thread only
+  LogHistogram long_runs_, run_queue_;     // written by the monitor thread only
   std::thread thread_;
 };
 
