@@ -236,7 +236,10 @@ void GroupCore::OnInterrupt() {
   if (switch_wanted_ && !queue_mode_) {
     Result<bool> done = false;
     while (done.ok() && !*done) done = ToQueueMode();
-    if (!done.ok()) switch_error_ = done.error();
+    if (!done.ok()) {
+      switch_error_ = done.error();
+      ++switch_round_;
+    }
     switch_wanted_ = false;
     WakeAllAndUnlock();  // the join_next calls: take what finished, or the error
     lock_.lock();
@@ -347,14 +350,16 @@ Result<Finished> GroupCore::TakeNext(const WaitOptions& options) {
     } else if (!queue_mode_ && !switch_wanted_) {
       // A join_all walks the list: the walker makes the switch (it waits on the children).
       switch_wanted_ = true;
+      switch_error_ = std::errc{};  // a new request: an older one's failure is not its
       InterruptWalk();
     }
+    const std::uint64_t round = switch_round_;
     Result<void> waited = Wait(
         next_waiters_,
         [&] {
           ABSL_ASSERT_EXCLUSIVE_LOCK(lock_);
           return queue_mode_ ? finished_.count != 0 || running_ == 0
-                             : !walking_ || switch_error_ != std::errc{};
+                             : !walking_ || switch_round_ != round;
         },
         options);
     if (queue_mode_ && finished_.count != 0) {
@@ -372,11 +377,12 @@ Result<Finished> GroupCore::TakeNext(const WaitOptions& options) {
       lock_.unlock();
       return std::errc::no_child_process;
     }
-    if (switch_error_ != std::errc{}) {  // the walker could not switch
-      const std::errc error = std::exchange(switch_error_, std::errc{});
+    if (walking_ && switch_error_ != std::errc{}) {  // the walker could not switch
+      const std::errc error = switch_error_;         // every join_next of the request gets it
       lock_.unlock();
       return error;
     }
+    // The walk ended, or the request was dropped with it: look again (and ask again).
   }
 }
 
@@ -401,7 +407,12 @@ Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {
   const auto end_walk = [&] {
     walker_ = nullptr;
     walking_ = false;
-    switch_wanted_ = false;
+    if (std::exchange(switch_wanted_, false)) ++switch_round_;
+    if (std::exchange(cancel_pending_, false)) {  // see Report
+      lock_.unlock();
+      source_.cancel();
+      lock_.lock();
+    }
     WakeAllAndUnlock();  // the joins that waited for this walk to end
   };
   // Spawn-order mode: wait for each listed child in turn, a chunk of the list at a time (copied

@@ -210,6 +210,9 @@ class GroupCore {
   // children it waits on are its own), or leaves switch_error_ for the join_next.
   bool switch_wanted_ ABSL_GUARDED_BY(lock_) = false;
   std::errc switch_error_ ABSL_GUARDED_BY(lock_){};
+  // switch_round_: counts the requests answered without a switch (the walker failed it, or the
+  // walk ended): a join_next waiting on a request looks again when it changes.
+  std::uint64_t switch_round_ ABSL_GUARDED_BY(lock_) = 0;
   // Queue mode, for good once a join_next has run (or with discard_outcomes): each finish
   // counts down running_ and queues the child in finished_, under lock_.
   bool queue_mode_ ABSL_GUARDED_BY(lock_);

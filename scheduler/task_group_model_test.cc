@@ -269,5 +269,38 @@ TEST(TaskGroupModelTest, ASiblingAdmittedDuringTheSwitchIsHandedOutOnce) {
   }));
 }
 
+// A join_next's request that the walker switch the group must survive the walk giving up and
+// a new walk starting before the join_next looks again (here the same joiner retries, as a
+// join_all with a deadline in a loop would): the join_next asks the new walk too, and gets the
+// finished child; the second child waits for that, so a lost request is a deadlock.
+TEST(TaskGroupModelTest, AJoinNextsRequestOutlivesAWalkThatGivesUpAndIsRetried) {
+  ExpectAllSchedulesPass(check([] {
+    GroupCore core(nullptr, {});
+    Record a, b;
+    (void)*core.Admit(&a);
+    (void)*core.Admit(&b);
+    Finish(core, &a);
+    CancellationSource stop;
+    const CancellationToken token = stop.token();
+    Event handed_out;
+    model::thread walker([&] {
+      Result<Taken> all = core.TakeAll({.cancel = &token});
+      if (!all.ok()) all = core.TakeAll({});  // gave up: again, without a token
+      WEFT_MODEL_ASSERT(all.ok());
+    });
+    model::thread tb([&] {
+      WEFT_MODEL_ASSERT(handed_out.wait().ok());
+      Finish(core, &b);
+    });
+    model::thread canceller([&] { stop.cancel(); });
+    Result<Finished> next = core.TakeNext({});
+    WEFT_MODEL_ASSERT(next.ok() && next->child == &a);
+    handed_out.set();
+    canceller.join();
+    walker.join();
+    tb.join();
+  }));
+}
+
 }  // namespace
 }  // namespace weft
