@@ -195,11 +195,16 @@ void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
   Worker& w = *rt_->workers[index];
   StuckFiber s;
   // The Fiber object outlives the runtime (blocks are retired, never freed): reading it is safe
-  // even if it has finished since; its identity is read under the lock spawn writes it under.
-  f->meta_lock.lock();
-  s.fiber_id = f->id;
-  s.name.assign(f->name, f->name_len);
-  f->meta_lock.unlock();
+  // even if it has finished since. fibers_mu, under which its block was listed after it was
+  // made, orders the making before this read (current, read relaxed, does not); its identity is
+  // read under the lock spawn writes it under, as dump_fibers does.
+  {
+    std::lock_guard<std::mutex> listed(rt_->fibers_mu);
+    f->meta_lock.lock();
+    s.fiber_id = f->id;
+    s.name.assign(f->name, f->name_len);
+    f->meta_lock.unlock();
+  }
   // relaxed: as in Sample. If the worker moved on meanwhile, the identity may be another
   // fiber's: drop the report (the spell ended).
   if (w.counters.run.load(std::memory_order_relaxed) != run) return;
