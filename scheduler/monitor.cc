@@ -166,6 +166,10 @@ bool Monitor::Sample(MonitorClock::time_point now) {
       continue;
     }
     running = true;
+    if (w.in_fork_join) {  // computing as asked (Runtime::fork_join); its tasks are stolen
+      seen = Watch{run, now};
+      continue;
+    }
     seen.held = true;
     if (seen.reported) continue;
     if (seen.cpu_ns < 0) {

@@ -162,6 +162,20 @@ TEST(Monitor, ParkedBlockingAndIdleFibersAreNotReported) {
   EXPECT_EQ(reports.count(), 0u);
 }
 
+// A fork-join computation run from a fiber holds its worker as it was asked to (the other
+// workers steal its tasks): not reported.
+TEST(Monitor, AForkJoinComputationIsNotReported) {
+  Reports reports;
+  Runtime rt({.workers = 2, .stuck_threshold = 1ms, .on_stuck = reports.callback()});
+  rt.block_on([&] {
+    (void)rt.fork_join([](ForkJoinWorker&) {
+      std::this_thread::sleep_for(20ms);
+      return 0;
+    });
+  });
+  EXPECT_EQ(reports.count(), 0u);
+}
+
 TEST(Monitor, ZeroThresholdMeansNoMonitor) {
   Reports reports;
   Runtime rt({.workers = 1, .stuck_threshold = 0us, .on_stuck = reports.callback()});

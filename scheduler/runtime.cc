@@ -192,6 +192,12 @@ unsigned Runtime::workers() const { return static_cast<unsigned>(impl_->workers.
 
 namespace scheduler_internal {
 ForkJoinPool& ForkJoinPoolOf(Runtime& rt) { return *rt.impl_->fork_join; }
+ForkJoinScope::ForkJoinScope(Runtime& rt) : worker_(WorkerOf(rt.impl_.get())) {
+  if (worker_ != nullptr) static_cast<Worker*>(worker_)->in_fork_join = true;
+}
+ForkJoinScope::~ForkJoinScope() {
+  if (worker_ != nullptr) static_cast<Worker*>(worker_)->in_fork_join = false;
+}
 bool InFiberOf(const Runtime& rt) {
   Worker* w = WorkerOf(rt.impl_.get());
   return w != nullptr && w->current != nullptr;

@@ -235,6 +235,19 @@ bool RunBlocking(void (*fn)(void*), void* arg);
 
 // The runtime's hosted fork-join pool, and whether the caller is a fiber on one of its workers.
 ForkJoinPool& ForkJoinPoolOf(Runtime& rt);
+// ForkJoinScope: the calling fiber runs a fork-join computation inline on its worker: the
+// runtime's monitor does not report it as stuck meanwhile (it computes, as it was asked to, and
+// the other workers steal its tasks).
+class ForkJoinScope {
+ public:
+  explicit ForkJoinScope(Runtime& rt);
+  ~ForkJoinScope();
+  ForkJoinScope(const ForkJoinScope&) = delete;
+  ForkJoinScope& operator=(const ForkJoinScope&) = delete;
+
+ private:
+  void* worker_;
+};
 bool InFiberOf(const Runtime& rt);
 
 // Fiber-local storage: a slot table per fiber (per thread outside fibers).
@@ -358,6 +371,7 @@ class Runtime {
   template <typename F, typename... Args>
   auto fork_join(F f, Args... args) -> std::invoke_result_t<F&, ForkJoinWorker&, Args&...> {
     if (scheduler_internal::InFiberOf(*this)) {
+      scheduler_internal::ForkJoinScope scope(*this);  // the monitor: computing, as asked
       return scheduler_internal::ForkJoinPoolOf(*this).run(std::move(f), std::move(args)...);
     }
     return block_on(
@@ -381,6 +395,7 @@ class Runtime {
 
  private:
   friend ForkJoinPool& scheduler_internal::ForkJoinPoolOf(Runtime& rt);
+  friend class scheduler_internal::ForkJoinScope;
   friend bool scheduler_internal::InFiberOf(const Runtime& rt);
   friend void scheduler_internal::Spawn(Runtime&, scheduler_internal::FiberBody*,
                                         const FiberOptions&);

@@ -101,6 +101,8 @@ struct Worker {
   // The fiber running on this worker; null while the worker runs its own loop. The owner's; the
   // monitor reads it (with counters.run) to find a fiber that holds the worker too long.
   Relaxed<Fiber*> current = nullptr;
+  // The current fiber runs a fork-join computation inline (ForkJoinScope): not stuck.
+  Relaxed<bool> in_fork_join = false;
   Context home = nullptr;  // the worker thread's own context
   // The deadlines of fibers that parked here. The owner inserts, cancels and pops; an idle worker
   // may pop the ones overdue by kTimerRescueGrace (RescueTimers: this worker is stuck in one
