@@ -70,6 +70,11 @@ std::string Runtime::stats_json() const {
 
 std::string Runtime::dump_fibers() const {
   std::string out;
+  if (impl_->DeadlockSuspected()) {
+    out =
+        "# a deadlock? every fiber is parked, with no timer, no I/O and nothing runnable, while "
+        "a thread waits in block_on\n";
+  }
   char buf[256];
   std::lock_guard<std::mutex> lock(impl_->fibers_mu);
   impl_->ForEachFiberLocked([&](Fiber* f) {

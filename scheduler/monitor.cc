@@ -84,6 +84,7 @@ Monitor::Monitor(Runtime::Impl* rt)
     : rt_(rt),
       threshold_(rt->options.stuck_threshold),
       period_(PeriodFor(rt->options.stuck_threshold)),
+      hint_after_(rt->options.deadlock_hint_after),
       watch_(rt->workers.size()),
       thread_([this] { Loop(); }) {}
 
@@ -132,8 +133,25 @@ void Monitor::Loop() {
       park = rt_->idle.sleepers() == workers;
       if (!park) parked_.store(false, std::memory_order_relaxed);
     }
+    if (running) hinted_ = false;  // a new spell may be hinted again
+    const bool suspect = park && hint_after_ > std::chrono::milliseconds::zero() && !hinted_ &&
+                         rt_->DeadlockSuspected();
     lock.lock();
-    if (park) {
+    if (suspect) {
+      // Parked for deadlock_hint_after only: if no worker has woken by then and it is still so,
+      // the hint (once per spell), then back to the loop, which parks for good.
+      const bool woken = cv_.wait_for(lock, hint_after_, [&] { return stop_ || unparked_; });
+      unparked_ = false;
+      parked_.store(false, std::memory_order_relaxed);
+      if (!woken) {
+        lock.unlock();
+        if (rt_->DeadlockSuspected()) {
+          hinted_ = true;
+          Hint();
+        }
+        lock.lock();
+      }
+    } else if (park) {
       cv_.wait(lock, [&] { return stop_ || unparked_; });
       unparked_ = false;
       parked_.store(false, std::memory_order_relaxed);
@@ -194,6 +212,18 @@ bool Monitor::Holds(const Worker& w, const Watch& seen, MonitorClock::time_point
   return w.cpu_clock.runnable() != std::optional<bool>(true);
 }
 
+void Monitor::Hint() {
+  std::string dump =
+      "weft: every fiber of the runtime is parked, with no timer, no I/O and nothing runnable, "
+      "while a thread waits in block_on: a deadlock? Its fibers:\n";
+  dump += rt_->self->dump_fibers();
+  if (rt_->options.on_deadlock_hint) {
+    rt_->options.on_deadlock_hint(dump);
+  } else {
+    std::fputs(dump.c_str(), stderr);
+  }
+}
+
 void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
                      std::chrono::nanoseconds running_for) {
   Worker& w = *rt_->workers[index];
@@ -244,4 +274,34 @@ void Monitor::DefaultReport(const StuckFiber& s, MonitorClock::time_point now) {
 }
 
 }  // namespace scheduler_internal
+
+bool Runtime::Impl::DeadlockSuspected() {
+  // relaxed throughout: hints; a deadlock holds still, and the monitor looks twice.
+  if (block_on_waiters.load(std::memory_order_relaxed) == 0) return false;
+  if (idle.sleepers() != static_cast<int>(workers.size())) return false;
+  if (inject.size_approx() != 0 || overflow_size.load(std::memory_order_relaxed) != 0) return false;
+  std::int64_t live = credits.load(std::memory_order_relaxed);
+  for (const auto& w : workers) {
+    if (w->timer_head.load(std::memory_order_relaxed) != scheduler_internal::kNoTimer ||
+        !w->queue.empty_approx() || w->has_mail.load(std::memory_order_relaxed)) {
+      return false;
+    }
+    live -= w->credits.load(std::memory_order_relaxed);
+  }
+  if (live <= 0) return false;
+  // Every live fiber parked, none on I/O (its fd's readiness may come) nor in a blocking region.
+  bool parked_only = true, any = false;
+  std::lock_guard<std::mutex> lock(fibers_mu);
+  ForEachFiberLocked([&](Fiber* f) {
+    const int state = f->state.load(std::memory_order_relaxed);
+    if (state == scheduler_internal::kDone) return;
+    any = true;
+    if (state != scheduler_internal::kParked || f->wait_fd.load(std::memory_order_relaxed) >= 0 ||
+        f->region_waiting.load(std::memory_order_relaxed)) {
+      parked_only = false;
+    }
+  });
+  return any && parked_only;
+}
+
 }  // namespace weft

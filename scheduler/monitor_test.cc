@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -174,6 +175,51 @@ TEST(Monitor, AForkJoinComputationIsNotReported) {
     });
   });
   EXPECT_EQ(reports.count(), 0u);
+}
+
+// block_on waits on a fiber that waits on an Event nobody will set, and nothing else can
+// happen: the monitor hints at a deadlock, once, with the fibers' dump naming the Event.
+TEST(Monitor, EveryFiberParkedWithNothingToWakeItIsHintedAsADeadlock) {
+  std::mutex mu;
+  std::vector<std::string> hints;
+  Runtime rt(
+      {.workers = 2, .deadlock_hint_after = 50ms, .on_deadlock_hint = [&](std::string_view dump) {
+         std::lock_guard<std::mutex> lock(mu);
+         hints.emplace_back(dump);
+       }});
+  Event never, hinted;
+  std::thread releaser([&] {
+    // The test's own way out: once hinted (or after the cap), set the Event from outside.
+    for (auto end = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < end;
+         std::this_thread::sleep_for(1ms)) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!hints.empty()) break;
+    }
+    std::this_thread::sleep_for(200ms);  // no second hint meanwhile
+    never.set();
+  });
+  rt.block_on([&] { (void)never.wait(); });
+  releaser.join();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(hints.size(), 1u);
+  EXPECT_NE(hints[0].find("a deadlock?"), std::string::npos) << hints[0];
+  EXPECT_NE(hints[0].find("parked on Event"), std::string::npos) << hints[0];
+}
+
+// Not a deadlock: a timer will wake the fiber (a sleep), or a thread does not wait in block_on.
+TEST(Monitor, NoDeadlockHintWhileATimerIsPendingOrNobodyWaits) {
+  std::atomic<int> hints{0};
+  Runtime rt({.workers = 1, .deadlock_hint_after = 10ms, .on_deadlock_hint = [&](std::string_view) {
+                hints.fetch_add(1);
+              }});
+  rt.block_on([] { (void)this_fiber::sleep_for(150ms); });
+  Event never;
+  JoinHandle<void> detached = rt.spawn([&] { (void)never.wait(); });
+  std::this_thread::sleep_for(150ms);  // parked with nothing to wake it, but nobody waits on it
+  EXPECT_EQ(hints.load(), 0);
+  EXPECT_EQ(rt.dump_fibers().find("a deadlock?"), std::string::npos);
+  never.set();
+  (void)detached.join();
 }
 
 TEST(Monitor, ZeroThresholdMeansNoMonitor) {

@@ -192,6 +192,12 @@ unsigned Runtime::workers() const { return static_cast<unsigned>(impl_->workers.
 
 namespace scheduler_internal {
 ForkJoinPool& ForkJoinPoolOf(Runtime& rt) { return *rt.impl_->fork_join; }
+BlockOnScope::BlockOnScope(Runtime& rt) : rt_(rt) {
+  rt_.impl_->block_on_waiters.fetch_add(1, std::memory_order_relaxed);  // a hint
+}
+BlockOnScope::~BlockOnScope() {
+  rt_.impl_->block_on_waiters.fetch_sub(1, std::memory_order_relaxed);
+}
 ForkJoinScope::ForkJoinScope(Runtime& rt) : worker_(WorkerOf(rt.impl_.get())) {
   if (worker_ != nullptr) static_cast<Worker*>(worker_)->in_fork_join = true;
 }

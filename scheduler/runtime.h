@@ -66,6 +66,12 @@ struct RuntimeOptions {
   // on_stuck: called on the monitor's thread; it must not block (the next reports wait for it).
   // Null: one line on stderr, at most one a second (the lines skipped are counted in the next).
   std::function<void(const StuckFiber&)> on_stuck;
+  // deadlock_hint_after: when, this long, every live fiber has been parked with no timer, no I/O
+  // and nothing runnable while a thread waits in block_on, the monitor suspects a deadlock and
+  // passes a dump of the fibers (dump_fibers) to on_deadlock_hint, once per such spell. Zero:
+  // never. Null on_deadlock_hint: the dump goes to stderr.
+  std::chrono::milliseconds deadlock_hint_after{1000};
+  std::function<void(std::string_view dump)> on_deadlock_hint;
 };
 
 struct FiberOptions {
@@ -235,6 +241,17 @@ bool RunBlocking(void (*fn)(void*), void* arg);
 
 // The runtime's hosted fork-join pool, and whether the caller is a fiber on one of its workers.
 ForkJoinPool& ForkJoinPoolOf(Runtime& rt);
+// BlockOnScope: a thread waits in block_on (the monitor's deadlock hint counts them).
+class BlockOnScope {
+ public:
+  explicit BlockOnScope(Runtime& rt);
+  ~BlockOnScope();
+  BlockOnScope(const BlockOnScope&) = delete;
+  BlockOnScope& operator=(const BlockOnScope&) = delete;
+
+ private:
+  Runtime& rt_;
+};
 // ForkJoinScope: the calling fiber runs a fork-join computation inline on its worker: the
 // runtime's monitor does not report it as stuck meanwhile (it computes, as it was asked to, and
 // the other workers steal its tasks).
@@ -355,7 +372,9 @@ class Runtime {
   // plain thread such as main).
   template <typename F>
   auto block_on(F f) -> std::invoke_result_t<F&> {
-    auto r = spawn(std::move(f)).join();
+    auto handle = spawn(std::move(f));
+    scheduler_internal::BlockOnScope waiting(*this);  // for the monitor's deadlock hint
+    auto r = handle.join();
     if constexpr (!std::is_void_v<std::invoke_result_t<F&>>) return std::move(*r);
   }
 
@@ -396,6 +415,7 @@ class Runtime {
  private:
   friend ForkJoinPool& scheduler_internal::ForkJoinPoolOf(Runtime& rt);
   friend class scheduler_internal::ForkJoinScope;
+  friend class scheduler_internal::BlockOnScope;
   friend bool scheduler_internal::InFiberOf(const Runtime& rt);
   friend void scheduler_internal::Spawn(Runtime&, scheduler_internal::FiberBody*,
                                         const FiberOptions&);

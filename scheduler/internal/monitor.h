@@ -77,12 +77,15 @@ class Monitor {
   bool Sample(std::chrono::steady_clock::time_point now);
   void Report(unsigned index, Fiber* f, std::uint64_t run, std::chrono::nanoseconds running_for);
   void DefaultReport(const StuckFiber& s, std::chrono::steady_clock::time_point now);
+  void Hint();  // the deadlock hint (RuntimeOptions::deadlock_hint_after)
   void Unpark();
 
   Runtime::Impl* const rt_;
   const std::chrono::microseconds threshold_;
   const std::chrono::microseconds period_;
+  const std::chrono::milliseconds hint_after_;
   std::vector<Watch> watch_;  // the monitor thread's
+  bool hinted_ = false;       // this idle spell's deadlock hint was given (the monitor thread's)
   // The default report's rate limit (the monitor thread's).
   std::chrono::steady_clock::time_point last_line_{};
   std::uint64_t skipped_lines_ = 0;
