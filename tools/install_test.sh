@@ -22,10 +22,14 @@ g++ -O1 -o "$tmp/tour_static" examples/tour.cc $(pkg-config --cflags weft) "$tmp
   -pthread $(pkg-config --libs liburing)
 "$tmp/tour_static" >"$tmp/out" || fail "the tour built against libweft.a failed"
 grep -q "echoed hello" "$tmp/out" || fail "the tour (static) printed: $(head -3 "$tmp/out")"
-ldd "$tmp/tour_static" | grep -q libweft && fail "the static tour still needs libweft.so"
+# (Outputs are read whole before grep: with pipefail, a `grep -q` that stops reading early can
+# fail the pipeline by the writer's SIGPIPE.)
+needs="$(ldd "$tmp/tour_static")"
+grep -q libweft <<<"$needs" && fail "the static tour still needs libweft.so"
 
 so="$tmp/prefix/lib/libweft.so"
-objdump -p "$so" | grep -q 'SONAME *libweft.so.0$' || fail "libweft.so's soname is not libweft.so.0"
+headers="$(objdump -p "$so")"
+grep -q 'SONAME *libweft.so.0$' <<<"$headers" || fail "libweft.so's soname is not libweft.so.0"
 exported="$(nm -D --defined-only "$so" | awk '{print $3}' | c++filt)"
 [ -n "$exported" ] || fail "libweft.so exports nothing"
 others="$(grep -v -E '^(weft::|(typeinfo|typeinfo name|vtable|VTT|guard variable) for weft::)' <<<"$exported" || true)"
