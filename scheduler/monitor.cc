@@ -218,7 +218,11 @@ void Monitor::Hint() {
       "while a thread waits in block_on: a deadlock? Its fibers:\n";
   dump += rt_->self->dump_fibers();
   if (rt_->options.on_deadlock_hint) {
-    rt_->options.on_deadlock_hint(dump);
+    try {
+      rt_->options.on_deadlock_hint(dump);
+    } catch (...) {  // the monitor goes on; the runtime is not the callback's to end
+      std::fputs("weft: on_deadlock_hint threw; ignored\n", stderr);
+    }
   } else {
     std::fputs(dump.c_str(), stderr);
   }
@@ -247,7 +251,11 @@ void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
   s.queued = w.queue.size_approx();
   Bump(w.counters.stuck);  // the monitor is its only writer
   if (rt_->options.on_stuck) {
-    rt_->options.on_stuck(s);
+    try {
+      rt_->options.on_stuck(s);
+    } catch (...) {  // as in Hint
+      std::fputs("weft: on_stuck threw; ignored\n", stderr);
+    }
   } else {
     DefaultReport(s, MonitorClock::now());
   }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -220,6 +221,23 @@ TEST(Monitor, NoDeadlockHintWhileATimerIsPendingOrNobodyWaits) {
   EXPECT_EQ(rt.dump_fibers().find("a deadlock?"), std::string::npos);
   never.set();
   (void)detached.join();
+}
+
+// A callback that throws does not end the process; the monitor goes on reporting.
+TEST(Monitor, ACallbackThatThrowsIsIgnored) {
+  std::atomic<int> calls{0};
+  Runtime rt({.workers = 1, .stuck_threshold = 2ms, .on_stuck = [&](const StuckFiber&) {
+                calls.fetch_add(1);
+                throw std::runtime_error("callback");
+              }});
+  for (int run = 1; run <= 2; ++run) {
+    rt.block_on([&] {
+      const auto end = std::chrono::steady_clock::now() + 30s;
+      while (calls.load() < run && std::chrono::steady_clock::now() < end) {
+      }
+    });
+  }
+  EXPECT_EQ(calls.load(), 2);
 }
 
 TEST(Monitor, ZeroThresholdMeansNoMonitor) {

@@ -63,7 +63,8 @@ struct RuntimeOptions {
   // samples each worker twice per threshold (every 0.5 to 10 ms), and parks while the runtime
   // is idle (no fiber has run for 20 ms).
   std::chrono::microseconds stuck_threshold{5000};
-  // on_stuck: called on the monitor's thread; it must not block (the next reports wait for it).
+  // on_stuck: called on the monitor's thread; it must not block (the next reports wait for it);
+  // an exception it throws is reported on stderr and dropped.
   // Null: one line on stderr, at most one a second (the lines skipped are counted in the next).
   std::function<void(const StuckFiber&)> on_stuck;
   // deadlock_hint_after: when, this long, every live fiber has been parked with no timer, no I/O
