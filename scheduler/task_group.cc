@@ -100,9 +100,8 @@ Result<std::uint64_t> GroupCore::Admit(GroupChild* child) {
   lock_.lock();
   for (;;) {
     if (tripped_) {
-      const bool pending = std::exchange(cancel_pending_, false);  // see Report
+      MakePendingCancel();
       lock_.unlock();
-      if (pending) source_.cancel();
       return std::errc::operation_canceled;
     }
     if (queue_mode_) {
@@ -216,6 +215,16 @@ void GroupCore::Report(GroupChild* child, bool on_fiber) noexcept {
   }
 }
 
+bool GroupCore::MakePendingCancel() {
+  if (!cancel_pending_) return false;
+  cancel_pending_ = false;
+  // Not under lock_: the token's callbacks run here and may park.
+  lock_.unlock();
+  source_.cancel();
+  lock_.lock();
+  return true;
+}
+
 void GroupCore::InterruptWalk() {
   if (walker_ == nullptr) return;
   // release: what was set under lock_ before (cancel_pending_, switch_wanted_) is visible to a
@@ -227,12 +236,7 @@ void GroupCore::InterruptWalk() {
 void GroupCore::OnInterrupt() {
   // relaxed: under lock_, which every InterruptWalk holds.
   interrupt_walk_.store(false, std::memory_order_relaxed);
-  if (cancel_pending_) {  // see Report
-    cancel_pending_ = false;
-    lock_.unlock();
-    source_.cancel();
-    lock_.lock();
-  }
+  MakePendingCancel();
   if (switch_wanted_ && !queue_mode_) {
     Result<bool> done = false;
     while (done.ok() && !*done) done = ToQueueMode();
@@ -269,13 +273,8 @@ Result<void> GroupCore::Wait(sync_internal::WaitQueue& queue, Ready ready,
                              const WaitOptions& options) {
   std::errc gave_up{};
   for (;;) {
-    if (cancel_pending_) [[unlikely]] {  // see Report
-      cancel_pending_ = false;
-      lock_.unlock();
-      source_.cancel();
-      lock_.lock();
-      continue;
-    }
+    if (MakePendingCancel()) [[unlikely]]
+      continue;  // it let go of the lock: look again
     if (ready()) return {};
     if (gave_up != std::errc{}) return gave_up;
     // The node lives in the Waiter (Waiter::own_node): an execution waits on one thing at a time.
@@ -408,11 +407,7 @@ Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {
     walker_ = nullptr;
     walking_ = false;
     if (std::exchange(switch_wanted_, false)) ++switch_round_;
-    if (std::exchange(cancel_pending_, false)) {  // see Report
-      lock_.unlock();
-      source_.cancel();
-      lock_.lock();
-    }
+    MakePendingCancel();
     WakeAllAndUnlock();  // the joins that waited for this walk to end
   };
   // Spawn-order mode: wait for each listed child in turn, a chunk of the list at a time (copied

@@ -180,6 +180,9 @@ class GroupCore {
   // to running_; false if it had to let go of lock_ to grow the ring (look again). Made when no
   // walk is on, or by the walker itself.
   Result<bool> ToQueueMode() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // MakePendingCancel: makes the fail-fast cancel that Report could not (cancel_pending_), if
+  // there is one; true if it did, letting go of lock_ meanwhile. Joins and spawns call it.
+  bool MakePendingCancel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   // InterruptWalk: ends the walker's wait on a child (see walker_), so that it looks at
   // cancel_pending_ and switch_wanted_. OnInterrupt: the walker's side.
   void InterruptWalk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
