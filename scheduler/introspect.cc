@@ -51,20 +51,19 @@ std::string Runtime::stats_json() const {
   for (const auto& w : impl_->workers) live -= w->credits.load(std::memory_order_relaxed);
   std::snprintf(buf, sizeof buf,
                 "],\"spawned_outside\":%" PRIu64 ",\"live_fibers\":%" PRId64
-                ",\"blocking_threads\":%zu,\"blocking_busy\":%zu,\"monitor_samples\":%" PRIu64 "}",
+                ",\"blocking_threads\":%zu,\"blocking_busy\":%zu,\"monitor_samples\":%" PRIu64,
                 impl_->spawned_outside.load(std::memory_order_relaxed), live,
                 impl_->blocking != nullptr ? impl_->blocking->threads() : 0,
                 impl_->blocking != nullptr ? impl_->blocking->busy() : 0,
                 impl_->monitor != nullptr ? impl_->monitor->samples() : 0);
   out += buf;
   if (impl_->monitor != nullptr) {
-    out.pop_back();  // the closing brace: two more fields
     out += ",\"long_runs_ns\":";
     impl_->monitor->long_runs().append_json(out);
     out += ",\"run_queue_len\":";
     impl_->monitor->run_queue().append_json(out);
-    out += '}';
   }
+  out += '}';
   return out;
 }
 

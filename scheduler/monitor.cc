@@ -125,6 +125,7 @@ void Monitor::Loop() {
     bool park = false;
     if (running) {
       last_busy = now;
+      hinted_ = false;  // a new spell may be hinted again
     } else if (now - last_busy >= kParkAfter && rt_->idle.sleepers() == workers) {
       // Park while every worker sleeps: announce it, then look again (the Dekker pair with
       // WorkerAwake). seq_cst: the store is ordered before the load of the sleeper count.
@@ -133,30 +134,27 @@ void Monitor::Loop() {
       park = rt_->idle.sleepers() == workers;
       if (!park) parked_.store(false, std::memory_order_relaxed);
     }
-    if (running) hinted_ = false;  // a new spell may be hinted again
+    // A deadlock suspected: parked for deadlock_hint_after only; if no worker has woken by then
+    // and it is still so, the hint (once per spell), then back to the loop, which parks for good.
     const bool suspect = park && hint_after_ > std::chrono::milliseconds::zero() && !hinted_ &&
                          rt_->DeadlockSuspected();
     lock.lock();
-    if (suspect) {
-      // Parked for deadlock_hint_after only: if no worker has woken by then and it is still so,
-      // the hint (once per spell), then back to the loop, which parks for good.
-      const bool woken = cv_.wait_for(lock, hint_after_, [&] { return stop_ || unparked_; });
-      unparked_ = false;
-      parked_.store(false, std::memory_order_relaxed);
-      if (!woken) {
-        lock.unlock();
-        if (rt_->DeadlockSuspected()) {
-          hinted_ = true;
-          Hint();
-        }
-        lock.lock();
-      }
-    } else if (park) {
-      cv_.wait(lock, [&] { return stop_ || unparked_; });
-      unparked_ = false;
-      parked_.store(false, std::memory_order_relaxed);
-    } else {
+    if (!park) {
       cv_.wait_for(lock, period_, [&] { return stop_; });
+      continue;
+    }
+    const auto woken = [&] { return stop_ || unparked_; };
+    const bool timed_out =
+        suspect ? !cv_.wait_for(lock, hint_after_, woken) : (cv_.wait(lock, woken), false);
+    unparked_ = false;
+    parked_.store(false, std::memory_order_relaxed);
+    if (timed_out) {
+      lock.unlock();
+      if (rt_->DeadlockSuspected()) {
+        hinted_ = true;
+        Hint();
+      }
+      lock.lock();
     }
   }
 }
