@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "signal_receivers.h"  // a private header here (srcs)
 #include "weft/api/io.h"
 #include "weft/api/signals.h"
 
@@ -122,9 +123,9 @@ struct SignalSet::State {
   std::vector<int> signals;
   int read_fd = -1;
   int write_fd = -1;
-  std::atomic<unsigned> next{0};    // where the next claim starts: queued signals take turns
-  std::atomic<int> receivers{0};    // recv calls in progress
-  std::atomic<bool> polled{false};  // read_fd has been handed to a reactor
+  std::atomic<unsigned> next{0};          // where the next claim starts: queued signals take turns
+  signals_internal::Receivers receivers;  // recv calls in progress
+  std::atomic<bool> polled{false};        // read_fd has been handed to a reactor
   int Claim();
   void Drain() const;
 };
@@ -202,11 +203,7 @@ Result<int> SignalSet::try_recv() {
 Result<int> SignalSet::recv(const WaitOptions& options) {
   if (state_ == nullptr) return std::errc::bad_file_descriptor;
   State& s = *state_;
-  s.receivers.fetch_add(1, std::memory_order_relaxed);
-  struct Leave {
-    State& s;
-    ~Leave() { s.receivers.fetch_sub(1, std::memory_order_release); }
-  } leave{s};
+  signals_internal::Receivers::Scope receiving(s.receivers);
   int transient = 0;
   for (;;) {
     if (int signo = s.Claim(); signo != 0) return signo;
@@ -229,10 +226,7 @@ Result<int> SignalSet::recv(const WaitOptions& options) {
 
 void SignalSet::close() {
   if (state_ == nullptr) return;
-  if (state_->receivers.load(std::memory_order_acquire) != 0) {
-    std::fprintf(stderr, "weft: SignalSet closed or destroyed while a recv waits on it\n");
-    std::abort();
-  }
+  state_->receivers.AbortIfAny();
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     for (int signo : state_->signals) Release(signo);

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <vector>
 
+#include "signal_receivers.h"  // a private header here (srcs)
 #include "weft/api/internal/console_events.h"
 #include "weft/api/signals.h"
 #include "weft/sync/mutex.h"
@@ -65,8 +66,8 @@ struct SignalSet::State {
   Mutex mutex;
   CondVar ready;
   bool pending[kSlots] = {};
-  unsigned next = 0;              // under mutex: where the next claim starts
-  std::atomic<int> receivers{0};  // recv calls in progress
+  unsigned next = 0;                      // under mutex: where the next claim starts
+  signals_internal::Receivers receivers;  // recv calls in progress
   // ClaimLocked: a queued signal, taken off the queue, or 0. Caller holds mutex.
   int ClaimLocked() {
     const std::size_t n = signals.size();
@@ -138,11 +139,7 @@ Result<int> SignalSet::try_recv() {
 Result<int> SignalSet::recv(const WaitOptions& options) {
   if (state_ == nullptr) return std::errc::bad_file_descriptor;
   State& s = *state_;
-  s.receivers.fetch_add(1, std::memory_order_relaxed);
-  struct Leave {
-    State& s;
-    ~Leave() { s.receivers.fetch_sub(1, std::memory_order_release); }
-  } leave{s};
+  signals_internal::Receivers::Scope receiving(s.receivers);
   if (Result<void> locked = s.mutex.lock(options); !locked.ok()) return locked.error();
   for (;;) {
     if (int signo = s.ClaimLocked(); signo != 0) {
@@ -161,10 +158,7 @@ Result<int> SignalSet::recv(const WaitOptions& options) {
 
 void SignalSet::close() {
   if (state_ == nullptr) return;
-  if (state_->receivers.load(std::memory_order_acquire) != 0) {
-    std::fprintf(stderr, "weft: SignalSet closed or destroyed while a recv waits on it\n");
-    std::abort();
-  }
+  state_->receivers.AbortIfAny();
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     for (int signo : state_->signals) g_owner[IndexOf(signo)] = nullptr;
