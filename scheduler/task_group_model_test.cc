@@ -38,6 +38,18 @@ void Finish(GroupCore& core, GroupChild* child) {
   core.Publish(child, core.Keeps(child, /*local=*/true));
 }
 
+// ParentSpawningASibling: admits `parent`, whose thread admits `sibling`, starts its thread, and
+// finishes; both children finish racing the caller's joins.
+model::thread ParentSpawningASibling(GroupCore& core, Record& parent, Record& sibling) {
+  (void)*core.Admit(&parent);
+  return model::thread([&core, &parent, &sibling] {
+    (void)*core.Admit(&sibling);
+    model::thread sib([&] { Finish(core, &sibling); });
+    Finish(core, &parent);
+    sib.join();
+  });
+}
+
 // A joiner parked in join_next while a sibling still runs must be woken by each finish: the
 // second child waits for the first to be taken, so a finish that woke nobody leaves both waiting.
 // The first join_next switches the group to queue mode as the first child may be finishing.
@@ -98,13 +110,7 @@ TEST(TaskGroupModelTest, JoinAllWaitsForASiblingSpawnedByAChild) {
   ExpectAllSchedulesPass(check([] {
     GroupCore core(nullptr, {});
     Record parent, sibling;
-    (void)*core.Admit(&parent);
-    model::thread tp([&] {
-      (void)*core.Admit(&sibling);
-      model::thread sib([&] { Finish(core, &sibling); });
-      Finish(core, &parent);
-      sib.join();
-    });
+    model::thread tp = ParentSpawningASibling(core, parent, sibling);
     Result<Taken> all = core.TakeAll({});
     WEFT_MODEL_ASSERT(all.ok() && all->count() == 2);
     tp.join();
@@ -253,13 +259,7 @@ TEST(TaskGroupModelTest, ASiblingAdmittedDuringTheSwitchIsHandedOutOnce) {
   ExpectAllSchedulesPass(check([] {
     GroupCore core(nullptr, {});
     Record parent, sibling;
-    (void)*core.Admit(&parent);
-    model::thread tp([&] {
-      (void)*core.Admit(&sibling);
-      model::thread sib([&] { Finish(core, &sibling); });
-      Finish(core, &parent);
-      sib.join();
-    });
+    model::thread tp = ParentSpawningASibling(core, parent, sibling);
     Result<Finished> x = core.TakeNext({});
     Result<Finished> y = core.TakeNext({});
     WEFT_MODEL_ASSERT(x.ok() && y.ok() && x->child != y->child);

@@ -35,6 +35,20 @@ Result<void> WaitForCancel(const CancellationToken& token) {
   return never.wait({.cancel = &token});
 }
 
+// SpawnCancelWaiter: spawns into `group` a child (on a 64 KiB stack) that waits for the group's
+// cancel, and returns once it waits; `cancelled` says, when the child ends, whether the cancel
+// ended its wait.
+void SpawnCancelWaiter(TaskGroup<>& group, std::atomic<bool>& cancelled) {
+  auto parked = std::make_shared<Event>();  // the child's too: it may still be in set()
+  ASSERT_TRUE(group.spawn(
+      [&cancelled, parked](const CancellationToken& t) {
+        parked->set();
+        cancelled = WaitForCancel(t).error() == std::errc::operation_canceled;
+      },
+      {.stack_size = 64 << 10}));
+  ASSERT_TRUE(parked->wait());
+}
+
 TEST(TaskGroup, JoinAllWaitsForEveryChild) {
   Runtime rt({.workers = 2});
   rt.block_on([&] {
@@ -529,15 +543,8 @@ TEST(TaskGroup, AnUnstartableChildDuringAJoinAllCancelsTheSiblingsWithoutTheDead
   Runtime rt({.workers = 2, .stack_size = std::size_t{5} << 20});
   rt.block_on([&] {
     TaskGroup<> group;
-    Event parked;
     std::atomic<bool> sibling_cancelled{false};
-    ASSERT_TRUE(group.spawn(
-        [&](const CancellationToken& t) {
-          parked.set();
-          sibling_cancelled = WaitForCancel(t).error() == std::errc::operation_canceled;
-        },
-        {.stack_size = 64 << 10}));
-    ASSERT_TRUE(parked.wait());
+    SpawnCancelWaiter(group, sibling_cancelled);
     const CancellationToken token = group.token();
     JoinHandle<void> failer = rt.spawn([&] {
       (void)this_fiber::sleep_for(5ms);  // the root walks by now (not needed to pass)
@@ -604,15 +611,8 @@ TEST(TaskGroup, AChildWithoutAStackFailsTheGroupAndCancelsItsSiblings) {
   Runtime rt({.workers = 2, .stack_size = std::size_t{3} << 20});
   rt.block_on([&] {
     TaskGroup<> group;
-    Event parked;
     std::atomic<bool> sibling_cancelled{false};
-    ASSERT_TRUE(group.spawn(
-        [&](const CancellationToken& t) {
-          parked.set();
-          sibling_cancelled = WaitForCancel(t).error() == std::errc::operation_canceled;
-        },
-        {.stack_size = 64 << 10}));
-    ASSERT_TRUE(parked.wait());
+    SpawnCancelWaiter(group, sibling_cancelled);
     fault::Config before = fault::Current();
     fault::Configure({.rate = 1.0, .seed = 3, .hard = true});
     Result<std::uint64_t> id = group.spawn([] { ADD_FAILURE() << "ran without a stack"; });
