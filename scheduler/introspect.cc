@@ -31,6 +31,8 @@ std::string Runtime::stats_json() const {
   std::string out = "{\"workers\":[";
   char buf[512];
   for (const auto& w : impl_->workers) {
+    // acquire: a spare's thread set its reactor before (a spare that never started is left out).
+    if (w->spare && !w->ready.load(std::memory_order_acquire)) continue;
     const Counters& c = w->counters;
     auto get = [](const std::atomic<std::uint64_t>& a) {
       return a.load(std::memory_order_relaxed);
@@ -39,12 +41,15 @@ std::string Runtime::stats_json() const {
                   "%s{\"index\":%u,\"reactor\":\"%s\",\"spawned\":%" PRIu64 ",\"run\":%" PRIu64
                   ",\"stolen\":%" PRIu64 ",\"parked\":%" PRIu64 ",\"polled\":%" PRIu64
                   ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"no_stack\":%" PRIu64
-                  ",\"rescued\":%" PRIu64 ",\"stuck\":%" PRIu64 ",\"timers\":%zu}",
+                  ",\"rescued\":%" PRIu64 ",\"stuck\":%" PRIu64 ",\"timers\":%zu%s}",
                   w->index == 0 ? "" : ",", w->index,
                   w->reactor != nullptr ? std::string(w->reactor->backend_name()).c_str() : "none",
                   get(c.spawned), get(c.run), get(c.stolen), get(c.parked), get(c.polled),
                   get(c.sleeps), get(c.idle_ns), get(c.no_stack), get(c.rescued), get(c.stuck),
-                  TimersOf(*w));
+                  TimersOf(*w),
+                  !w->spare ? ""
+                  : w->active.load(std::memory_order_relaxed) ? ",\"spare\":\"active\""
+                                                              : ",\"spare\":\"dormant\"");
     out += buf;
   }
   std::int64_t live = impl_->credits.load(std::memory_order_relaxed);

@@ -114,7 +114,7 @@ void Monitor::Unpark() {
 }
 
 void Monitor::Loop() {
-  const int workers = static_cast<int>(rt_->workers.size());
+  const int workers = static_cast<int>(rt_->nworkers);
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return stop_ || started_; });
   MonitorClock::time_point last_busy = MonitorClock::now();  // a sample last saw a fiber run
@@ -126,7 +126,8 @@ void Monitor::Loop() {
     if (running) {
       last_busy = now;
       hinted_ = false;  // a new spell may be hinted again
-    } else if (now - last_busy >= kParkAfter && rt_->idle.sleepers() == workers) {
+    } else if (now - last_busy >= kParkAfter && active_spares_.empty() &&
+               rt_->idle.sleepers() == workers) {
       // Park while every worker sleeps: announce it, then look again (the Dekker pair with
       // WorkerAwake). seq_cst: the store is ordered before the load of the sleeper count.
       parked_.store(true, std::memory_order_relaxed);
@@ -163,9 +164,13 @@ bool Monitor::Sample(MonitorClock::time_point now) {
   // relaxed: a count for stats_json, one writer.
   samples_.store(samples_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   bool running = false;
+  unsigned stuck = 0;  // serving workers (not dormant spares) holding a reported fiber
   for (std::size_t i = 0; i < watch_.size(); ++i) {
     Worker& w = *rt_->workers[i];
+    // acquire: its thread's fields (cpu_clock) were set before (a spare's thread starts late).
+    if (w.spare && !w.ready.load(std::memory_order_acquire)) continue;
     Watch& seen = watch_[i];
+    const bool serving = !w.spare || w.active.load(std::memory_order_relaxed);
     // relaxed (both): hints. A run count that moved means a fiber started since the last look;
     // a fiber seen current with the same count has run at least since `since`.
     const std::uint64_t run = w.counters.run.load(std::memory_order_relaxed);
@@ -187,16 +192,44 @@ bool Monitor::Sample(MonitorClock::time_point now) {
       continue;
     }
     seen.held = true;
-    if (seen.reported) continue;
-    if (seen.cpu_ns < 0) {
-      seen.cpu_ns = w.cpu_clock.cpu_ns();
-      seen.cpu_at = now;
+    if (!seen.reported) {
+      if (seen.cpu_ns < 0) {
+        seen.cpu_ns = w.cpu_clock.cpu_ns();
+        seen.cpu_at = now;
+      }
+      if (now - seen.since < threshold_ || !Holds(w, seen, now)) continue;
+      seen.reported = true;  // once per run of a fiber
+      Report(static_cast<unsigned>(i), f, run, now - seen.since);
     }
-    if (now - seen.since < threshold_ || !Holds(w, seen, now)) continue;
-    seen.reported = true;  // once per run of a fiber
-    Report(static_cast<unsigned>(i), f, run, now - seen.since);
+    if (serving) ++stuck;
   }
+  Spares(stuck);
   return running;
+}
+
+void Monitor::Spares(unsigned stuck) {
+  const std::size_t serving = rt_->nworkers + active_spares_.size();
+  if (stuck == serving && !spare_failed_) {
+    for (std::size_t i = rt_->nworkers; i < rt_->workers.size(); ++i) {
+      Worker& w = *rt_->workers[i];
+      if (w.active.load(std::memory_order_relaxed)) continue;
+      if (!rt_->SetSpareActive(w, true)) {
+        // Out of threads (or shutting down): the stuck workers' fibers wait, as without spares.
+        spare_failed_ = true;
+        if (!rt_->shutting_down.load(std::memory_order_relaxed)) {
+          std::fputs("weft: a spare worker thread could not start; fibers queued behind stuck "
+                     "workers wait for them\n",
+                     stderr);
+        }
+        return;
+      }
+      active_spares_.push_back(&w);
+      return;
+    }
+  } else if (active_spares_.size() > stuck) {
+    rt_->SetSpareActive(*active_spares_.back(), false);
+    active_spares_.pop_back();
+  }
 }
 
 bool Monitor::Holds(const Worker& w, const Watch& seen, MonitorClock::time_point now) {
@@ -284,7 +317,7 @@ void Monitor::DefaultReport(const StuckFiber& s, MonitorClock::time_point now) {
 bool Runtime::Impl::DeadlockSuspected() {
   // relaxed throughout: hints; a deadlock holds still, and the monitor looks twice.
   if (block_on_waiters.load(std::memory_order_relaxed) == 0) return false;
-  if (idle.sleepers() != static_cast<int>(workers.size())) return false;
+  if (idle.sleepers() < static_cast<int>(nworkers)) return false;
   if (inject.size_approx() != 0 || overflow_size.load(std::memory_order_relaxed) != 0) return false;
   std::int64_t live = credits.load(std::memory_order_relaxed);
   for (const auto& w : workers) {

@@ -74,10 +74,16 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
                           .deque_capacity = std::max<std::size_t>(16, options.fork_join_depth),
                           .host_wake = [](void* impl) { static_cast<Impl*>(impl)->WakeOne(); },
                           .host_arg = impl_.get()});
-  for (unsigned i = 0; i < n; ++i) {
+  impl_->nworkers = n;
+  // Spares only serve where a monitor sees workers stuck.
+  const unsigned spares = options.stuck_threshold > std::chrono::microseconds::zero()
+                              ? options.spare_workers.value_or(n)
+                              : 0;
+  for (unsigned i = 0; i < n + spares; ++i) {
     auto w = std::make_unique<Worker>();
     w->rt = impl_.get();
     w->index = i;
+    w->spare = i >= n;
     w->rng = 0x9E3779B97F4A7C15ull * (i + 1);
     impl_->workers.push_back(std::move(w));
   }
@@ -104,25 +110,12 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   const char* fail_env = std::getenv("WEFT_TEST_FAIL_WORKER_THREAD");
   const long fail_at = fail_env != nullptr ? std::strtol(fail_env, nullptr, 10) : -1;
   try {
-    for (auto& w : impl_->workers) {
-      Worker* raw = w.get();
-      Impl* impl = impl_.get();
+    for (unsigned i = 0; i < n; ++i) {
       if (static_cast<long>(started) == fail_at) {
         throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
                                 "weft: a worker thread could not start (injected)");
       }
-      raw->thread = std::thread([impl, raw, &ready] {
-        raw->cpu_clock.SetToCallingThread();
-        Result<std::unique_ptr<Reactor>> r = Reactor::create(impl->options.reactor);
-        if (r.ok()) {
-          raw->reactor = std::move(r).value();
-        } else {
-          raw->reactor_error = r.error();
-        }
-        ready.fetch_add(1, std::memory_order_release);
-        base_internal::FutexWake(ready, 1);
-        impl->WorkerLoop(*raw);
-      });
+      impl_->StartWorkerThread(*impl_->workers[i], &ready);
       ++started;
     }
   } catch (const std::system_error&) {
@@ -137,6 +130,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     for (auto& w : impl_->workers) {
       if (w->thread.joinable()) w->thread.join();
     }
+    impl_->monitor.reset();  // it never started: no spare ran
     throw;
   }
   for (unsigned k; (k = ready.load(std::memory_order_acquire)) != n;) {
@@ -167,9 +161,16 @@ Runtime::~Runtime() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   impl_->blocking.reset();  // idle by now: no fiber waits on it
+  {
+    // No spare starts from now on; every one that did is joined below.
+    std::lock_guard<std::mutex> lock(impl_->spare_mu);
+    impl_->spares_closed = true;
+  }
   impl_->stop.store(true, std::memory_order_release);
   impl_->WakeAll();
-  for (auto& w : impl_->workers) w->thread.join();
+  for (auto& w : impl_->workers) {
+    if (w->thread.joinable()) w->thread.join();
+  }
   impl_->monitor.reset();  // it watched the fibers that held shutdown up too
   // Every fiber has finished: their blocks go to the process's pool (see RetiredBlocks).
   std::vector<std::unique_ptr<FiberBlock>> blocks;
@@ -188,7 +189,50 @@ Runtime::~Runtime() {
   }
 }
 
-unsigned Runtime::workers() const { return static_cast<unsigned>(impl_->workers.size()); }
+unsigned Runtime::workers() const { return impl_->nworkers; }
+
+void Runtime::Impl::StartWorkerThread(Worker& w, std::atomic<unsigned>* ready) {
+  w.thread = std::thread([this, &w, ready] {
+    w.cpu_clock.SetToCallingThread();
+    // The reactor is made on its own thread (io_uring's single-issuer rings require it), and
+    // published under the idle lock, which every Wake() holds.
+    Result<std::unique_ptr<Reactor>> r = Reactor::create(options.reactor);
+    {
+      std::lock_guard<std::mutex> lock(idle.lock());
+      if (r.ok()) {
+        w.reactor = std::move(r).value();
+      } else {
+        w.reactor_error = r.error();
+      }
+    }
+    w.ready.store(true, std::memory_order_release);  // the fields above, for the monitor
+    if (ready != nullptr) {
+      ready->fetch_add(1, std::memory_order_release);
+      base_internal::FutexWake(*ready, 1);
+    }
+    WorkerLoop(w);
+  });
+}
+
+bool Runtime::Impl::SetSpareActive(Worker& w, bool active) {
+  if (active) {
+    // Once closed, the destructor joins the threads: thread is no longer read here.
+    std::lock_guard<std::mutex> lock(spare_mu);
+    if (spares_closed) return false;
+    if (!w.thread.joinable()) {
+      try {
+        StartWorkerThread(w, nullptr);
+      } catch (const std::system_error&) {
+        return false;
+      }
+    }
+  }
+  // relaxed: the wake-up below orders it (the wake word's release, or the worker's next pass).
+  w.active.store(active, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(idle.lock());
+  if (!w.exited) w.Wake();
+  return true;
+}
 
 namespace scheduler_internal {
 ForkJoinPool& ForkJoinPoolOf(Runtime& rt) { return *rt.impl_->fork_join; }

@@ -73,6 +73,12 @@ struct RuntimeOptions {
   // never. Null on_deadlock_hint: the dump goes to stderr.
   std::chrono::milliseconds deadlock_hint_after{1000};
   std::function<void(std::string_view dump)> on_deadlock_hint;
+  // spare_workers: when every worker (and every spare serving) holds a fiber past
+  // stuck_threshold, the monitor starts a spare worker thread, up to this many, which runs the
+  // runnable fibers, the spawns and the overdue timers the stuck workers cannot; each goes
+  // dormant again once fewer workers are stuck (docs/scheduler.md). Unset: as many as workers;
+  // 0: none. Nothing without a monitor (stuck_threshold zero).
+  std::optional<unsigned> spare_workers;
 };
 
 struct FiberOptions {
@@ -510,7 +516,8 @@ std::uint64_t id();
 std::string_view name();
 bool in_fiber();
 // worker_index: the index of the worker running the calling fiber; -1 outside fibers (and in a
-// BlockingRegion).
+// BlockingRegion). On a spare worker (RuntimeOptions::spare_workers), workers() or above: an
+// array with one slot per worker needs workers() + spare slots.
 int worker_index();
 }  // namespace this_fiber
 

@@ -33,7 +33,7 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options) {
   }
   Worker* pinned_to =
       options.pinned_worker >= 0
-          ? impl.workers[static_cast<unsigned>(options.pinned_worker) % impl.workers.size()].get()
+          ? impl.workers[static_cast<unsigned>(options.pinned_worker) % impl.nworkers].get()
           : nullptr;
   Fiber* f = impl.NewFiber(w, options, pinned_to);
   f->stack_size = static_cast<std::uint32_t>(so.size);

@@ -257,6 +257,49 @@ void Runtime::Impl::Sleep(Worker& w) {
   if (monitor != nullptr) monitor->WorkerAwake();
 }
 
+bool Runtime::Impl::Dormant(Worker& w) {
+  // What became runnable here (its timers, its reactor's completions, what it held when it went
+  // dormant) goes to the inject queue, for the workers; its fibers' next waits start there.
+  if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
+  PopDueTimers(w);
+  if (w.reactor != nullptr && w.reactor->pending_ops() != 0) {
+    PollReactor(w, Clock::time_point::min());
+  }
+  bool forwarded = false;
+  while (Fiber* f = NextLocal(w)) {
+    while (!inject.try_push(f)) std::this_thread::yield();
+    forwarded = true;
+  }
+  if (forwarded) WakeOne();
+  ReturnCredits(w, w.credits.load(std::memory_order_relaxed));
+  // acquire (both): pairs with the destructor's release, as in WorkerLoop.
+  if (stop.load(std::memory_order_acquire) && credits.load(std::memory_order_acquire) == 0) {
+    return true;
+  }
+  // Sleep until activated (SetSpareActive), mail, a completion or a timer of its own, or the
+  // safety net. The word is read before the looks: a wake-up after them changes it (and the
+  // reactor's wake() is held until its next poll).
+  const std::uint32_t word = w.wake_word.load(std::memory_order_acquire);
+  if (w.active.load(std::memory_order_relaxed) || stop.load(std::memory_order_acquire) ||
+      w.has_mail.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  const bool pending = w.reactor != nullptr && w.reactor->pending_ops() != 0;
+  // relaxed: its own heap's head (written under its lock by itself or a rescuer: a hint).
+  const Clock::rep head = w.timer_head.load(std::memory_order_relaxed);
+  const Clock::time_point now = Clock::now();
+  Clock::time_point deadline = now + (pending || head != kNoTimer ? kIdleNetMin : kIdleNetMax);
+  if (head != kNoTimer) deadline = std::min(deadline, Clock::time_point(Clock::duration(head)));
+  Bump(w.counters.sleeps);
+  if (w.reactor != nullptr) {
+    PollReactor(w, deadline);
+  } else {
+    auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - now);
+    base_internal::FutexWait(w.wake_word, word, std::max(left, std::chrono::microseconds(0)));
+  }
+  return false;
+}
+
 // FailUnstartable: the fibers that found no stack end without running; their joins rethrow a
 // std::system_error with the allocation's error (ENOMEM). On the worker's own context, so the
 // wake-ups of their joiners are ordinary schedules.
@@ -298,8 +341,11 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   w.spawn_states = std::make_unique<SizeClassShard>(SlabOptions{.max_empty_slabs = 512});
   install_stack_overflow_handler();
   set_waiter_provider(&ProvideWaiter, &w);
-  fork_join->attach_current_thread(w.index);
+  // A spare has no split deque of its own in the fork-join pool (it holds one per worker);
+  // fork_join from a fiber on a spare submits its root like a plain thread's.
+  if (!w.spare) fork_join->attach_current_thread(w.index);
   int idle_passes = 0;
+  bool was_active = false;  // a spare's: it served in its last pass
   // Busy again: the next idle spell's back-offs start over.
   auto end_idle_spell = [&] {
     idle_passes = 0;
@@ -309,6 +355,20 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   for (;;) {
     if (!w.unstartable.empty()) [[unlikely]]
       FailUnstartable(w);
+    if (w.spare) [[unlikely]] {
+      if (!w.active.load(std::memory_order_relaxed)) {
+        if (was_active) {
+          // A wake-up meant for any sleeping worker may have taken this one off the idle
+          // list just before it went dormant: pass it on.
+          was_active = false;
+          WakeOne();
+        }
+        if (Dormant(w)) break;
+        idle_passes = 0;
+        continue;
+      }
+      was_active = true;
+    }
     if (Fiber* f = FindWork(w)) {
       if (idle_passes != 0) [[unlikely]]
         end_idle_spell();
@@ -316,7 +376,7 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
       continue;
     }
     // No fiber to run: help a fork-join computation (the task runs here, on the worker's stack).
-    if (fork_join->try_steal()) {
+    if (!w.spare && fork_join->try_steal()) {
       end_idle_spell();
       continue;
     }
@@ -349,7 +409,7 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   w.spare_count = kSpareTimers;  // as if full: later frees here delete
   TakeMail(w);                   // cancel requests that raced with their completions
   w.reactor.reset();
-  fork_join->detach_current_thread();
+  if (!w.spare) fork_join->detach_current_thread();
   set_waiter_provider(nullptr, nullptr);
   w.stacks.reset();
   ReleaseSpawnStates(w);

@@ -9,6 +9,13 @@
 //     A fiber sends to a parked receiver on a channel (the receiver goes to the sender's run_next
 //     slot) and then spins for 50 ms: prints how long after the send the receiver ran. The slot
 //     is not stealable, so this is the spin's length (docs/scheduler.md).
+//   ./bazelw run -c opt //tools:stuck_worker -- --held [--workers 1] [--spin_ms 200]
+//         [--spare_workers N]
+//     500 fibers sleep 1 ms in a loop and 250 echo pairs (500 fibers) send 64 bytes back and
+//     forth over socket pairs; then one fiber per worker spins for --spin_ms, holding every
+//     worker at once. Prints the p50, p99 and max of the sleeps' lateness and of the echo round
+//     trips that ended during the spin, and how many (a spare worker serves them; with
+//     --spare_workers 0, nothing does).
 //   ./bazelw run -c opt //tools:stuck_worker -- --tick_us <us>
 //     One fiber sleeps <us> microseconds in a loop for 2 s: prints the process's CPU time and
 //     each worker's sleeps and runs (what watching a busy worker's timers costs the idle one).
@@ -20,7 +27,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "absl/flags/flag.h"
 #include "weft/api/weft.h"
@@ -28,9 +39,12 @@
 #include "weft/base/stress_scale.h"
 
 ABSL_FLAG(int, trials, 0, "trials (default: 12; 6 with --run_next)");
-ABSL_FLAG(int, spin_ms, 50, "how long the pinned fiber spins (>= 2)");
+ABSL_FLAG(int, spin_ms, 0, "how long the pinned fiber spins, >= 2 (default: 50; 200 with --held)");
 ABSL_FLAG(bool, run_next, false, "measure a wake-up into a spinning worker's run_next slot");
 ABSL_FLAG(int, tick_us, 0, "instead: one fiber sleeps this many microseconds in a loop for 2 s");
+ABSL_FLAG(bool, held, false, "instead: sleeps and echoes while every worker is held");
+ABSL_FLAG(int, workers, 1, "with --held: the runtime's workers (1..64)");
+ABSL_FLAG(int, spare_workers, -1, "with --held: RuntimeOptions::spare_workers (-1: unset)");
 
 namespace {
 
@@ -117,6 +131,105 @@ int Spin(int trials, milliseconds spin) {
   return 0;
 }
 
+// Held: see the file comment. Latencies in microseconds, recorded by each fiber into its own
+// vector (only those that ended inside the spin's window are kept).
+int Held(unsigned workers, milliseconds spin, int spare_workers) {
+  weft::RuntimeOptions options{.workers = workers, .on_stuck = [](const weft::StuckFiber&) {}};
+  if (spare_workers >= 0) options.spare_workers = static_cast<unsigned>(spare_workers);
+  weft::Runtime rt(options);
+  constexpr int kSleepers = 500, kPairs = 250;
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> window_from{0}, window_to{0};  // steady_clock ticks
+  auto in_window = [&](steady_clock::time_point t) {
+    const auto ticks = t.time_since_epoch().count();
+    return window_from.load() != 0 && ticks >= window_from.load() &&
+           (window_to.load() == 0 || ticks <= window_to.load());
+  };
+  std::vector<std::vector<double>> sleep_late(kSleepers), echo_rtt(kPairs);
+  std::vector<weft::JoinHandle<void>> fibers;
+  for (int i = 0; i < kSleepers; ++i) {
+    fibers.push_back(rt.spawn([&, i] {
+      while (!stop.load()) {
+        auto start = steady_clock::now();
+        (void)weft::this_fiber::sleep_for(milliseconds(1));
+        auto end = steady_clock::now();
+        if (in_window(end)) {
+          sleep_late[i].push_back(duration<double, std::micro>(end - start).count() - 1000.0);
+        }
+      }
+    }));
+  }
+  std::vector<int> fds;
+  for (int p = 0; p < kPairs; ++p) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) {
+      std::perror("socketpair");
+      return 1;
+    }
+    fds.insert(fds.end(), {sv[0], sv[1]});
+    fibers.push_back(rt.spawn([&, p, fd = sv[0]] {
+      char buf[64] = {};
+      while (!stop.load()) {
+        auto start = steady_clock::now();
+        if (!weft::io::write_all(fd, buf, sizeof buf).ok() ||
+            !weft::io::read_exact(fd, buf, sizeof buf).ok()) {
+          return;
+        }
+        auto end = steady_clock::now();
+        if (in_window(end)) echo_rtt[p].push_back(duration<double, std::micro>(end - start).count());
+      }
+      ::shutdown(fd, SHUT_WR);  // the server's read ends
+    }));
+    fibers.push_back(rt.spawn([fd = sv[1]] {
+      char buf[64];
+      while (weft::io::read_exact(fd, buf, sizeof buf).ok() &&
+             weft::io::write_all(fd, buf, sizeof buf).ok()) {
+      }
+    }));
+  }
+  std::this_thread::sleep_for(milliseconds(200));  // warm: every fiber has run a while
+  std::vector<weft::JoinHandle<void>> holders;
+  std::atomic<unsigned> holding{0};
+  for (unsigned k = 0; k < workers; ++k) {
+    holders.push_back(rt.spawn(
+        [&] {
+          holding.fetch_add(1);
+          while (holding.load() < workers) {
+          }
+          auto start = steady_clock::now();
+          std::int64_t expected = 0;
+          window_from.compare_exchange_strong(expected, start.time_since_epoch().count());
+          while (steady_clock::now() - start < spin) {
+          }
+        },
+        {.pinned_worker = static_cast<int>(k)}));
+  }
+  for (auto& h : holders) (void)h.join();
+  window_to.store(steady_clock::now().time_since_epoch().count());
+  stop.store(true);
+  for (auto& h : fibers) (void)h.join();
+  for (int fd : fds) ::close(fd);
+  auto summary = [](const char* what, const std::vector<std::vector<double>>& per_fiber) {
+    std::vector<double> all;
+    for (const auto& v : per_fiber) all.insert(all.end(), v.begin(), v.end());
+    std::sort(all.begin(), all.end());
+    char buf[256];
+    if (all.empty()) {
+      std::snprintf(buf, sizeof buf, "\"%s\":{\"n\":0}", what);
+    } else {
+      std::snprintf(buf, sizeof buf,
+                    "\"%s\":{\"n\":%zu,\"p50_us\":%.0f,\"p99_us\":%.0f,\"max_us\":%.0f}", what,
+                    all.size(), all[all.size() / 2], all[all.size() * 99 / 100], all.back());
+    }
+    return std::string(buf);
+  };
+  std::printf("{\"tool\":\"stuck_worker\",\"held\":true,\"workers\":%u,\"spare_workers\":%d,"
+              "\"spin_ms\":%lld,%s,%s}\n",
+              workers, spare_workers, static_cast<long long>(spin.count()),
+              summary("sleep_late", sleep_late).c_str(), summary("echo_rtt", echo_rtt).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,14 +237,23 @@ int main(int argc, char** argv) {
   weft::base_internal::ParseCommandLine(
       argc, argv,
       "how late timers end beside a worker held by a spinning fiber (docs/scheduler.md):\n"
-      "  stuck_worker [--trials 12] [--spin_ms 50] | --run_next [--trials 6] | --tick_us US");
+      "  stuck_worker [--trials 12] [--spin_ms 50] | --run_next [--trials 6] | --tick_us US |\n"
+      "  --held [--workers 1] [--spin_ms 200] [--spare_workers N]");
   const int trials = absl::GetFlag(FLAGS_trials);
   const int spin_ms = absl::GetFlag(FLAGS_spin_ms);
   const int tick_us = absl::GetFlag(FLAGS_tick_us);
   if (trials < 0 || trials > 100000) UsageError("--trials must be 1..100000");
-  if (spin_ms < 2 || spin_ms > 600000) UsageError("--spin_ms must be 2..600000");
+  if (spin_ms != 0 && (spin_ms < 2 || spin_ms > 600000)) UsageError("--spin_ms must be 2..600000");
   if (tick_us < 0) UsageError("--tick_us must be positive");
   if (tick_us > 0) return Tick(microseconds(tick_us));
+  if (absl::GetFlag(FLAGS_held)) {
+    const int workers = absl::GetFlag(FLAGS_workers);
+    const int spares = absl::GetFlag(FLAGS_spare_workers);
+    if (workers < 1 || workers > 64) UsageError("--workers must be 1..64");
+    if (spares < -1 || spares > 64) UsageError("--spare_workers must be -1..64");
+    return Held(static_cast<unsigned>(workers),
+                milliseconds(spin_ms != 0 ? spin_ms : 200), spares);
+  }
   if (absl::GetFlag(FLAGS_run_next)) return RunNext(trials > 0 ? trials : 6);
-  return Spin(trials > 0 ? trials : 12, milliseconds(spin_ms));
+  return Spin(trials > 0 ? trials : 12, milliseconds(spin_ms != 0 ? spin_ms : 50));
 }

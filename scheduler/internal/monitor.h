@@ -9,7 +9,8 @@
 // not moved across samples at least a threshold apart, with a fiber current, is stuck in that
 // fiber; the switch path pays nothing for this (both are stores it makes anyway). Once no fiber
 // has run for 20 ms and every worker sleeps, the monitor parks too, and the first worker to wake
-// wakes it (WorkerAwake), so an idle runtime costs it no periodic wake-ups.
+// wakes it (WorkerAwake), so an idle runtime costs it no periodic wake-ups. When every worker
+// is stuck, it makes a spare worker serve (Worker::spare; RuntimeOptions::spare_workers).
 
 #ifndef WEFT_SCHEDULER_INTERNAL_MONITOR_H_
 #define WEFT_SCHEDULER_INTERNAL_MONITOR_H_
@@ -77,6 +78,9 @@ class Monitor {
   bool Sample(std::chrono::steady_clock::time_point now);
   void Report(unsigned index, Fiber* f, std::uint64_t run, std::chrono::nanoseconds running_for);
   void DefaultReport(const StuckFiber& s, std::chrono::steady_clock::time_point now);
+  // Spares: with every serving worker (the workers and the active spares) stuck, one more
+  // spare serves; with fewer stuck than spares serving, the last one to start goes dormant.
+  void Spares(unsigned stuck);
   void Hint();  // the deadlock hint (RuntimeOptions::deadlock_hint_after)
   void Unpark();
 
@@ -86,6 +90,8 @@ class Monitor {
   const std::chrono::milliseconds hint_after_;
   std::vector<Watch> watch_;  // the monitor thread's
   bool hinted_ = false;       // this idle spell's deadlock hint was given (the monitor thread's)
+  std::vector<Worker*> active_spares_;  // in the order they became active (the monitor thread's)
+  bool spare_failed_ = false;           // a spare's thread could not start (the monitor thread's)
   // The default report's rate limit (the monitor thread's).
   std::chrono::steady_clock::time_point last_line_{};
   std::uint64_t skipped_lines_ = 0;

@@ -57,7 +57,15 @@ struct Runtime::Impl {
 
   Runtime* self = nullptr;
   RuntimeOptions options;
+  // The workers, then the spares (Worker::spare): nworkers of the first, which workers() and
+  // pinned_worker count; a loop over every worker (steals, timer rescues) also sees the spares
+  // (a spare whose thread never started has nothing to give).
   std::vector<std::unique_ptr<Worker>> workers;
+  unsigned nworkers = 0;
+  // The monitor starts spares' threads under spare_mu, unless the destructor has closed it
+  // (it joins every thread it then finds started).
+  std::mutex spare_mu;
+  bool spares_closed = false;  // guarded by spare_mu
   MpmcRing<Fiber*> inject{1 << 16};  // spawns and wake-ups from outside the workers (bounded)
   // Overflow list: the older halves of full run queues (Go's global run queue), unbounded;
   // every worker takes batches from it. overflow_size mirrors overflow.count for lock-free
@@ -127,6 +135,15 @@ struct Runtime::Impl {
     }
   }
 
+  // StartWorkerThread: w's thread, which sets its fields and its reactor, counts itself in
+  // `ready` (if not null) and runs the loop. Throws std::system_error if it cannot start.
+  void StartWorkerThread(Worker& w, std::atomic<unsigned>* ready);
+  // SetSpareActive: the monitor's; starts the spare's thread at its first activation. False if
+  // it could not (out of threads, or the runtime is shutting down).
+  bool SetSpareActive(Worker& w, bool active);
+  // Dormant: a pass of a dormant spare's loop (see Worker::spare); true once it must exit.
+  bool Dormant(Worker& w);
+
   void Mail(Worker& w, Fiber* f, IoRequest* cancel) {
     {
       std::lock_guard<std::mutex> lock(w.mail_mu);
@@ -136,6 +153,13 @@ struct Runtime::Impl {
         w.mail_cancels = cancel;
       }
       w.has_mail.store(true, std::memory_order_relaxed);  // the lock publishes the contents
+    }
+    if (w.spare) [[unlikely]] {
+      // A dormant spare sleeps outside the idle list (an I/O cancel for its reactor comes
+      // here). It has not exited: the fiber behind the request is alive.
+      std::lock_guard<std::mutex> lock(idle.lock());
+      w.Wake();
+      return;
     }
     WakeWorker(w);
   }
@@ -204,7 +228,7 @@ struct Runtime::Impl {
   Fiber* TakeOverflow(Worker& w, bool batch) {
     if (overflow_size.load(std::memory_order_relaxed) == 0) return nullptr;
     std::lock_guard<std::mutex> lock(overflow_mu);
-    std::size_t n = batch ? std::min(overflow.count / workers.size() + 1,
+    std::size_t n = batch ? std::min(overflow.count / nworkers + 1,
                                      scheduler_internal::kRunQueueCapacity / 2)
                           : 1;
     // Room: others only ever take from w's queue, so its free room only grows meanwhile.

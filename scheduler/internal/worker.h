@@ -84,6 +84,16 @@ class Relaxed {
 struct Worker {
   Runtime::Impl* rt = nullptr;
   unsigned index = 0;
+  // A spare (RuntimeOptions::spare_workers): its thread starts when the monitor first needs it.
+  // Active, it is a worker like the others; dormant, it runs no fiber: it forwards what becomes
+  // runnable on it (its timers, its reactor's completions) to the inject queue, and sleeps
+  // outside the idle list (Impl::Dormant). `active` is the monitor's to set (relaxed: the
+  // wake-up that follows orders it).
+  bool spare = false;
+  weft::atomic<bool> active{false};
+  // ready: the thread has set its fields (cpu_clock, reactor); release/acquire. A spare's are
+  // read by the monitor, stats_json and Wake only once it is set.
+  weft::atomic<bool> ready{false};
   int* errno_slot = nullptr;  // this worker thread's errno (its address, taken on the thread)
   // The worker thread's CPU-time clock and kernel thread id (Linux; for the monitor, which tells
   // a fiber that computes or blocks from a thread the system has descheduled). Written on the
