@@ -40,9 +40,9 @@ bool HoldUntil(Pred pred, std::chrono::seconds cap = 30s) {
 
 void EchoBesideHeldWorkers(unsigned workers) {
   std::atomic<unsigned> reports{0};
-  Runtime rt({.workers = workers,
-              .stuck_threshold = 2ms,
-              .on_stuck = [&](const StuckFiber&) { reports.fetch_add(1); }});
+  Runtime rt({.workers = workers, .stuck_threshold = 2ms, .on_stuck = [&](const StuckFiber&) {
+                reports.fetch_add(1);
+              }});
   // Every worker held, and reported (so a spare serves).
   std::atomic<unsigned> holding{0};
   std::atomic<bool> release{false};
@@ -104,8 +104,7 @@ void EchoBesideHeldWorkers(unsigned workers) {
   EXPECT_TRUE(HoldUntil([&] {
     json = rt.stats_json();
     return json.find("\"spare\":\"active\"") == std::string::npos;
-  }))
-      << json;
+  })) << json;
   EXPECT_NE(json.find("\"spare\":\"dormant\""), std::string::npos) << json;
   resume.set();
   for (auto& h : fibers) {

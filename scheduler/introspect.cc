@@ -47,7 +47,7 @@ std::string Runtime::stats_json() const {
                   get(c.spawned), get(c.run), get(c.stolen), get(c.parked), get(c.polled),
                   get(c.sleeps), get(c.idle_ns), get(c.no_stack), get(c.rescued), get(c.stuck),
                   TimersOf(*w),
-                  !w->spare ? ""
+                  !w->spare                                   ? ""
                   : w->active.load(std::memory_order_relaxed) ? ",\"spare\":\"active\""
                                                               : ",\"spare\":\"dormant\"");
     out += buf;

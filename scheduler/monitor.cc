@@ -217,9 +217,10 @@ void Monitor::Spares(unsigned stuck) {
         // Out of threads (or shutting down): the stuck workers' fibers wait, as without spares.
         spare_failed_ = true;
         if (!rt_->shutting_down.load(std::memory_order_relaxed)) {
-          std::fputs("weft: a spare worker thread could not start; fibers queued behind stuck "
-                     "workers wait for them\n",
-                     stderr);
+          std::fputs(
+              "weft: a spare worker thread could not start; fibers queued behind stuck "
+              "workers wait for them\n",
+              stderr);
         }
         return;
       }

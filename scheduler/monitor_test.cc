@@ -343,8 +343,7 @@ void EveryWorkerStuck(unsigned workers) {
     json = rt.stats_json();
     return json.find("\"spare\":\"dormant\"") != std::string::npos &&
            json.find("\"spare\":\"active\"") == std::string::npos;
-  }))
-      << json;
+  })) << json;
   const std::uint64_t from = sleepers.woke.load();
   sleepers.WaitUntilRunning(from + 200);
   EXPECT_GE(sleepers.woke.load(), from + 200);
@@ -359,8 +358,8 @@ TEST(Spares, EveryWorkerHeldASpareServesTheOthers) { EveryWorkerStuck(2); }
 TEST(Spares, NoneWhenSpareWorkersIsZeroOrSomeWorkerIsFree) {
   {
     Reports reports;
-    Runtime rt({.workers = 1, .stuck_threshold = 2ms, .on_stuck = reports.callback(),
-                .spare_workers = 0});
+    Runtime rt(
+        {.workers = 1, .stuck_threshold = 2ms, .on_stuck = reports.callback(), .spare_workers = 0});
     rt.block_on([&] { EXPECT_TRUE(reports.SpinUntil(1)); });
     EXPECT_EQ(rt.stats_json().find("\"spare\""), std::string::npos);
   }
@@ -376,13 +375,13 @@ TEST(Spares, NoneWhenSpareWorkersIsZeroOrSomeWorkerIsFree) {
 // spare_workers).
 TEST(Spares, ASpareHeldTooTheNextOneServes) {
   Reports reports;
-  Runtime rt({.workers = 1, .stuck_threshold = 2ms, .on_stuck = reports.callback(),
-              .spare_workers = 2});
+  Runtime rt(
+      {.workers = 1, .stuck_threshold = 2ms, .on_stuck = reports.callback(), .spare_workers = 2});
   Sleepers sleepers(rt, 50);
   sleepers.WaitUntilRunning(100);
   std::atomic<bool> release{false};
-  JoinHandle<void> first = rt.spawn([&] { (void)HoldUntil([&] { return release.load(); }); },
-                                    {.pinned_worker = 0});
+  JoinHandle<void> first =
+      rt.spawn([&] { (void)HoldUntil([&] { return release.load(); }); }, {.pinned_worker = 0});
   // The second holder starts on whichever worker runs it: the spare, once worker 0 is held.
   EXPECT_TRUE(HoldUntil([&] { return reports.count() >= 1; }));
   JoinHandle<bool> second = rt.spawn([&] {

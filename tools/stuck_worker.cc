@@ -20,6 +20,9 @@
 //     One fiber sleeps <us> microseconds in a loop for 2 s: prints the process's CPU time and
 //     each worker's sleeps and runs (what watching a busy worker's timers costs the idle one).
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -29,9 +32,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "absl/flags/flag.h"
 #include "weft/api/weft.h"
@@ -176,7 +176,8 @@ int Held(unsigned workers, milliseconds spin, int spare_workers) {
           return;
         }
         auto end = steady_clock::now();
-        if (in_window(end)) echo_rtt[p].push_back(duration<double, std::micro>(end - start).count());
+        if (in_window(end))
+          echo_rtt[p].push_back(duration<double, std::micro>(end - start).count());
       }
       ::shutdown(fd, SHUT_WR);  // the server's read ends
     }));
@@ -223,10 +224,11 @@ int Held(unsigned workers, milliseconds spin, int spare_workers) {
     }
     return std::string(buf);
   };
-  std::printf("{\"tool\":\"stuck_worker\",\"held\":true,\"workers\":%u,\"spare_workers\":%d,"
-              "\"spin_ms\":%lld,%s,%s}\n",
-              workers, spare_workers, static_cast<long long>(spin.count()),
-              summary("sleep_late", sleep_late).c_str(), summary("echo_rtt", echo_rtt).c_str());
+  std::printf(
+      "{\"tool\":\"stuck_worker\",\"held\":true,\"workers\":%u,\"spare_workers\":%d,"
+      "\"spin_ms\":%lld,%s,%s}\n",
+      workers, spare_workers, static_cast<long long>(spin.count()),
+      summary("sleep_late", sleep_late).c_str(), summary("echo_rtt", echo_rtt).c_str());
   return 0;
 }
 
@@ -251,8 +253,7 @@ int main(int argc, char** argv) {
     const int spares = absl::GetFlag(FLAGS_spare_workers);
     if (workers < 1 || workers > 64) UsageError("--workers must be 1..64");
     if (spares < -1 || spares > 64) UsageError("--spare_workers must be -1..64");
-    return Held(static_cast<unsigned>(workers),
-                milliseconds(spin_ms != 0 ? spin_ms : 200), spares);
+    return Held(static_cast<unsigned>(workers), milliseconds(spin_ms != 0 ? spin_ms : 200), spares);
   }
   if (absl::GetFlag(FLAGS_run_next)) return RunNext(trials > 0 ? trials : 6);
   return Spin(trials > 0 ? trials : 12, milliseconds(spin_ms != 0 ? spin_ms : 50));

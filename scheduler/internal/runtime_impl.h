@@ -65,7 +65,7 @@ struct Runtime::Impl {
   // The monitor starts spares' threads under spare_mu, unless the destructor has closed it
   // (it joins every thread it then finds started).
   std::mutex spare_mu;
-  bool spares_closed = false;  // guarded by spare_mu
+  bool spares_closed = false;        // guarded by spare_mu
   MpmcRing<Fiber*> inject{1 << 16};  // spawns and wake-ups from outside the workers (bounded)
   // Overflow list: the older halves of full run queues (Go's global run queue), unbounded;
   // every worker takes batches from it. overflow_size mirrors overflow.count for lock-free
@@ -228,9 +228,9 @@ struct Runtime::Impl {
   Fiber* TakeOverflow(Worker& w, bool batch) {
     if (overflow_size.load(std::memory_order_relaxed) == 0) return nullptr;
     std::lock_guard<std::mutex> lock(overflow_mu);
-    std::size_t n = batch ? std::min(overflow.count / nworkers + 1,
-                                     scheduler_internal::kRunQueueCapacity / 2)
-                          : 1;
+    std::size_t n =
+        batch ? std::min(overflow.count / nworkers + 1, scheduler_internal::kRunQueueCapacity / 2)
+              : 1;
     // Room: others only ever take from w's queue, so its free room only grows meanwhile.
     n = std::min(
         {n, overflow.count, scheduler_internal::kRunQueueCapacity - w.queue.size_approx() + 1});
