@@ -165,6 +165,7 @@ bool Monitor::Sample(MonitorClock::time_point now) {
   samples_.store(samples_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   bool running = false;
   unsigned stuck = 0;  // serving workers (not dormant spares) holding a reported fiber
+  unsigned held = 0;   // every worker holding one
   for (std::size_t i = 0; i < watch_.size(); ++i) {
     Worker& w = *rt_->workers[i];
     // acquire: its thread's fields (cpu_clock) were set before (a spare's thread starts late).
@@ -177,6 +178,7 @@ bool Monitor::Sample(MonitorClock::time_point now) {
     Fiber* f = w.current;
     if (f != nullptr) run_queue_.record(w.queue.size_approx());
     if (run != seen.run || f == nullptr) {
+      if (seen.reported) w.held = false;
       // The run seen last time ended (or none was on); a long one goes to the histogram.
       if (seen.held) {
         long_runs_.record(static_cast<std::uint64_t>(
@@ -188,6 +190,7 @@ bool Monitor::Sample(MonitorClock::time_point now) {
     }
     running = true;
     if (w.in_fork_join) {  // computing as asked (Runtime::fork_join); its tasks are stolen
+      if (seen.reported) w.held = false;
       seen = Watch{run, now};
       continue;
     }
@@ -199,10 +202,14 @@ bool Monitor::Sample(MonitorClock::time_point now) {
       }
       if (now - seen.since < threshold_ || !Holds(w, seen, now)) continue;
       seen.reported = true;  // once per run of a fiber
+      w.held = true;
       Report(static_cast<unsigned>(i), f, run, now - seen.since);
     }
+    ++held;
     if (serving) ++stuck;
   }
+  // relaxed: a hint for the workers' fairness passes (Worker::held).
+  rt_->held_workers.store(held, std::memory_order_relaxed);
   Spares(stuck);
   return running;
 }

@@ -126,6 +126,9 @@ int Runtime::Impl::PollReactor(Worker& w, std::optional<Clock::time_point> deadl
       PollReactor(w, Clock::time_point::min());
     }
     PopDueTimers(w);
+    // relaxed: a hint (the monitor's).
+    if (held_workers.load(std::memory_order_relaxed) != 0) [[unlikely]]
+      HelpHeld(w);
     Fiber* g = nullptr;
     if (std::optional<Fiber*> i = inject.try_pop()) {
       g = *i;
@@ -181,6 +184,17 @@ int Runtime::Impl::PollReactor(Worker& w, std::optional<Clock::time_point> deadl
     if (Fiber* g = RescueTimers(w)) return g;
   }
   return nullptr;
+}
+
+void Runtime::Impl::HelpHeld(Worker& w) {
+  for (const auto& v : workers) {
+    if (v.get() == &w || !v->held) continue;
+    std::size_t got = v->queue.steal_half(w.queue);
+    if (got != 0) Bump(w.counters.stolen, got);
+    // Its timers as they come due: its owner is stuck, so no grace (RescueTimers keeps one
+    // for a worker that is merely busy).
+    Bump(w.counters.rescued, PopDueTimers(w, *v, /*try_lock=*/true));
+  }
 }
 
 [[gnu::always_inline]] inline void Runtime::Impl::Run(Worker& w, Fiber* f) {

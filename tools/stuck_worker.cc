@@ -10,12 +10,13 @@
 //     slot) and then spins for 50 ms: prints how long after the send the receiver ran. The slot
 //     is not stealable, so this is the spin's length (docs/scheduler.md).
 //   ./bazelw run -c opt //tools:stuck_worker -- --held [--workers 1] [--spin_ms 200]
-//         [--spare_workers N]
-//     500 fibers sleep 1 ms in a loop and 250 echo pairs (500 fibers) send 64 bytes back and
-//     forth over socket pairs; then one fiber per worker spins for --spin_ms, holding every
-//     worker at once. Prints the p50, p99 and max of the sleeps' lateness and of the echo round
-//     trips that ended during the spin, and how many (a spare worker serves them; with
-//     --spare_workers 0, nothing does).
+//         [--spare_workers N] [--baseline]
+//     500 fibers sleep 1 ms in a loop and 250 echo pairs (500 fibers; --fibers N: N/2 and N/4)
+//     send 64 bytes back and forth over socket pairs; then one fiber per worker spins for
+//     --spin_ms, holding every worker at once. Prints the p50, p99 and max of the sleeps' lateness
+//     and of the echo round trips that overlapped the spin, and how many (a spare worker serves
+//     them; with
+//     --spare_workers 0, nothing does). --baseline: the same, with the holders sleeping instead.
 //   ./bazelw run -c opt //tools:stuck_worker -- --tick_us <us>
 //     One fiber sleeps <us> microseconds in a loop for 2 s: prints the process's CPU time and
 //     each worker's sleeps and runs (what watching a busy worker's timers costs the idle one).
@@ -44,6 +45,9 @@ ABSL_FLAG(bool, run_next, false, "measure a wake-up into a spinning worker's run
 ABSL_FLAG(int, tick_us, 0, "instead: one fiber sleeps this many microseconds in a loop for 2 s");
 ABSL_FLAG(bool, held, false, "instead: sleeps and echoes while every worker is held");
 ABSL_FLAG(int, workers, 1, "with --held: the runtime's workers (1..64)");
+ABSL_FLAG(int, fibers, 1000, "with --held: half sleep, half echo in pairs (4..100000)");
+ABSL_FLAG(bool, baseline, false,
+          "with --held: the holders sleep instead (the same window, unheld)");
 ABSL_FLAG(int, spare_workers, -1, "with --held: RuntimeOptions::spare_workers (-1: unset)");
 
 namespace {
@@ -133,17 +137,19 @@ int Spin(int trials, milliseconds spin) {
 
 // Held: see the file comment. Latencies in microseconds, recorded by each fiber into its own
 // vector (only those that ended inside the spin's window are kept).
-int Held(unsigned workers, milliseconds spin, int spare_workers) {
+int Held(unsigned workers, milliseconds spin, int spare_workers, bool baseline, int count) {
   weft::RuntimeOptions options{.workers = workers, .on_stuck = [](const weft::StuckFiber&) {}};
   if (spare_workers >= 0) options.spare_workers = static_cast<unsigned>(spare_workers);
   weft::Runtime rt(options);
-  constexpr int kSleepers = 500, kPairs = 250;
+  const int kSleepers = count / 2, kPairs = count / 4;
   std::atomic<bool> stop{false};
   std::atomic<std::int64_t> window_from{0}, window_to{0};  // steady_clock ticks
-  auto in_window = [&](steady_clock::time_point t) {
-    const auto ticks = t.time_since_epoch().count();
-    return window_from.load() != 0 && ticks >= window_from.load() &&
-           (window_to.load() == 0 || ticks <= window_to.load());
+  // A sample counts if it overlaps the spin: it ended after the spin began and began before the
+  // spin ended (a wait held up by the spin ends after it, and counts).
+  auto in_window = [&](steady_clock::time_point start, steady_clock::time_point end) {
+    const std::int64_t from = window_from.load(), to = window_to.load();
+    return from != 0 && end.time_since_epoch().count() >= from &&
+           (to == 0 || start.time_since_epoch().count() <= to);
   };
   std::vector<std::vector<double>> sleep_late(kSleepers), echo_rtt(kPairs);
   std::vector<weft::JoinHandle<void>> fibers;
@@ -153,7 +159,7 @@ int Held(unsigned workers, milliseconds spin, int spare_workers) {
         auto start = steady_clock::now();
         (void)weft::this_fiber::sleep_for(milliseconds(1));
         auto end = steady_clock::now();
-        if (in_window(end)) {
+        if (in_window(start, end)) {
           sleep_late[i].push_back(duration<double, std::micro>(end - start).count() - 1000.0);
         }
       }
@@ -176,7 +182,7 @@ int Held(unsigned workers, milliseconds spin, int spare_workers) {
           return;
         }
         auto end = steady_clock::now();
-        if (in_window(end))
+        if (in_window(start, end))
           echo_rtt[p].push_back(duration<double, std::micro>(end - start).count());
       }
       ::shutdown(fd, SHUT_WR);  // the server's read ends
@@ -200,13 +206,18 @@ int Held(unsigned workers, milliseconds spin, int spare_workers) {
           auto start = steady_clock::now();
           std::int64_t expected = 0;
           window_from.compare_exchange_strong(expected, start.time_since_epoch().count());
-          while (steady_clock::now() - start < spin) {
+          if (baseline) {
+            (void)weft::this_fiber::sleep_for(spin);
+          } else {
+            while (steady_clock::now() - start < spin) {
+            }
           }
         },
         {.pinned_worker = static_cast<int>(k)}));
   }
   for (auto& h : holders) (void)h.join();
   window_to.store(steady_clock::now().time_since_epoch().count());
+  std::this_thread::sleep_for(milliseconds(100));  // waits the spin held up end meanwhile
   stop.store(true);
   for (auto& h : fibers) (void)h.join();
   for (int fd : fds) ::close(fd);
@@ -225,10 +236,11 @@ int Held(unsigned workers, milliseconds spin, int spare_workers) {
     return std::string(buf);
   };
   std::printf(
-      "{\"tool\":\"stuck_worker\",\"held\":true,\"workers\":%u,\"spare_workers\":%d,"
-      "\"spin_ms\":%lld,%s,%s}\n",
-      workers, spare_workers, static_cast<long long>(spin.count()),
-      summary("sleep_late", sleep_late).c_str(), summary("echo_rtt", echo_rtt).c_str());
+      "{\"tool\":\"stuck_worker\",\"held\":%s,\"workers\":%u,\"spare_workers\":%d,"
+      "\"fibers\":%d,\"spin_ms\":%lld,%s,%s}\n",
+      baseline ? "false" : "true", workers, spare_workers, count,
+      static_cast<long long>(spin.count()), summary("sleep_late", sleep_late).c_str(),
+      summary("echo_rtt", echo_rtt).c_str());
   return 0;
 }
 
@@ -240,7 +252,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "how late timers end beside a worker held by a spinning fiber (docs/scheduler.md):\n"
       "  stuck_worker [--trials 12] [--spin_ms 50] | --run_next [--trials 6] | --tick_us US |\n"
-      "  --held [--workers 1] [--spin_ms 200] [--spare_workers N]");
+      "  --held [--workers 1] [--spin_ms 200] [--spare_workers N] [--baseline]\n"
+      "  [--fibers 1000]");
   const int trials = absl::GetFlag(FLAGS_trials);
   const int spin_ms = absl::GetFlag(FLAGS_spin_ms);
   const int tick_us = absl::GetFlag(FLAGS_tick_us);
@@ -251,9 +264,12 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_held)) {
     const int workers = absl::GetFlag(FLAGS_workers);
     const int spares = absl::GetFlag(FLAGS_spare_workers);
+    const int fibers = absl::GetFlag(FLAGS_fibers);
     if (workers < 1 || workers > 64) UsageError("--workers must be 1..64");
+    if (fibers < 4 || fibers > 100000) UsageError("--fibers must be 4..100000");
     if (spares < -1 || spares > 64) UsageError("--spare_workers must be -1..64");
-    return Held(static_cast<unsigned>(workers), milliseconds(spin_ms != 0 ? spin_ms : 200), spares);
+    return Held(static_cast<unsigned>(workers), milliseconds(spin_ms != 0 ? spin_ms : 200), spares,
+                absl::GetFlag(FLAGS_baseline), fibers);
   }
   if (absl::GetFlag(FLAGS_run_next)) return RunNext(trials > 0 ? trials : 6);
   return Spin(trials > 0 ? trials : 12, milliseconds(spin_ms != 0 ? spin_ms : 50));

@@ -65,7 +65,10 @@ struct Runtime::Impl {
   // The monitor starts spares' threads under spare_mu, unless the destructor has closed it
   // (it joins every thread it then finds started).
   std::mutex spare_mu;
-  bool spares_closed = false;        // guarded by spare_mu
+  bool spares_closed = false;  // guarded by spare_mu
+  // held_workers: how many workers the monitor last saw stuck (Worker::held); relaxed, a hint
+  // that the fairness pass reads (one load per kFairnessInterval starts).
+  weft::atomic<unsigned> held_workers{0};
   MpmcRing<Fiber*> inject{1 << 16};  // spawns and wake-ups from outside the workers (bounded)
   // Overflow list: the older halves of full run queues (Go's global run queue), unbounded;
   // every worker takes batches from it. overflow_size mirrors overflow.count for lock-free
@@ -470,6 +473,11 @@ struct Runtime::Impl {
   std::size_t PopDueTimers(Worker& w, Worker& heap, bool try_lock = false);
   void PopDueTimers(Worker& w) { (void)PopDueTimers(w, w); }
   Fiber* RescueTimers(Worker& w);
+  // HelpHeld: at w's fairness pass while some worker is stuck: half of each stuck worker's run
+  // queue, and its due timers, onto w. A worker with local work of its own (a spare serving a
+  // busy runtime) reaches the steals and rescues of FindWork only when it runs out; this gives
+  // the stuck workers' fibers their turn among its own.
+  void HelpHeld(Worker& w);
   int PollReactor(Worker& w, std::optional<Clock::time_point> deadline);
   void Sleep(Worker& w);
   void Run(Worker& w, Fiber* f);

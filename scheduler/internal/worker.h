@@ -113,6 +113,9 @@ struct Worker {
   Relaxed<Fiber*> current = nullptr;
   // The current fiber runs a fork-join computation inline (ForkJoinScope): not stuck.
   Relaxed<bool> in_fork_join = false;
+  // held: the monitor has reported this worker's current run (it is stuck); the monitor's to
+  // write, a hint for the others' fairness passes (Impl::HelpHeld).
+  Relaxed<bool> held = false;
   Context home = nullptr;  // the worker thread's own context
   // The deadlines of fibers that parked here. The owner inserts, cancels and pops; an idle worker
   // may pop the ones overdue by kTimerRescueGrace (RescueTimers: this worker is stuck in one
