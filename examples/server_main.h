@@ -6,7 +6,9 @@
 #define WEFT_EXAMPLES_SERVER_MAIN_H_
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +23,8 @@ struct ServerFlags {
   int port = 7000;  // 0: any free port (see --port_file)
   unsigned workers = 0;
   std::string port_file;  // the bound port is written here once listening
+  bool console = false;   // RuntimeOptions::console
+  int busy_ms = 0;        // a fiber that computes this long once a second (a demonstration)
 };
 
 // ParseServerFlags: the flags every example server has (--port, --workers, --port_file, defined
@@ -38,7 +42,11 @@ ServerFlags ParseServerFlags(int argc, char** argv, const char* usage);
 // (EMFILE) is logged and retried after a pause: the server keeps serving the connections it has.
 template <typename OnConnection>
 int Serve(const char* name, const ServerFlags& flags, OnConnection on_connection) {
-  Runtime rt({.workers = flags.workers});
+  Runtime rt({.workers = flags.workers, .console = flags.console});
+  if (!rt.console_path().empty()) {
+    std::fprintf(stderr, "%s: console at %s (tools/weft-console %d)\n", name,
+                 rt.console_path().c_str(), static_cast<int>(::getpid()));
+  }
   return rt.block_on([&]() -> int {
     // The signals first: one that arrives from here on is queued, not fatal.
     Result<SignalSet> signals = SignalSet::open({SIGINT, SIGTERM, SIGUSR1});
@@ -72,6 +80,20 @@ int Serve(const char* name, const ServerFlags& flags, OnConnection on_connection
           }
         },
         {.name = "signals"});
+    if (flags.busy_ms > 0) {
+      // The demonstration of a fiber that holds its worker (--busy_ms): the monitor reports it
+      // on stderr, the console lists it, and a spare worker serves if every worker is held.
+      (void)watcher.spawn(
+          [&](const CancellationToken& cancel) {
+            while (this_fiber::sleep_for(std::chrono::seconds(1), &cancel).ok()) {
+              const auto end =
+                  std::chrono::steady_clock::now() + std::chrono::milliseconds(flags.busy_ms);
+              while (std::chrono::steady_clock::now() < end) {
+              }
+            }
+          },
+          {.name = "busy-loop"});
+    }
     auto listener = net::TcpListener::bind(
         net::SocketAddress::ipv4_any(static_cast<std::uint16_t>(flags.port)));
     if (!listener.ok()) {

@@ -2,13 +2,16 @@
 // live fibers, blocking threads) and dump_fibers() (one line per live fiber: id, name, state, what
 // it waits on). Both read other threads' state relaxed: a snapshot, not a consistent cut.
 
+#include <algorithm>
 #include <atomic>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "internal/runtime_impl.h"
@@ -27,6 +30,115 @@ std::size_t TimersOf(Worker& w) {
 }
 }  // namespace
 
+namespace scheduler_internal {
+void AppendJsonString(std::string& out, std::string_view s) {
+  out += '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {  // control bytes, and bytes of names not ASCII
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+}  // namespace scheduler_internal
+
+std::string Runtime::Impl::FibersJson(std::size_t limit) {
+  struct Listed {
+    int order;
+    std::uint64_t id;
+    std::string name;
+    const char* state;
+    const char* on;
+    int fd;
+    int pinned;
+    int worker;
+  };
+  std::vector<Listed> listed;
+  std::map<std::string, std::size_t> states, waits;
+  std::size_t live = 0;
+  const bool deadlock = DeadlockSuspected();
+  // Which worker runs which fiber: each worker's current (relaxed: a snapshot).
+  std::vector<std::pair<const Fiber*, unsigned>> running;
+  for (const auto& w : workers) {
+    if (const Fiber* f = w->current) running.emplace_back(f, w->index);
+  }
+  {
+    std::lock_guard<std::mutex> lock(fibers_mu);
+    ForEachFiberLocked([&](Fiber* f) {
+      const int s = f->state.load(std::memory_order_relaxed);
+      if (s == kDone) return;
+      ++live;
+      ++states[StateName(s)];
+      const char* what = s == kParked ? f->waiter.waiting_on() : nullptr;
+      const int fd = f->wait_fd.load(std::memory_order_relaxed);
+      if (what != nullptr) ++waits[fd >= 0 ? std::string(what) + " fd" : std::string(what)];
+      // Running, runnable, blocking, then parked.
+      const int order = s == kRunning ? 0 : s == kRunnable ? 1 : s == kBlocking ? 2 : 3;
+      if (listed.size() >= limit && order >= listed.back().order) return;
+      f->meta_lock.lock();
+      Listed l{order,
+               f->id,
+               std::string(f->name, f->name_len),
+               StateName(s),
+               what,
+               what != nullptr ? fd : -1,
+               f->pinned != nullptr ? int(f->pinned->index) : -1,
+               -1};
+      f->meta_lock.unlock();
+      if (s == kRunning) {
+        for (const auto& [fiber, index] : running) {
+          if (fiber == f) l.worker = static_cast<int>(index);
+        }
+      }
+      auto at = std::upper_bound(listed.begin(), listed.end(), order,
+                                 [](int o, const Listed& x) { return o < x.order; });
+      listed.insert(at, std::move(l));
+      if (listed.size() > limit) listed.pop_back();
+    });
+  }
+  std::string out = "{\"live\":" + std::to_string(live) + ",\"deadlock_suspected\":";
+  out += deadlock ? "true" : "false";
+  out += ",\"states\":{";
+  for (auto it = states.begin(); it != states.end(); ++it) {
+    if (it != states.begin()) out += ',';
+    AppendJsonString(out, it->first);
+    out += ':' + std::to_string(it->second);
+  }
+  out += "},\"waiting_on\":{";
+  for (auto it = waits.begin(); it != waits.end(); ++it) {
+    if (it != waits.begin()) out += ',';
+    AppendJsonString(out, it->first);
+    out += ':' + std::to_string(it->second);
+  }
+  out += "},\"fibers\":[";
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    const Listed& l = listed[i];
+    if (i != 0) out += ',';
+    out += "{\"id\":" + std::to_string(l.id) + ",\"name\":";
+    AppendJsonString(out, l.name);
+    out += ",\"state\":\"";
+    out += l.state;
+    out += '"';
+    if (l.on != nullptr) {
+      out += ",\"on\":";
+      AppendJsonString(out, l.on);
+    }
+    if (l.fd >= 0) out += ",\"fd\":" + std::to_string(l.fd);
+    if (l.pinned >= 0) out += ",\"pinned\":" + std::to_string(l.pinned);
+    if (l.worker >= 0) out += ",\"worker\":" + std::to_string(l.worker);
+    out += '}';
+  }
+  out += "]}";
+  return out;
+}
+
 std::string Runtime::stats_json() const {
   std::string out = "{\"workers\":[";
   char buf[512];
@@ -41,12 +153,13 @@ std::string Runtime::stats_json() const {
                   "%s{\"index\":%u,\"reactor\":\"%s\",\"spawned\":%" PRIu64 ",\"run\":%" PRIu64
                   ",\"stolen\":%" PRIu64 ",\"parked\":%" PRIu64 ",\"polled\":%" PRIu64
                   ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"no_stack\":%" PRIu64
-                  ",\"rescued\":%" PRIu64 ",\"stuck\":%" PRIu64 ",\"timers\":%zu%s}",
+                  ",\"rescued\":%" PRIu64 ",\"stuck\":%" PRIu64
+                  ",\"timers\":%zu,\"queue\":%zu%s%s}",
                   w->index == 0 ? "" : ",", w->index,
                   w->reactor != nullptr ? std::string(w->reactor->backend_name()).c_str() : "none",
                   get(c.spawned), get(c.run), get(c.stolen), get(c.parked), get(c.polled),
                   get(c.sleeps), get(c.idle_ns), get(c.no_stack), get(c.rescued), get(c.stuck),
-                  TimersOf(*w),
+                  TimersOf(*w), w->queue.size_approx(), w->held ? ",\"held\":true" : "",
                   !w->spare                                   ? ""
                   : w->active.load(std::memory_order_relaxed) ? ",\"spare\":\"active\""
                                                               : ",\"spare\":\"dormant\"");

@@ -289,6 +289,11 @@ void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
   s.running_for = running_for;
   s.queued = w.queue.size_approx();
   Bump(w.counters.stuck);  // the monitor is its only writer
+  {
+    std::lock_guard<std::mutex> lock(recent_mu_);
+    if (recent_.size() == kRecentStuck) recent_.pop_front();
+    recent_.push_back({s, std::chrono::system_clock::now()});
+  }
   if (rt_->options.on_stuck) {
     try {
       rt_->options.on_stuck(s);
@@ -298,6 +303,11 @@ void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
   } else {
     DefaultReport(s, MonitorClock::now());
   }
+}
+
+std::vector<Monitor::StuckEvent> Monitor::recent_stuck() const {
+  std::lock_guard<std::mutex> lock(recent_mu_);
+  return {recent_.begin(), recent_.end()};
 }
 
 void Monitor::DefaultReport(const StuckFiber& s, MonitorClock::time_point now) {

@@ -137,6 +137,14 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     base_internal::FutexWait(ready, k, std::chrono::milliseconds(10));
   }
   if (impl_->monitor != nullptr) impl_->monitor->Start();  // the workers are settled
+  const char* console_env = std::getenv("WEFT_CONSOLE");
+  if (options.console || (console_env != nullptr && std::strcmp(console_env, "1") == 0)) {
+    // Off on an error (said on stderr): the runtime serves all the same.
+    if (Result<std::unique_ptr<Console>> c = Console::Start(impl_.get(), options.console_dir);
+        c.ok()) {
+      impl_->console = std::move(c).value();
+    }
+  }
 }
 
 Runtime::~Runtime() {
@@ -144,6 +152,7 @@ Runtime::~Runtime() {
   // and fibers parked now are woken to see it. Repeated until every fiber has finished: a fiber
   // may park again after an interruption (or be spawned by one that unwinds), and the live count
   // may reach zero and rise again, which a one-shot event cannot express.
+  impl_->console.reset();  // it reads the runtime; nothing to show from here on
   impl_->shutting_down.store(true, std::memory_order_release);
   while (impl_->credits.load(std::memory_order_acquire) != 0) {
     std::vector<Fiber*> parked;
@@ -190,6 +199,10 @@ Runtime::~Runtime() {
 }
 
 unsigned Runtime::workers() const { return impl_->nworkers; }
+
+std::string Runtime::console_path() const {
+  return impl_->console != nullptr ? impl_->console->path() : std::string();
+}
 
 void Runtime::Impl::StartWorkerThread(Worker& w, std::atomic<unsigned>* ready) {
   w.thread = std::thread([this, &w, ready] {

@@ -79,6 +79,14 @@ struct RuntimeOptions {
   // dormant again once fewer workers are stuck (docs/scheduler.md). Unset: as many as workers;
   // 0: none. Nothing without a monitor (stuck_threshold zero).
   std::optional<unsigned> spare_workers;
+  // console: serve this runtime's introspection (workers, fibers, stuck-fiber reports) on a
+  // Unix socket that tools/weft-console attaches to (docs/console.md). Also on when the
+  // environment has WEFT_CONSOLE=1. Read-only; the socket is <dir>/<pid>-<n>.sock, mode 0600, in
+  // a directory that must be the user's own with mode 0700 (made so if missing; otherwise the
+  // console stays off, with one line on stderr). console_dir: that directory (empty:
+  // $WEFT_CONSOLE_DIR, else $XDG_RUNTIME_DIR/weft, else /tmp/weft-<uid>). POSIX only.
+  bool console = false;
+  std::string console_dir;
 };
 
 struct FiberOptions {
@@ -416,6 +424,8 @@ class Runtime {
   // "Channel recv 0x...", "io recv fd 7", "sleep"...), and "pinned N" for a fiber pinned to
   // worker N. Any thread.
   std::string dump_fibers() const;
+  // console_path: the console's socket (RuntimeOptions::console); empty if it is off.
+  std::string console_path() const;
 
   struct Impl;
 

@@ -44,6 +44,11 @@ expect 2 "--outbox must be" "$root/examples/chat_server" --outbox 0
 expect 2 "--slow must be" "$root/examples/chat_server" --slow sometimes
 expect 0 "--spin_ms" "$root/tools/stuck_worker" --help
 expect 2 "--spin_ms must be" "$root/tools/stuck_worker" --spin_ms 1
+expect 2 "--workers must be" "$root/tools/stuck_worker" --held --workers 0
+expect 2 "--busy_ms must be" "$root/examples/echo_server" --busy_ms -5
+expect 0 "--once" "$root/tools/weft-console" --help
+expect 2 "--interval must be" "$root/tools/weft-console" --interval 0
+expect 1 "no console socket" "$root/tools/weft-console" --dir "$dir/no-such-dir" 123
 expect 0 "--reps" "$root/bench/weft_workloads" --help
 expect 2 "--reps must be" "$root/bench/weft_workloads" --reps 0
 expect 2 "--only takes workload ids" "$root/bench/weft_workloads" --only W1,,W2

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -49,6 +50,15 @@ class Monitor {
   // seen to last (ns; a lower bound). run_queue: each busy worker's run-queue length, per sample.
   const LogHistogram& long_runs() const { return long_runs_; }
   const LogHistogram& run_queue() const { return run_queue_; }
+
+  // recent_stuck: the latest reports (at most kRecentStuck, oldest first), each with the time
+  // it was made; for the console. Any thread.
+  struct StuckEvent {
+    StuckFiber fiber;
+    std::chrono::system_clock::time_point at;
+  };
+  static constexpr std::size_t kRecentStuck = 32;
+  std::vector<StuckEvent> recent_stuck() const;
 
   // WorkerAwake: a worker left its sleep; wakes the monitor if it is parked. Cheap when it is
   // not: a fence and a load, on the path out of a sleep only.
@@ -101,6 +111,8 @@ class Monitor {
   bool started_ = false;   // guarded by mu_
   bool unparked_ = false;  // guarded by mu_
   std::atomic<bool> parked_{false};
+  mutable std::mutex recent_mu_;
+  std::deque<StuckEvent> recent_;          // guarded by recent_mu_
   std::atomic<std::uint64_t> samples_{0};  // written by the monitor thread only
   LogHistogram long_runs_, run_queue_;     // written by the monitor thread only
   std::thread thread_;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "blocking_pool.h"
+#include "console.h"
 #include "fiber.h"
 #include "monitor.h"
 #include "weft/base/atomic.h"
@@ -118,6 +119,11 @@ struct Runtime::Impl {
   // DeadlockSuspected: every live fiber is parked with no timer and no I/O, nothing is runnable,
   // every worker sleeps, and a thread waits in block_on (monitor.cc). A snapshot, read relaxed.
   bool DeadlockSuspected();
+  // FibersJson: the live fibers for the console: counts by state and by what they wait on, and
+  // up to `limit` of them listed (running first, then runnable, blocking, parked), as JSON.
+  std::string FibersJson(std::size_t limit);
+  // The console server (RuntimeOptions::console), null if off or if it could not start.
+  std::unique_ptr<scheduler_internal::Console> console;
 
   // WakeOne: new work exists; wake one sleeping worker, if any. Cheap when none sleeps.
   void WakeOne() { idle.WakeOne(); }

@@ -1,0 +1,169 @@
+// The console server (RuntimeOptions::console): its socket's place and permissions, its
+// requests (hello, stats, fibers, stuck) and their JSON lines, what it refuses (a directory
+// others may use, a request line too long), and that a runtime that did not opt in serves
+// nothing. tools/console_test.sh drives tools/weft-console itself in a terminal.
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/coordination.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+
+// PrivateDir: a fresh directory under /tmp (a socket path must fit in 108 bytes), removed at
+// the end with what is left in it.
+struct PrivateDir {
+  std::string path;
+  PrivateDir() {
+    char tmpl[] = "/tmp/weft_console_test_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~PrivateDir() { (void)std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+// Client: a connection to a console socket, one request line at a time.
+struct Client {
+  int fd = -1;
+  std::string buf;
+  explicit Client(const std::string& path) {
+    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~Client() {
+    if (fd >= 0) ::close(fd);
+  }
+  // Ask: sends line and returns the reply line; empty if the server closed the connection.
+  std::string Ask(const std::string& line) {
+    (void)::send(fd, (line + "\n").data(), line.size() + 1, MSG_NOSIGNAL);
+    for (;;) {
+      const std::size_t nl = buf.find('\n');
+      if (nl != std::string::npos) {
+        std::string reply = buf.substr(0, nl);
+        buf.erase(0, nl + 1);
+        return reply;
+      }
+      char chunk[4096];
+      const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+      if (n <= 0) return {};
+      buf.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+};
+
+TEST(Console, ServesHelloStatsFibersAndStuckAsJsonLines) {
+  PrivateDir dir;
+  std::atomic<int> reports{0};
+  Runtime rt({.workers = 2,
+              .stuck_threshold = 2ms,
+              .on_stuck = [&](const StuckFiber&) { reports.fetch_add(1); },
+              .console = true,
+              .console_dir = dir.path});
+  const std::string path = rt.console_path();
+  ASSERT_FALSE(path.empty());
+  EXPECT_EQ(path.rfind(dir.path + "/" + std::to_string(::getpid()) + "-", 0), 0u) << path;
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat(dir.path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+
+  // A fiber parked on an Event, with a name that needs escaping; one that held its worker.
+  Event never;
+  JoinHandle<void> parked =
+      rt.spawn([&] { (void)never.wait(); }, {.name = "quote\"back\\slash\x01"});
+  rt.block_on([&] {
+    const auto end = std::chrono::steady_clock::now() + 30s;
+    while (reports.load() == 0 && std::chrono::steady_clock::now() < end) {
+    }
+  });
+  Client c(path);
+  ASSERT_GE(c.fd, 0);
+  const std::string hello = c.Ask("hello");
+  EXPECT_NE(hello.find("\"weft_console\":1"), std::string::npos) << hello;
+  EXPECT_NE(hello.find("\"pid\":" + std::to_string(::getpid())), std::string::npos) << hello;
+  EXPECT_NE(hello.find("\"workers\":2"), std::string::npos) << hello;
+  const std::string stats = c.Ask("stats");
+  EXPECT_NE(stats.find("\"workers\":[{\"index\":0"), std::string::npos) << stats;
+  const std::string fibers = c.Ask("fibers");
+  EXPECT_NE(fibers.find("\"name\":\"quote\\\"back\\\\slash\\u0001\""), std::string::npos) << fibers;
+  EXPECT_NE(fibers.find("\"on\":\"Event\""), std::string::npos) << fibers;
+  EXPECT_NE(fibers.find("\"states\":{"), std::string::npos) << fibers;
+  EXPECT_NE(fibers.find("\"deadlock_suspected\":false"), std::string::npos) << fibers;
+  const std::string stuck = c.Ask("stuck");
+  EXPECT_NE(stuck.find("{\"stuck\":[{\"fiber_id\":"), std::string::npos) << stuck;
+  EXPECT_NE(stuck.find("\"running_for_ns\":"), std::string::npos) << stuck;
+  EXPECT_NE(c.Ask("shutdown").find("\"error\""), std::string::npos);  // read-only: no such thing
+  // A line longer than any request: the connection is dropped; others go on.
+  EXPECT_EQ(c.Ask(std::string(4096, 'x')), "");
+  Client d(path);
+  EXPECT_NE(d.Ask("hello").find("\"weft_console\":1"), std::string::npos);
+  never.set();
+  (void)parked.join();
+}
+
+TEST(Console, TheSocketGoesAwayWithTheRuntime) {
+  PrivateDir dir;
+  std::string path;
+  {
+    Runtime rt({.workers = 1, .console = true, .console_dir = dir.path});
+    path = rt.console_path();
+    ASSERT_FALSE(path.empty());
+    Client attached(path);  // a client attached meanwhile does not hold up the shutdown
+    ASSERT_GE(attached.fd, 0);
+  }
+  EXPECT_NE(::access(path.c_str(), F_OK), 0);
+}
+
+TEST(Console, ADirectoryOthersMayUseLeavesItOff) {
+  PrivateDir dir;
+  ASSERT_EQ(::chmod(dir.path.c_str(), 0755), 0);
+  Runtime rt({.workers = 1, .console = true, .console_dir = dir.path});
+  EXPECT_TRUE(rt.console_path().empty());
+  rt.block_on([] {});  // and the runtime serves all the same
+  // A path that is a file, not a directory.
+  const std::string file = dir.path + "/file";
+  ASSERT_EQ(std::system(("touch '" + file + "'").c_str()), 0);
+  Runtime rt2({.workers = 1, .console = true, .console_dir = file});
+  EXPECT_TRUE(rt2.console_path().empty());
+}
+
+TEST(Console, OffUnlessAskedFor) {
+  PrivateDir dir;
+  ::unsetenv("WEFT_CONSOLE");
+  ASSERT_EQ(::setenv("WEFT_CONSOLE_DIR", dir.path.c_str(), 1), 0);
+  {
+    Runtime rt({.workers = 1});
+    EXPECT_TRUE(rt.console_path().empty());
+  }
+  ASSERT_EQ(::setenv("WEFT_CONSOLE", "1", 1), 0);
+  {
+    Runtime rt({.workers = 1});  // the environment opts in, into $WEFT_CONSOLE_DIR
+    EXPECT_EQ(rt.console_path().rfind(dir.path + "/", 0), 0u) << rt.console_path();
+  }
+  ::unsetenv("WEFT_CONSOLE");
+  ::unsetenv("WEFT_CONSOLE_DIR");
+}
+
+}  // namespace
+}  // namespace weft
