@@ -18,6 +18,7 @@
 #include "weft/sync/coordination.h"
 
 #ifndef _WIN32
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #endif
@@ -113,6 +114,79 @@ void EchoBesideHeldWorkers(unsigned workers) {
     EXPECT_EQ(*got, kRounds);
   }
   for (int fd : fds) ::close(fd);
+}
+
+int Fib(ForkJoinWorker& w, int n) {
+  if (n < 2) return n;
+  auto a = w.spawn(Fib, n - 1);
+  int b = Fib(w, n - 2);
+  return w.sync(a) + b;
+}
+
+// Runtime::fork_join from a fiber on a spare (which has no deque in the fork-join pool): the
+// root runs on a worker's fiber once that worker is free, and the result comes back.
+TEST(SpareWorkerIo, ForkJoinFromAFiberOnASpare) {
+  std::atomic<unsigned> reports{0};
+  Runtime rt({.workers = 1, .stuck_threshold = 2ms, .on_stuck = [&](const StuckFiber&) {
+                reports.fetch_add(1);
+              }});
+  std::atomic<bool> release{false};
+  JoinHandle<bool> holder =
+      rt.spawn([&] { return HoldUntil([&] { return release.load(); }); }, {.pinned_worker = 0});
+  ASSERT_TRUE(HoldUntil([&] { return reports.load() >= 1; }));
+  std::atomic<int> where{-2};
+  JoinHandle<int> fj = rt.spawn([&] {
+    where.store(this_fiber::worker_index());
+    return rt.fork_join(Fib, 20);
+  });
+  ASSERT_TRUE(HoldUntil([&] { return where.load() != -2; }));  // it runs on the spare
+  EXPECT_GE(where.load(), 1);
+  release.store(true);
+  EXPECT_TRUE(*holder.join());
+  Result<int> r = fj.join();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r, 6765);
+}
+
+// A spare whose reactor cannot be made (out of fds) does not serve: its fibers' I/O would fail.
+// The fiber waits for the worker instead, and its read then succeeds.
+TEST(SpareWorkerIo, NoSpareServesWithoutAReactor) {
+  std::atomic<unsigned> reports{0};
+  Runtime rt({.workers = 1, .stuck_threshold = 2ms, .on_stuck = [&](const StuckFiber&) {
+                reports.fetch_add(1);
+              }});
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  ASSERT_EQ(::write(sv[1], "x", 1), 1);
+  rlimit old;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> filler;
+  for (int fd; (fd = ::dup(0)) >= 0;) filler.push_back(fd);
+  std::atomic<bool> release{false};
+  JoinHandle<bool> holder =
+      rt.spawn([&] { return HoldUntil([&] { return release.load(); }); }, {.pinned_worker = 0});
+  std::atomic<int> err{-1};
+  JoinHandle<void> reader = rt.spawn([&] {
+    char c;
+    Result<std::size_t> r = io::read(sv[0], &c, 1);
+    err.store(r.ok() ? 0 : static_cast<int>(r.error()));
+  });
+  // The worker is reported (and the spare tried) while the process has no fds to spare.
+  ASSERT_TRUE(HoldUntil([&] { return reports.load() >= 1; }));
+  std::this_thread::sleep_for(50ms);
+  const std::string json = rt.stats_json();
+  for (int fd : filler) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  EXPECT_EQ(json.find("\"spare\":\"active\""), std::string::npos) << json;
+  release.store(true);
+  EXPECT_TRUE(*holder.join());
+  (void)reader.join();
+  EXPECT_EQ(err.load(), 0);
+  ::close(sv[0]);
+  ::close(sv[1]);
 }
 
 TEST(SpareWorkerIo, EchoBesideOneHeldWorker) { EchoBesideHeldWorkers(1); }

@@ -202,16 +202,29 @@ void Console::Loop() {
   struct Client {
     int fd;
     std::string in, out;
+    bool eof = false;  // it shut down its side: its replies still go out, then it is closed
   };
   std::vector<Client> clients;
+  // Out of fds (or memory) for accept: the listening socket stays readable, so it is left out
+  // of the poll until then, instead of spinning.
+  std::chrono::steady_clock::time_point accept_paused_until{};
   for (;;) {
     std::vector<pollfd> fds;
     fds.push_back({wake_read_, POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    const auto now = std::chrono::steady_clock::now();
+    const bool accepting = now >= accept_paused_until;
+    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});  // a negative fd is skipped
     for (const Client& c : clients) {
-      fds.push_back({c.fd, static_cast<short>(c.out.empty() ? POLLIN : POLLIN | POLLOUT), 0});
+      short events = c.eof ? 0 : POLLIN;
+      if (!c.out.empty()) events |= POLLOUT;
+      fds.push_back({c.fd, events, 0});
     }
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
+    const int timeout =
+        accepting
+            ? -1
+            : static_cast<int>(
+                  std::chrono::ceil<std::chrono::milliseconds>(accept_paused_until - now).count());
+    if (::poll(fds.data(), fds.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       std::fprintf(stderr, "weft: console stopped: poll: %s\n", std::strerror(errno));
       break;
@@ -225,13 +238,14 @@ void Console::Loop() {
         drop[i] = true;
         continue;
       }
-      if ((ev & (POLLIN | POLLHUP)) != 0) {
+      if (!c.eof && (ev & (POLLIN | POLLHUP)) != 0) {
         char buf[512];
         const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        if (n < 0 && errno != EAGAIN && errno != EINTR) {
           drop[i] = true;
           continue;
         }
+        if (n == 0) c.eof = true;  // answer what it sent, then close
         if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
         for (std::size_t nl; (nl = c.in.find('\n')) != std::string::npos;) {
           std::string line = c.in.substr(0, nl);
@@ -245,14 +259,16 @@ void Console::Loop() {
           continue;
         }
       }
-      if ((ev & POLLOUT) != 0 || !c.out.empty()) {
+      if (!c.out.empty()) {
         const ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
           c.out.erase(0, static_cast<std::size_t>(n));
         } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
           drop[i] = true;
+          continue;
         }
       }
+      if (c.eof && c.out.empty()) drop[i] = true;
     }
     for (std::size_t i = clients.size(); i-- > 0;) {
       if (drop[i]) {
@@ -260,10 +276,15 @@ void Console::Loop() {
         clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
       }
     }
-    if ((fds[1].revents & POLLIN) != 0) {
+    if (accepting && (fds[1].revents & POLLIN) != 0) {
       for (;;) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;  // EAGAIN: none left; EMFILE and the like: try at the next wake
+        if (fd < 0) {
+          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            accept_paused_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+          }
+          break;  // EAGAIN: none left; ECONNABORTED and the like: at the next poll
+        }
         if (clients.size() >= kMaxClients || !PeerIsUs(fd)) {
           ::close(fd);
           continue;

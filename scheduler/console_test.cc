@@ -3,6 +3,7 @@
 // others may use, a request line too long), and that a runtime that did not opt in serves
 // nothing. tools/console_test.sh drives tools/weft-console itself in a terminal.
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -14,8 +15,10 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/coordination.h"
 
@@ -120,6 +123,91 @@ TEST(Console, ServesHelloStatsFibersAndStuckAsJsonLines) {
   EXPECT_NE(d.Ask("hello").find("\"weft_console\":1"), std::string::npos);
   never.set();
   (void)parked.join();
+}
+
+// A client that pipelines requests and shuts its side down (as `socat - UNIX:<socket>` does at
+// the end of its input) still gets every reply.
+TEST(Console, AClientThatHalfClosesGetsEveryReply) {
+  PrivateDir dir;
+  Runtime rt({.workers = 1, .console = true, .console_dir = dir.path});
+  Event never;
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < 300; ++i) {  // replies of ~15 KB each: more than a socket buffer in all
+    hs.push_back(rt.spawn([&] { (void)never.wait(); }, {.name = "a-fairly-long-fiber-name"}));
+  }
+  Client c(rt.console_path());
+  ASSERT_GE(c.fd, 0);
+  constexpr int kRequests = 36;
+  std::string requests;
+  for (int i = 0; i < kRequests; ++i) requests += "fibers\n";
+  ASSERT_EQ(::send(c.fd, requests.data(), requests.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(requests.size()));
+  ASSERT_EQ(::shutdown(c.fd, SHUT_WR), 0);
+  std::string got;
+  char buf[65536];
+  for (ssize_t n; (n = ::recv(c.fd, buf, sizeof buf, 0)) > 0;) {
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  int lines = 0;
+  for (char ch : got) lines += ch == '\n';
+  EXPECT_EQ(lines, kRequests);
+  never.set();
+  for (auto& h : hs) (void)h.join();
+}
+
+// Names are bytes: valid UTF-8 passes through, a byte that is not becomes U+FFFD.
+TEST(Console, NamesAreUtf8InTheJson) {
+  PrivateDir dir;
+  Runtime rt({.workers = 1, .console = true, .console_dir = dir.path});
+  Event never;
+  JoinHandle<void> a = rt.spawn([&] { (void)never.wait(); }, {.name = "caf\xc3\xa9"});
+  JoinHandle<void> b = rt.spawn([&] { (void)never.wait(); }, {.name = "bad\xff\xc3"});
+  Client c(rt.console_path());
+  std::string fibers;
+  for (auto end = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < end;) {
+    fibers = c.Ask("fibers");
+    if (fibers.find("\"parked\":2") != std::string::npos) break;
+  }
+  EXPECT_NE(fibers.find("\"name\":\"caf\xc3\xa9\""), std::string::npos) << fibers;
+  EXPECT_NE(fibers.find("\"name\":\"bad\\ufffd\\ufffd\""), std::string::npos) << fibers;
+  never.set();
+  (void)a.join();
+  (void)b.join();
+}
+
+// Out of fds, a pending connection cannot be accepted: the console waits (it does not spin on
+// the listening socket, which stays readable), and accepts it once fds are back.
+TEST(Console, OutOfFdsItWaitsInsteadOfSpinning) {
+  PrivateDir dir;
+  Runtime rt({.workers = 1, .console = true, .console_dir = dir.path});
+  rlimit old;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  const int client = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(client, 0);
+  rlimit low = old;
+  low.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> filler;
+  for (int fd; (fd = ::dup(0)) >= 0;) filler.push_back(fd);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, rt.console_path().c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::this_thread::sleep_for(100ms);
+  const double before = testing::ProcessCpuSeconds();
+  std::this_thread::sleep_for(500ms);
+  const double used = testing::ProcessCpuSeconds() - before;
+  for (int fd : filler) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  // An idle runtime and a waiting console use next to nothing; a spin would use the 0.5 s.
+  EXPECT_LT(used, 0.15);
+  const std::string hello = "hello\n";
+  ASSERT_EQ(::send(client, hello.data(), hello.size(), MSG_NOSIGNAL), 6);
+  char buf[512];
+  const ssize_t n = ::recv(client, buf, sizeof buf, 0);  // accepted once fds were back
+  ASSERT_GT(n, 0);
+  EXPECT_NE(std::string(buf, static_cast<std::size_t>(n)).find("weft_console"), std::string::npos);
+  ::close(client);
 }
 
 TEST(Console, TheSocketGoesAwayWithTheRuntime) {

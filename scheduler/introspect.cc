@@ -32,17 +32,49 @@ std::size_t TimersOf(Worker& w) {
 
 namespace scheduler_internal {
 void AppendJsonString(std::string& out, std::string_view s) {
+  // Valid UTF-8 passes through; quotes, backslashes and control bytes are escaped; a byte that
+  // does not start a valid sequence becomes U+FFFD (fiber names are bytes, cut at 31).
   out += '"';
-  for (unsigned char c : s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
     if (c == '"' || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {  // control bytes, and bytes of names not ASCII
+      ++i;
+      continue;
+    }
+    if (c < 0x20 || c == 0x7f) {
       char esc[8];
       std::snprintf(esc, sizeof esc, "\\u%04x", c);
       out += esc;
-    } else {
+      ++i;
+      continue;
+    }
+    if (c < 0x80) {
       out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // A multi-byte sequence: its length from the lead byte, then continuation bytes, no
+    // overlong forms, no surrogates, nothing past U+10FFFF.
+    std::size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                      : c >= 0xe0 && c <= 0xef ? 3
+                      : c >= 0xf0 && c <= 0xf4 ? 4
+                                               : 0;
+    bool ok = len != 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xc0) == 0x80;
+    if (ok && len == 3) {
+      ok = !(c == 0xe0 && p[i + 1] < 0xa0) && !(c == 0xed && p[i + 1] >= 0xa0);
+    }
+    if (ok && len == 4) ok = !(c == 0xf0 && p[i + 1] < 0x90) && !(c == 0xf4 && p[i + 1] >= 0x90);
+    if (ok) {
+      out.append(reinterpret_cast<const char*>(p + i), len);
+      i += len;
+    } else {
+      out += "\\ufffd";
+      ++i;
     }
   }
   out += '"';
@@ -145,6 +177,15 @@ std::string Runtime::stats_json() const {
   for (const auto& w : impl_->workers) {
     // acquire: a spare's thread set its reactor before (a spare that never started is left out).
     if (w->spare && !w->ready.load(std::memory_order_acquire)) continue;
+    std::string backend = "none";
+    if (w->spare) {
+      // A spare's thread may be ending and starting again (a reactor that could not be made):
+      // its reactor is published under the idle lock.
+      std::lock_guard<std::mutex> lock(impl_->idle.lock());
+      if (w->reactor != nullptr) backend = w->reactor->backend_name();
+    } else if (w->reactor != nullptr) {
+      backend = w->reactor->backend_name();
+    }
     const Counters& c = w->counters;
     auto get = [](const std::atomic<std::uint64_t>& a) {
       return a.load(std::memory_order_relaxed);
@@ -155,11 +196,10 @@ std::string Runtime::stats_json() const {
                   ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"no_stack\":%" PRIu64
                   ",\"rescued\":%" PRIu64 ",\"stuck\":%" PRIu64
                   ",\"timers\":%zu,\"queue\":%zu%s%s}",
-                  w->index == 0 ? "" : ",", w->index,
-                  w->reactor != nullptr ? std::string(w->reactor->backend_name()).c_str() : "none",
-                  get(c.spawned), get(c.run), get(c.stolen), get(c.parked), get(c.polled),
-                  get(c.sleeps), get(c.idle_ns), get(c.no_stack), get(c.rescued), get(c.stuck),
-                  TimersOf(*w), w->queue.size_approx(), w->held ? ",\"held\":true" : "",
+                  w->index == 0 ? "" : ",", w->index, backend.c_str(), get(c.spawned), get(c.run),
+                  get(c.stolen), get(c.parked), get(c.polled), get(c.sleeps), get(c.idle_ns),
+                  get(c.no_stack), get(c.rescued), get(c.stuck), TimersOf(*w),
+                  w->queue.size_approx(), w->held ? ",\"held\":true" : "",
                   !w->spare                                   ? ""
                   : w->active.load(std::memory_order_relaxed) ? ",\"spare\":\"active\""
                                                               : ",\"spare\":\"dormant\"");

@@ -210,23 +210,25 @@ bool Monitor::Sample(MonitorClock::time_point now) {
   }
   // relaxed: a hint for the workers' fairness passes (Worker::held).
   rt_->held_workers.store(held, std::memory_order_relaxed);
-  Spares(stuck);
+  Spares(stuck, now);
   return running;
 }
 
-void Monitor::Spares(unsigned stuck) {
+void Monitor::Spares(unsigned stuck, MonitorClock::time_point now) {
   const std::size_t serving = rt_->nworkers + active_spares_.size();
-  if (stuck == serving && !spare_failed_) {
+  if (stuck == serving && now >= spare_retry_at_) {
     for (std::size_t i = rt_->nworkers; i < rt_->workers.size(); ++i) {
       Worker& w = *rt_->workers[i];
       if (w.active.load(std::memory_order_relaxed)) continue;
       if (!rt_->SetSpareActive(w, true)) {
-        // Out of threads (or shutting down): the stuck workers' fibers wait, as without spares.
-        spare_failed_ = true;
-        if (!rt_->shutting_down.load(std::memory_order_relaxed)) {
+        // Out of threads or fds (or shutting down): the stuck workers' fibers wait, as without
+        // spares, until a later try succeeds.
+        spare_retry_at_ = now + std::chrono::seconds(1);
+        if (!spare_warned_ && !rt_->shutting_down.load(std::memory_order_relaxed)) {
+          spare_warned_ = true;
           std::fputs(
-              "weft: a spare worker thread could not start; fibers queued behind stuck "
-              "workers wait for them\n",
+              "weft: a spare worker could not start (no thread or no reactor); fibers "
+              "queued behind stuck workers wait for them (tried again each second)\n",
               stderr);
         }
         return;

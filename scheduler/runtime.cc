@@ -75,6 +75,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
                           .host_wake = [](void* impl) { static_cast<Impl*>(impl)->WakeOne(); },
                           .host_arg = impl_.get()});
   impl_->nworkers = n;
+  impl_->slots_started.store(n, std::memory_order_relaxed);  // before any thread starts
   // Spares only serve where a monitor sees workers stuck.
   const unsigned spares = options.stuck_threshold > std::chrono::microseconds::zero()
                               ? options.spare_workers.value_or(n)
@@ -223,6 +224,9 @@ void Runtime::Impl::StartWorkerThread(Worker& w, std::atomic<unsigned>* ready) {
       ready->fetch_add(1, std::memory_order_release);
       base_internal::FutexWake(*ready, 1);
     }
+    // A worker without a reactor serves (its fibers' I/O reports the error); a spare does not:
+    // SetSpareActive sees it and joins this thread.
+    if (w.spare && w.reactor == nullptr) return;
     WorkerLoop(w);
   });
 }
@@ -237,6 +241,19 @@ bool Runtime::Impl::SetSpareActive(Worker& w, bool active) {
         StartWorkerThread(w, nullptr);
       } catch (const std::system_error&) {
         return false;
+      }
+      // acquire: its fields (the reactor) are set. Short: a thread's start and a reactor's.
+      while (!w.ready.load(std::memory_order_acquire)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      if (w.reactor == nullptr) {  // its thread returned without serving
+        w.thread.join();
+        w.ready.store(false, std::memory_order_relaxed);
+        return false;
+      }
+      // relaxed: a hint for thieves (see slots_started).
+      if (slots_started.load(std::memory_order_relaxed) <= w.index) {
+        slots_started.store(w.index + 1, std::memory_order_relaxed);
       }
     }
   }
@@ -260,6 +277,14 @@ ForkJoinScope::ForkJoinScope(Runtime& rt) : worker_(WorkerOf(rt.impl_.get())) {
 }
 ForkJoinScope::~ForkJoinScope() {
   if (worker_ != nullptr) static_cast<Worker*>(worker_)->in_fork_join = false;
+}
+int ForkJoinWorkerForSpare(const Runtime& rt) {
+  Worker* w = WorkerOf(rt.impl_.get());
+  if (w == nullptr || !w->spare) return -1;
+  for (unsigned i = 0; i < rt.impl_->nworkers; ++i) {
+    if (!rt.impl_->workers[i]->held) return static_cast<int>(i);
+  }
+  return 0;
 }
 bool InFiberOf(const Runtime& rt) {
   Worker* w = WorkerOf(rt.impl_.get());

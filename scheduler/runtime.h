@@ -281,6 +281,9 @@ class ForkJoinScope {
   void* worker_;
 };
 bool InFiberOf(const Runtime& rt);
+// ForkJoinWorkerForSpare: for a fiber on one of rt's spare workers, the worker its fork-join
+// root should run on (one the monitor does not see stuck, else 0); -1 elsewhere.
+int ForkJoinWorkerForSpare(const Runtime& rt);
 
 // Fiber-local storage: a slot table per fiber (per thread outside fibers).
 struct LocalSlots {
@@ -399,12 +402,25 @@ class Runtime {
   // (deque/fork_join.h: worker.spawn / worker.sync) on this runtime's workers: each worker has a
   // split deque, idle workers steal tasks, and an unstolen spawn+sync costs about a function
   // call. From a fiber of this runtime it runs inline on the fiber (which does not park until
-  // it returns); from anywhere else it runs on a new fiber and blocks until done. Tasks are for
+  // it returns; on a spare worker, it runs on a fiber pinned to a worker, which this one
+  // waits for); from anywhere else it runs on a new fiber and blocks until done. Tasks are for
   // computation: they must not park, yield or do fiber I/O (they may run on a worker's own
   // stack, outside any fiber), and must not throw.
   template <typename F, typename... Args>
   auto fork_join(F f, Args... args) -> std::invoke_result_t<F&, ForkJoinWorker&, Args&...> {
     if (scheduler_internal::InFiberOf(*this)) {
+      if (const int k = scheduler_internal::ForkJoinWorkerForSpare(*this); k >= 0) {
+        // A fiber on a spare worker, which has no deque in the pool: the root runs on a fiber
+        // pinned to worker k (inline there), and this fiber waits for it.
+        auto r =
+            spawn([&] { return fork_join(std::move(f), std::move(args)...); }, {.pinned_worker = k})
+                .join();
+        if constexpr (!std::is_void_v<std::invoke_result_t<F&, ForkJoinWorker&, Args&...>>) {
+          return std::move(*r);
+        } else {
+          return;
+        }
+      }
       scheduler_internal::ForkJoinScope scope(*this);  // the monitor: computing, as asked
       return scheduler_internal::ForkJoinPoolOf(*this).run(std::move(f), std::move(args)...);
     }
@@ -434,6 +450,7 @@ class Runtime {
   friend class scheduler_internal::ForkJoinScope;
   friend class scheduler_internal::BlockOnScope;
   friend bool scheduler_internal::InFiberOf(const Runtime& rt);
+  friend int scheduler_internal::ForkJoinWorkerForSpare(const Runtime& rt);
   friend void scheduler_internal::Spawn(Runtime&, scheduler_internal::FiberBody*,
                                         const FiberOptions&);
   std::unique_ptr<Impl> impl_;

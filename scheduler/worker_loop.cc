@@ -159,7 +159,8 @@ int Runtime::Impl::PollReactor(Worker& w, std::optional<Clock::time_point> deadl
   if (Fiber* g = NextLocal(w)) return g;
   if (std::optional<Fiber*> g = inject.try_pop()) return *g;
   if (Fiber* g = TakeOverflow(w, /*batch=*/true)) return g;
-  const auto n = static_cast<unsigned>(workers.size());
+  // The workers and the spares started so far (a prefix: they start in order).
+  const unsigned n = slots_started.load(std::memory_order_relaxed);
   if (n > 1) {
     w.rng ^= w.rng << 13;
     w.rng ^= w.rng >> 7;
@@ -281,7 +282,11 @@ bool Runtime::Impl::Dormant(Worker& w) {
   }
   bool forwarded = false;
   while (Fiber* f = NextLocal(w)) {
-    while (!inject.try_push(f)) std::this_thread::yield();
+    if (!inject.try_push(f)) {  // full: the overflow list, which every worker takes from too
+      std::lock_guard<std::mutex> lock(overflow_mu);
+      overflow.push(f);
+      overflow_size.store(overflow.count, std::memory_order_relaxed);
+    }
     forwarded = true;
   }
   if (forwarded) WakeOne();
@@ -311,6 +316,9 @@ bool Runtime::Impl::Dormant(Worker& w) {
     auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - now);
     base_internal::FutexWait(w.wake_word, word, std::max(left, std::chrono::microseconds(0)));
   }
+  Bump(w.counters.idle_ns,
+       static_cast<std::uint64_t>(
+           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count()));
   return false;
 }
 
@@ -356,7 +364,7 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   install_stack_overflow_handler();
   set_waiter_provider(&ProvideWaiter, &w);
   // A spare has no split deque of its own in the fork-join pool (it holds one per worker);
-  // fork_join from a fiber on a spare submits its root like a plain thread's.
+  // Runtime::fork_join from a fiber on a spare runs its root on a worker's fiber.
   if (!w.spare) fork_join->attach_current_thread(w.index);
   int idle_passes = 0;
   bool was_active = false;  // a spare's: it served in its last pass

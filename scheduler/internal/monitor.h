@@ -90,7 +90,7 @@ class Monitor {
   void DefaultReport(const StuckFiber& s, std::chrono::steady_clock::time_point now);
   // Spares: with every serving worker (the workers and the active spares) stuck, one more
   // spare serves; with fewer stuck than spares serving, the last one to start goes dormant.
-  void Spares(unsigned stuck);
+  void Spares(unsigned stuck, std::chrono::steady_clock::time_point now);
   void Hint();  // the deadlock hint (RuntimeOptions::deadlock_hint_after)
   void Unpark();
 
@@ -101,7 +101,10 @@ class Monitor {
   std::vector<Watch> watch_;  // the monitor thread's
   bool hinted_ = false;       // this idle spell's deadlock hint was given (the monitor thread's)
   std::vector<Worker*> active_spares_;  // in the order they became active (the monitor thread's)
-  bool spare_failed_ = false;           // a spare's thread could not start (the monitor thread's)
+  // After a spare could not start (no thread, no reactor): not again before this, and said on
+  // stderr once (the monitor thread's).
+  std::chrono::steady_clock::time_point spare_retry_at_{};
+  bool spare_warned_ = false;
   // The default report's rate limit (the monitor thread's).
   std::chrono::steady_clock::time_point last_line_{};
   std::uint64_t skipped_lines_ = 0;

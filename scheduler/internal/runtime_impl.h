@@ -67,6 +67,10 @@ struct Runtime::Impl {
   // (it joins every thread it then finds started).
   std::mutex spare_mu;
   bool spares_closed = false;  // guarded by spare_mu
+  // slots_started: nworkers plus the spares whose threads have started (spares start in index
+  // order, so they are the first of workers). Relaxed: a thief that reads a stale count skips
+  // the newest spare for a pass.
+  weft::atomic<unsigned> slots_started{0};
   // held_workers: how many workers the monitor last saw stuck (Worker::held); relaxed, a hint
   // that the fairness pass reads (one load per kFairnessInterval starts).
   weft::atomic<unsigned> held_workers{0};
@@ -147,8 +151,10 @@ struct Runtime::Impl {
   // StartWorkerThread: w's thread, which sets its fields and its reactor, counts itself in
   // `ready` (if not null) and runs the loop. Throws std::system_error if it cannot start.
   void StartWorkerThread(Worker& w, std::atomic<unsigned>* ready);
-  // SetSpareActive: the monitor's; starts the spare's thread at its first activation. False if
-  // it could not (out of threads, or the runtime is shutting down).
+  // SetSpareActive: the monitor's; starts the spare's thread at its first activation (and waits
+  // until it is set up). False if it could not: no thread, no reactor (a spare without one
+  // does not serve: its fibers' I/O would fail; its thread ends and a later call tries
+  // again), or the runtime is shutting down.
   bool SetSpareActive(Worker& w, bool active);
   // Dormant: a pass of a dormant spare's loop (see Worker::spare); true once it must exit.
   bool Dormant(Worker& w);
