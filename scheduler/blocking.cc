@@ -33,6 +33,7 @@ Transfer AfterEnterRegion(Transfer t) {
   if (!f->rt->blocking->submit(&f->region_task.task)) {
     // No blocking thread can start: stay on the worker (the region then blocks it).
     f->state.store(kRunnable, std::memory_order_relaxed);
+    f->rt->StampRunnable(f);
     f->rt->PushLocal(*f->worker, f);
   }
   return t;
@@ -62,6 +63,7 @@ void RunRegion(BlockingTask* task) {
 Transfer AfterLeaveRegion(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   f->state.store(kRunnable, std::memory_order_relaxed);
+  f->rt->StampRunnable(f);
   f->rt->Schedule(f);  // from a blocking thread: the inject queue (or the pinned worker)
   return t;
 }

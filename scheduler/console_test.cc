@@ -210,6 +210,23 @@ TEST(Console, OutOfFdsItWaitsInsteadOfSpinning) {
   ::close(client);
 }
 
+// With RuntimeOptions::measure_latency, each fiber listed carries the longest it waited to run.
+TEST(Console, FibersCarryTheirLongestWaitWhenMeasured) {
+  PrivateDir dir;
+  Runtime rt({.workers = 1, .console = true, .console_dir = dir.path, .measure_latency = true});
+  Event never;
+  JoinHandle<void> parked = rt.spawn([&] { (void)never.wait(); });
+  Client c(rt.console_path());
+  std::string fibers;
+  for (auto end = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < end;) {
+    fibers = c.Ask("fibers");
+    if (fibers.find("\"parked\":1") != std::string::npos) break;
+  }
+  EXPECT_NE(fibers.find("\"max_wait_us\":"), std::string::npos) << fibers;
+  never.set();
+  (void)parked.join();
+}
+
 TEST(Console, TheSocketGoesAwayWithTheRuntime) {
   PrivateDir dir;
   std::string path;

@@ -354,7 +354,33 @@ TEST(StatsTest, CountersAndDump) {
   }
 }
 
-// ---- Fork-join on the workers -----------------------------------------------------------------
+// RuntimeOptions::measure_latency: a fiber made runnable while its worker computes for 20 ms
+// waits at least that long to run, and the worker's histogram of scheduling latencies has it
+// (a bucket at 16 ms or more); without the option there is no histogram.
+TEST(StatsTest, SchedulingLatencyWhenAskedFor) {
+  // No monitor: a spare worker would run the waiting fiber sooner.
+  Runtime rt(
+      {.workers = 1, .stuck_threshold = std::chrono::microseconds(0), .measure_latency = true});
+  rt.block_on([&] {
+    JoinHandle<void> waiting = rt.spawn([] {});
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+    EXPECT_TRUE(waiting.join().ok());
+  });
+  const std::string json = rt.stats_json();
+  const std::size_t at = json.find("\"sched_latency_ns\":[");
+  ASSERT_NE(at, std::string::npos) << json;
+  std::uint64_t longest = 0;  // the highest bucket's lower bound
+  for (std::size_t i = json.find("[[", at); i != std::string::npos && i < json.find("]]", at);
+       i = json.find(",[", i + 1)) {
+    longest = std::max<std::uint64_t>(longest, std::strtoull(json.c_str() + i + 2, nullptr, 10));
+  }
+  EXPECT_GE(longest, 16000000u) << json;
+  Runtime plain({.workers = 1});
+  plain.block_on([] {});
+  EXPECT_EQ(plain.stats_json().find("sched_latency_ns"), std::string::npos);
+}
 
 // ---- Fork-join on the workers -----------------------------------------------------------------
 

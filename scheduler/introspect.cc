@@ -91,6 +91,7 @@ std::string Runtime::Impl::FibersJson(std::size_t limit) {
     int fd;
     int pinned;
     int worker;
+    std::uint32_t max_wait_us;
   };
   std::vector<Listed> listed;
   std::map<std::string, std::size_t> states, waits;
@@ -122,7 +123,8 @@ std::string Runtime::Impl::FibersJson(std::size_t limit) {
                what,
                what != nullptr ? fd : -1,
                f->pinned != nullptr ? int(f->pinned->index) : -1,
-               -1};
+               -1,
+               f->max_wait_us.load(std::memory_order_relaxed)};
       f->meta_lock.unlock();
       if (s == kRunning) {
         for (const auto& [fiber, index] : running) {
@@ -165,6 +167,7 @@ std::string Runtime::Impl::FibersJson(std::size_t limit) {
     if (l.fd >= 0) out += ",\"fd\":" + std::to_string(l.fd);
     if (l.pinned >= 0) out += ",\"pinned\":" + std::to_string(l.pinned);
     if (l.worker >= 0) out += ",\"worker\":" + std::to_string(l.worker);
+    if (measure_latency) out += ",\"max_wait_us\":" + std::to_string(l.max_wait_us);
     out += '}';
   }
   out += "]}";
@@ -194,8 +197,7 @@ std::string Runtime::stats_json() const {
                   "%s{\"index\":%u,\"reactor\":\"%s\",\"spawned\":%" PRIu64 ",\"run\":%" PRIu64
                   ",\"stolen\":%" PRIu64 ",\"parked\":%" PRIu64 ",\"polled\":%" PRIu64
                   ",\"sleeps\":%" PRIu64 ",\"idle_ns\":%" PRIu64 ",\"no_stack\":%" PRIu64
-                  ",\"rescued\":%" PRIu64 ",\"stuck\":%" PRIu64
-                  ",\"timers\":%zu,\"queue\":%zu%s%s}",
+                  ",\"rescued\":%" PRIu64 ",\"stuck\":%" PRIu64 ",\"timers\":%zu,\"queue\":%zu%s%s",
                   w->index == 0 ? "" : ",", w->index, backend.c_str(), get(c.spawned), get(c.run),
                   get(c.stolen), get(c.parked), get(c.polled), get(c.sleeps), get(c.idle_ns),
                   get(c.no_stack), get(c.rescued), get(c.stuck), TimersOf(*w),
@@ -204,6 +206,11 @@ std::string Runtime::stats_json() const {
                   : w->active.load(std::memory_order_relaxed) ? ",\"spare\":\"active\""
                                                               : ",\"spare\":\"dormant\"");
     out += buf;
+    if (w->sched_latency != nullptr) {
+      out += ",\"sched_latency_ns\":";
+      w->sched_latency->append_json(out);
+    }
+    out += '}';
   }
   std::int64_t live = impl_->credits.load(std::memory_order_relaxed);
   for (const auto& w : impl_->workers) live -= w->credits.load(std::memory_order_relaxed);

@@ -58,6 +58,7 @@ Transfer AfterPark(Transfer t) {
       FreeTimerEntry(e);
       f->pending_timer = nullptr;
       f->state.store(kRunnable, std::memory_order_relaxed);
+      rt->StampRunnable(f);
       rt->PushLocal(*w, f);
       return t;
     }
@@ -66,7 +67,10 @@ Transfer AfterPark(Transfer t) {
   // Store then load: the Dekker pairing with notify (park.h).
   bool claimed = PublishParked(*f, rt->light_park);
   if (e != nullptr) w->timer_mu.unlock();
-  if (claimed) rt->PushLocal(*w, f);
+  if (claimed) {
+    rt->StampRunnable(f);
+    rt->PushLocal(*w, f);
+  }
   if (head < head_before) rt->WatchTimers(*w, head);
   return t;
 }
@@ -182,10 +186,14 @@ void FiberWaiter::notify() {
   // The handshake is park.h's; it reads f->light_park, not f->rt's: a finished fiber's runtime
   // may be gone.
   if (NotifyParked(*f)) {
+    f->rt->StampRunnable(f);
     f->rt->Schedule(f);
     return;
   }
-  if (NotifyWithPermit(*f)) f->rt->Schedule(f);
+  if (NotifyWithPermit(*f)) {
+    f->rt->StampRunnable(f);
+    f->rt->Schedule(f);
+  }
   // Or it waits inside a BlockingRegion (RegionWait): seq_cst, the Dekker pair with its
   // region_waiting store.
   if (f->region_waiting.load(std::memory_order_seq_cst)) [[unlikely]] {

@@ -68,6 +68,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   impl_->self = this;
   impl_->light_park = LightParkWanted();
+  impl_->measure_latency = options.measure_latency;
   impl_->blocking = std::make_unique<BlockingPool>(options.max_blocking_threads);
   impl_->fork_join = std::make_unique<ForkJoinPool>(
       ForkJoinPoolOptions{.workers = n,
@@ -86,6 +87,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     w->index = i;
     w->spare = i >= n;
     w->rng = 0x9E3779B97F4A7C15ull * (i + 1);
+    if (options.measure_latency) w->sched_latency = std::make_unique<LogHistogram>();
     impl_->workers.push_back(std::move(w));
   }
   if (options.stuck_threshold > std::chrono::microseconds::zero()) {

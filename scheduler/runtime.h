@@ -87,6 +87,10 @@ struct RuntimeOptions {
   // $WEFT_CONSOLE_DIR, else $XDG_RUNTIME_DIR/weft, else /tmp/weft-<uid>). POSIX only.
   bool console = false;
   std::string console_dir;
+  // measure_latency: each fiber's scheduling latency (from runnable to running) goes into a
+  // histogram per worker (stats_json's sched_latency_ns) and its longest into the fiber's
+  // max_wait_us (the console's fibers). Two clock reads per wake-up; off, one test of a flag.
+  bool measure_latency = false;
 };
 
 struct FiberOptions {

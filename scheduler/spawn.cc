@@ -43,6 +43,10 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options) {
   f->pending_timer = nullptr;
   // (The waiter's note_wait is null already: every wait resets it as it ends.)
   f->state.store(kRunnable, std::memory_order_relaxed);
+  if (impl.measure_latency) [[unlikely]] {
+    f->max_wait_us.store(0, std::memory_order_relaxed);  // a new fiber in a reused object
+    impl.StampRunnable(f);
+  }
   if (w != nullptr) {
     std::int64_t spare = w->credits.load(std::memory_order_relaxed);
     if (spare == 0) {

@@ -77,6 +77,7 @@ std::size_t Runtime::Impl::PopDueTimers(Worker& w, Worker& heap, bool try_lock) 
     for (std::size_t i = 0; i < n; ++i) {
       TimerEntry* e = due[i];
       if (Fiber* f = ClaimTimedOut(e)) {
+        StampRunnable(f);
         Context ctx = f->context();  // read before: once published, f may run and end elsewhere
         if (f->pinned != nullptr && f->pinned != &w) {
           ScheduleElsewhere(f);

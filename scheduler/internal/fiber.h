@@ -198,6 +198,12 @@ struct alignas(64) Fiber {
   // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
   std::atomic<std::uint32_t> region_word{0};
   std::atomic<bool> region_waiting{false};
+  // Scheduling latency (RuntimeOptions::measure_latency; untouched otherwise): when it last
+  // became runnable (steady_clock ticks, written by whoever made it so, before queueing it; 0
+  // once it ran), and the longest it has waited to run since its spawn (written by the workers
+  // that run it, read by the console: relaxed).
+  Clock::rep runnable_at = 0;
+  weft::atomic<std::uint32_t> max_wait_us{0};
 };
 
 // FiberBlock: Fiber objects are made kFibers at a time, kStride bytes apart, in one page-aligned

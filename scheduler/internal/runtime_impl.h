@@ -85,6 +85,30 @@ struct Runtime::Impl {
   scheduler_internal::IdleWorkers<Worker, std::mutex> idle;
   weft::atomic<bool> stop{false};
   std::atomic<bool> shutting_down{false};
+  // measure_latency: RuntimeOptions::measure_latency; set before any worker starts.
+  bool measure_latency = false;
+  // StampRunnable: f became runnable (a wake-up's winner, a spawn, a yield, a region's end),
+  // just before it is queued: the time, when this runtime measures scheduling latency.
+  void StampRunnable(Fiber* f) {
+    if (measure_latency) [[unlikely]]
+      f->runnable_at = Clock::now().time_since_epoch().count();
+  }
+  // RecordLatency: f starts on w: how long it waited since StampRunnable.
+  [[gnu::noinline]] void RecordLatency(Worker& w, Fiber* f) {
+    if (f->runnable_at == 0) return;
+    const Clock::rep waited = Clock::now().time_since_epoch().count() - f->runnable_at;
+    f->runnable_at = 0;
+    if (waited < 0) return;
+    w.sched_latency->record(static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::duration(waited)).count()));
+    const auto us = static_cast<std::uint32_t>(std::min<Clock::rep>(
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::duration(waited)).count(),
+        UINT32_MAX));
+    // relaxed: a figure for the console; the runs of one fiber are ordered by its hand-offs.
+    if (us > f->max_wait_us.load(std::memory_order_relaxed)) {
+      f->max_wait_us.store(us, std::memory_order_relaxed);
+    }
+  }
   // light_park: the park/notify Dekker pair is asymmetric (the file comment); set once, before
   // any worker starts.
   bool light_park = false;
@@ -451,6 +475,8 @@ struct Runtime::Impl {
     w.current = f;
     ++w.tick;
     scheduler_internal::Bump(w.counters.run);
+    if (measure_latency) [[unlikely]]
+      RecordLatency(w, f);
   }
   // Spill: half of the yield ring to the stealable queue, for a thief that asked or a sleeping
   // worker; pinned fibers stay.

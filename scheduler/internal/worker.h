@@ -31,6 +31,7 @@
 #include "weft/base/atomic.h"
 #include "weft/base/fault.h"
 #include "weft/base/futex.h"
+#include "weft/base/histogram.h"
 #include "weft/context/context.h"
 #include "weft/context/stack.h"
 #include "weft/deque/spmc_ring.h"
@@ -167,6 +168,9 @@ struct Worker {
   std::uint64_t direct_io_tick = ~std::uint64_t{0};
   unsigned direct_io_used = 0;
   Counters counters;
+  // Scheduling latencies of the fibers it started (RuntimeOptions::measure_latency; null if
+  // off). Its one writer is the owner; stats_json reads it.
+  std::unique_ptr<LogHistogram> sched_latency;
 
   // Mailbox from other threads: pinned fibers made runnable, and I/O cancel requests.
   std::mutex mail_mu;
