@@ -87,7 +87,10 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     w->index = i;
     w->spare = i >= n;
     w->rng = 0x9E3779B97F4A7C15ull * (i + 1);
-    if (options.measure_latency) w->sched_latency = std::make_unique<LogHistogram>();
+    if (options.measure_latency) {
+      w->measure_latency = true;
+      w->sched_latency = std::make_unique<LogHistogram>();
+    }
     impl_->workers.push_back(std::move(w));
   }
   if (options.stuck_threshold > std::chrono::microseconds::zero()) {

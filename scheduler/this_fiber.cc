@@ -27,7 +27,8 @@ namespace {
 Transfer AfterYield(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   f->state.store(kRunnable, std::memory_order_relaxed);
-  f->rt->StampRunnable(f);
+  if (f->worker->measure_latency) [[unlikely]]
+    Runtime::Impl::StampNow(f);
   f->worker->yields.push(f);
   return t;
 }
@@ -60,7 +61,8 @@ void yield() {
     // Straight to the next fiber, with no on-top function: the ring is this worker's alone, so
     // nothing can take f from it before the switch below has saved f.
     f->state.store(kRunnable, std::memory_order_relaxed);
-    f->rt->StampRunnable(f);
+    if (w->measure_latency) [[unlikely]]
+      Runtime::Impl::StampNow(f);
     w->yields.push(f);
     jump_context_last(next->context(), next);  // a tail call: f resumes in yield's caller
     return;

@@ -89,12 +89,17 @@ struct Runtime::Impl {
   bool measure_latency = false;
   // StampRunnable: f became runnable (a wake-up's winner, a spawn, a yield, a region's end),
   // just before it is queued: the time, when this runtime measures scheduling latency.
+  // Off, one test of a flag: the clock read is out of line (and cold), so the paths that stamp
+  // (yield's tail call among them) keep their shape.
   void StampRunnable(Fiber* f) {
     if (measure_latency) [[unlikely]]
-      f->runnable_at = Clock::now().time_since_epoch().count();
+      StampNow(f);
+  }
+  [[gnu::cold, gnu::noinline]] static void StampNow(Fiber* f) {
+    f->runnable_at = Clock::now().time_since_epoch().count();
   }
   // RecordLatency: f starts on w: how long it waited since StampRunnable.
-  [[gnu::noinline]] void RecordLatency(Worker& w, Fiber* f) {
+  [[gnu::cold, gnu::noinline]] void RecordLatency(Worker& w, Fiber* f) {
     if (f->runnable_at == 0) return;
     const Clock::rep waited = Clock::now().time_since_epoch().count() - f->runnable_at;
     f->runnable_at = 0;
@@ -475,7 +480,7 @@ struct Runtime::Impl {
     w.current = f;
     ++w.tick;
     scheduler_internal::Bump(w.counters.run);
-    if (measure_latency) [[unlikely]]
+    if (w.measure_latency) [[unlikely]]  // the worker's copy: a line Started writes anyway
       RecordLatency(w, f);
   }
   // Spill: half of the yield ring to the stealable queue, for a thief that asked or a sleeping

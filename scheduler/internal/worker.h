@@ -167,6 +167,9 @@ struct Worker {
   // == tick, i.e. for one run of one fiber.
   std::uint64_t direct_io_tick = ~std::uint64_t{0};
   unsigned direct_io_used = 0;
+  // RuntimeOptions::measure_latency, copied where the start and yield paths look (owner only;
+  // in what was padding, so that no other field moves).
+  bool measure_latency = false;
   Counters counters;
   // Scheduling latencies of the fibers it started (RuntimeOptions::measure_latency; null if
   // off). Its one writer is the owner; stats_json reads it.
