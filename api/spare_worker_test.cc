@@ -15,6 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "weft/api/io.h"
+#include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/coordination.h"
 
@@ -30,15 +31,7 @@ namespace {
 #ifndef _WIN32
 using namespace std::chrono_literals;
 
-// HoldUntil: holds the calling fiber's worker (no switch) until pred() or the cap; pred()'s value.
-template <typename Pred>
-bool HoldUntil(Pred pred, std::chrono::seconds cap = 30s) {
-  const auto end = std::chrono::steady_clock::now() + cap;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-  }
-  return true;
-}
+using testing::HoldUntil;
 
 void EchoBesideHeldWorkers(unsigned workers) {
   std::atomic<unsigned> reports{0};

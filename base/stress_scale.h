@@ -17,6 +17,7 @@
 #include <cstdio>
 #endif
 
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <ctime>
@@ -95,6 +96,17 @@ inline bool LimitAddressSpace(std::size_t headroom, rlimit* saved) {
   return pages != 0 && ::setrlimit(RLIMIT_AS, &tight) == 0;
 }
 #endif
+
+// HoldUntil: spins (in a fiber: holding its worker, with no switch) until pred() or `cap`;
+// pred()'s value. The cap only turns a regression into a failure instead of a hang.
+template <typename Pred>
+bool HoldUntil(Pred pred, std::chrono::seconds cap = std::chrono::seconds(30)) {
+  const auto end = std::chrono::steady_clock::now() + cap;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+  }
+  return true;
+}
 
 }  // namespace weft::testing
 

@@ -2,7 +2,7 @@
 #
 # drive_server NAME SERVER DRIVER DIR [SERVER_FLAGS...] -- [DRIVER_FLAGS...]
 #   Starts the example server SERVER on a free port with 2 workers, floods it with the load
-#   driver DRIVER (--server_pid: it gates on the server's fds and RSS), its JSON lines going to
+#   driver DRIVER (--server_pid: it gates on the server's sockets and RSS), its JSON lines going to
 #   stdout and DIR/NAME.json, then stops the server with SIGTERM, also when the driver's gate
 #   failed (the server prints its counts as it exits). Returns 1 if the gate failed or the server
 #   did not exit cleanly.

@@ -1,6 +1,6 @@
 // examples/load_driver.cc: floods the echo or chat example server and checks exact delivery,
 // LLAM-style: the gate is delivery >= 0.999 (every message, in order per sender), and, given
-// --server_pid, flat server fd counts and RSS (not gated in asan/tsan builds) across rounds.
+// --server_pid, flat server socket counts and RSS (not gated in asan/tsan builds) across rounds.
 // Prints one JSON line per round and exits non-zero if the gate fails.
 //
 //   load_driver --mode echo --port 7000 --conns 100 --messages 1000 [--rounds 3]
@@ -45,12 +45,12 @@ ABSL_FLAG(int, port, 7000, "the server's port");
 ABSL_FLAG(int, conns, 100, "well-behaved client connections");
 ABSL_FLAG(int, messages, 1000, "messages per client per round");
 ABSL_FLAG(int, size, 64, "echo: bytes per message (>= 16)");
-ABSL_FLAG(int, rounds, 1, "rounds (each checks delivery, and the server's fds and RSS)");
+ABSL_FLAG(int, rounds, 1, "rounds (each checks delivery, and the server's sockets and RSS)");
 ABSL_FLAG(int, stall, 0, "chat: more clients that join and then never read");
 ABSL_FLAG(int, line_bytes, 0, "chat: pad lines to about this many bytes (<= 1 MiB)");
 ABSL_FLAG(int, churn, 0, "more clients per round that misbehave in turn and reconnect");
 ABSL_FLAG(int, workers, 0, "the driver's own workers (0: all cores)");
-ABSL_FLAG(long, server_pid, 0, "the server's pid: gate on its fds and RSS across rounds");
+ABSL_FLAG(long, server_pid, 0, "the server's pid: gate on its sockets and RSS across rounds");
 
 namespace {
 
@@ -87,16 +87,27 @@ long RssKiB(long pid) {
   return -1;
 }
 
-long FdCount(long pid) {
-  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+// SocketCount: the server's open sockets (its listener and its connections): what a connection
+// it failed to close would leave. Its other fds are the runtime's own (each worker's reactor,
+// a spare worker's when one starts, the signal pipe) and come and go with no leak.
+long SocketCount(long pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return -1;
   long n = 0;
-  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char target[64] = {};
+    if (::readlink((dir + "/" + e->d_name).c_str(), target, sizeof target - 1) > 0 &&
+        std::strncmp(target, "socket:", 7) == 0) {
+      ++n;
+    }
+  }
   ::closedir(d);
   return n;
 }
 
-// ShowServer: what the server holds when its fds did not come back: each fd's target, and (the
+// ShowServer: what the server holds when its sockets did not come back: each fd's target, and (the
 // example servers dump their live fibers on SIGUSR1) what every fiber is parked on.
 void ShowServer(long pid) {
   std::string dir = "/proc/" + std::to_string(pid) + "/fd";
@@ -327,7 +338,7 @@ int main(int argc, char** argv) {
       f.mode == "echo" ? long{f.conns} * f.messages : long{f.conns} * f.conns * f.messages;
   long rss0 = f.server_pid != 0 ? RssKiB(f.server_pid) : -1;
   long rss1 = -1;  // after the first round: the baseline of a warm server
-  long fds0 = f.server_pid != 0 ? FdCount(f.server_pid) : -1;
+  long sockets0 = f.server_pid != 0 ? SocketCount(f.server_pid) : -1;
   bool pass = true;
   for (int round = 1; round <= f.rounds; ++round) {
     auto start = Clock::now();
@@ -346,30 +357,30 @@ int main(int argc, char** argv) {
     });
     double secs = std::chrono::duration<double>(Clock::now() - start).count();
     double ratio = static_cast<double>(delivered) / static_cast<double>(expected);
-    long rss = -1, fds = -1;
+    long rss = -1, sockets = -1;
     if (f.server_pid != 0) {
       // The server closes its side once it sees ours closed: give it a moment.
-      for (int i = 0; i < 200 && (fds = FdCount(f.server_pid)) > fds0; ++i) {
+      for (int i = 0; i < 200 && (sockets = SocketCount(f.server_pid)) > sockets0; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       rss = RssKiB(f.server_pid);
-      if (fds > fds0) ShowServer(f.server_pid);
+      if (sockets > sockets0) ShowServer(f.server_pid);
       if (round == 1) rss1 = rss;
     }
     // RSS: a warm server's stays within 10% (and 4 MiB) of what it was after the first round.
     // Not gated in sanitizer builds (kRssGated): their shadow memory and allocation quarantine
     // grow RSS with no leak (tsan's grew 50 -> 81 MiB in a round), and asan finds real leaks.
     bool rss_flat = !kRssGated || f.server_pid == 0 || rss <= rss1 + std::max(rss1 / 10, 4096L);
-    bool round_pass =
-        ratio >= 0.999 && (f.server_pid == 0 || fds <= fds0) && rss_flat && churn.bad.load() == 0;
+    bool round_pass = ratio >= 0.999 && (f.server_pid == 0 || sockets <= sockets0) && rss_flat &&
+                      churn.bad.load() == 0;
     pass = pass && round_pass;
     std::printf(
         "{\"mode\":\"%s\",\"round\":%d,\"conns\":%d,\"expected\":%ld,\"delivered\":%ld,"
         "\"delivery\":%.6f,\"seconds\":%.3f,\"msgs_per_s\":%.0f,\"server_rss_kib\":[%ld,%ld],"
-        "\"server_fds\":[%ld,%ld],\"stalled\":%d,\"stalled_disconnected\":%ld,"
+        "\"server_sockets\":[%ld,%ld],\"stalled\":%d,\"stalled_disconnected\":%ld,"
         "\"churn_connections\":%ld,\"churn_bad\":%ld,\"rss_gated\":%s,\"pass\":%s}\n",
         f.mode.c_str(), round, f.conns, expected, delivered, ratio, secs,
-        static_cast<double>(delivered) / secs, rss0, rss, fds0, fds, f.stall, disconnected,
+        static_cast<double>(delivered) / secs, rss0, rss, sockets0, sockets, f.stall, disconnected,
         churn.connections.load(), churn.bad.load(), kRssGated ? "true" : "false",
         round_pass ? "true" : "false");
     std::fflush(stdout);

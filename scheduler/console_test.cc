@@ -55,6 +55,16 @@ struct Client {
   ~Client() {
     if (fd >= 0) ::close(fd);
   }
+  // AskUntil: asks `line` until the reply has `needle` (or 30 s); the last reply.
+  std::string AskUntil(const std::string& line, const std::string& needle) {
+    std::string reply;
+    for (auto end = std::chrono::steady_clock::now() + 30s;
+         std::chrono::steady_clock::now() < end;) {
+      reply = Ask(line);
+      if (reply.find(needle) != std::string::npos) break;
+    }
+    return reply;
+  }
   // Ask: sends line and returns the reply line; empty if the server closed the connection.
   std::string Ask(const std::string& line) {
     (void)::send(fd, (line + "\n").data(), line.size() + 1, MSG_NOSIGNAL);
@@ -163,11 +173,7 @@ TEST(Console, NamesAreUtf8InTheJson) {
   JoinHandle<void> a = rt.spawn([&] { (void)never.wait(); }, {.name = "caf\xc3\xa9"});
   JoinHandle<void> b = rt.spawn([&] { (void)never.wait(); }, {.name = "bad\xff\xc3"});
   Client c(rt.console_path());
-  std::string fibers;
-  for (auto end = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < end;) {
-    fibers = c.Ask("fibers");
-    if (fibers.find("\"parked\":2") != std::string::npos) break;
-  }
+  const std::string fibers = c.AskUntil("fibers", "\"parked\":2");
   EXPECT_NE(fibers.find("\"name\":\"caf\xc3\xa9\""), std::string::npos) << fibers;
   EXPECT_NE(fibers.find("\"name\":\"bad\\ufffd\\ufffd\""), std::string::npos) << fibers;
   never.set();
@@ -217,11 +223,7 @@ TEST(Console, FibersCarryTheirLongestWaitWhenMeasured) {
   Event never;
   JoinHandle<void> parked = rt.spawn([&] { (void)never.wait(); });
   Client c(rt.console_path());
-  std::string fibers;
-  for (auto end = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < end;) {
-    fibers = c.Ask("fibers");
-    if (fibers.find("\"parked\":1") != std::string::npos) break;
-  }
+  const std::string fibers = c.AskUntil("fibers", "\"parked\":1");
   EXPECT_NE(fibers.find("\"max_wait_us\":"), std::string::npos) << fibers;
   never.set();
   (void)parked.join();

@@ -304,15 +304,7 @@ struct Sleepers {
   }
 };
 
-// HoldUntil: holds the calling fiber's worker (no switch) until pred() or the cap; pred()'s value.
-template <typename Pred>
-bool HoldUntil(Pred pred, std::chrono::seconds cap = 30s) {
-  const auto end = std::chrono::steady_clock::now() + cap;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-  }
-  return true;
-}
+using testing::HoldUntil;
 
 // Every worker held by a fiber that never switches: a spare worker serves the others (its
 // sleepers' timers, rescued from the stuck workers, then its own), so they make progress while

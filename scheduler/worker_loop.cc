@@ -205,6 +205,20 @@ void Runtime::Impl::HelpHeld(Worker& w) {
   w.current = nullptr;
 }
 
+void Runtime::Impl::WaitIdle(Worker& w, std::uint32_t word, Clock::time_point deadline) {
+  Bump(w.counters.sleeps);
+  const Clock::time_point from = Clock::now();
+  if (w.reactor != nullptr) {
+    PollReactor(w, deadline);
+  } else {
+    auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - from);
+    base_internal::FutexWait(w.wake_word, word, std::max(left, std::chrono::microseconds(0)));
+  }
+  Bump(w.counters.idle_ns,
+       static_cast<std::uint64_t>(
+           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - from).count()));
+}
+
 void Runtime::Impl::Sleep(Worker& w) {
   // One clock reading for the watch floor and the deadline, so that a deadline set by the floor
   // equals it (WatchTimers compares them).
@@ -255,18 +269,7 @@ void Runtime::Impl::Sleep(Worker& w) {
           std::clamp<Clock::duration>(2 * w.watch_backoff, kTimerRescueGrace, kWatchMax);
     }
     w.watch_until.store(deadline.time_since_epoch().count(), std::memory_order_relaxed);
-    Bump(w.counters.sleeps);
-    const Clock::time_point slept_from = Clock::now();  // after the trim: idle_ns is the sleep
-    if (w.reactor != nullptr) {
-      PollReactor(w, deadline);
-    } else {
-      auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - slept_from);
-      base_internal::FutexWait(w.wake_word, word, std::max(left, std::chrono::microseconds(0)));
-    }
-    Bump(w.counters.idle_ns,
-         static_cast<std::uint64_t>(
-             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - slept_from)
-                 .count()));
+    WaitIdle(w, word, deadline);  // after the trim: idle_ns is the sleep
   }
   idle.EndSleep(w);  // still listed if nobody woke us (a timer, or the safety net)
   if (monitor != nullptr) monitor->WorkerAwake();
@@ -309,16 +312,7 @@ bool Runtime::Impl::Dormant(Worker& w) {
   const Clock::time_point now = Clock::now();
   Clock::time_point deadline = now + (pending || head != kNoTimer ? kIdleNetMin : kIdleNetMax);
   if (head != kNoTimer) deadline = std::min(deadline, Clock::time_point(Clock::duration(head)));
-  Bump(w.counters.sleeps);
-  if (w.reactor != nullptr) {
-    PollReactor(w, deadline);
-  } else {
-    auto left = std::chrono::ceil<std::chrono::microseconds>(deadline - now);
-    base_internal::FutexWait(w.wake_word, word, std::max(left, std::chrono::microseconds(0)));
-  }
-  Bump(w.counters.idle_ns,
-       static_cast<std::uint64_t>(
-           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count()));
+  WaitIdle(w, word, deadline);
   return false;
 }
 

@@ -2,7 +2,7 @@
 # tools/soak.sh: soak runs. The echo and chat example servers each serve the load driver for many
 # rounds while misbehaving clients churn (they vanish mid-message, half-close, stop reading,
 # connect and leave at once, and reconnect); every round checks exact delivery to the
-# well-behaved clients, exact echoes to the half-closed ones, and the server's fds back to their
+# well-behaved clients, exact echoes to the half-closed ones, and the server's sockets back to their
 # baseline and its RSS flat (within 10% of the first round's). Prints one JSON line per round and
 # a summary; exits non-zero if any round fails.
 #
@@ -42,8 +42,8 @@ ok = sum(r["pass"] for r in rows)
 print(f"{sys.argv[1]}: {ok}/{len(rows)} rounds passed; {sum(r['delivered'] for r in rows)} of "
       f"{sum(r['expected'] for r in rows)} messages delivered; "
       f"{sum(r['churn_connections'] for r in rows)} churning connections, "
-      f"{sum(r['churn_bad'] for r in rows)} bad; server fds {rows[0]['server_fds'][0]} -> "
-      f"{rows[-1]['server_fds'][1]}, RSS {rows[0]['server_rss_kib'][1]} -> "
+      f"{sum(r['churn_bad'] for r in rows)} bad; server sockets {rows[0]['server_sockets'][0]} -> "
+      f"{rows[-1]['server_sockets'][1]}, RSS {rows[0]['server_rss_kib'][1]} -> "
       f"{rows[-1]['server_rss_kib'][1]} KiB")
 EOF
 }

@@ -523,6 +523,9 @@ struct Runtime::Impl {
   void HelpHeld(Worker& w);
   int PollReactor(Worker& w, std::optional<Clock::time_point> deadline);
   void Sleep(Worker& w);
+  // WaitIdle: w sleeps until `deadline` in its reactor (or on its wake word, read as `word`
+  // before the caller's last look for work), or until woken; counted in sleeps and idle_ns.
+  void WaitIdle(Worker& w, std::uint32_t word, Clock::time_point deadline);
   void Run(Worker& w, Fiber* f);
 };
 
