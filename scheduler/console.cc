@@ -186,6 +186,18 @@ std::string Console::Answer(const std::string& line) {
   if (line == "stuck") {
     return rt_->monitor != nullptr ? JsonOfStuck(rt_->monitor->recent_stuck()) : "{\"stuck\":[]}";
   }
+  if (line == "runs") {
+    if (rt_->monitor == nullptr) return "{\"longest_runs\":[]}";
+    std::string out = "{\"longest_runs\":[";
+    const std::vector<Monitor::LongRun> runs = rt_->monitor->longest_runs();
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      out += i == 0 ? "{\"fiber_id\":" : ",{\"fiber_id\":";
+      out += std::to_string(runs[i].fiber_id) + ",\"name\":";
+      AppendJsonString(out, runs[i].name);
+      out += ",\"longest_ns\":" + std::to_string(runs[i].longest.count()) + "}";
+    }
+    return out + "]}";
+  }
   if (line == "hello") {
     char buf[256];
     std::snprintf(buf, sizeof buf,
@@ -195,7 +207,7 @@ std::string Console::Answer(const std::string& line) {
                   static_cast<long long>(rt_->options.stuck_threshold.count()));
     return buf;
   }
-  return "{\"error\":\"unknown request; send hello, stats, fibers or stuck\"}";
+  return "{\"error\":\"unknown request; send hello, stats, fibers, stuck or runs\"}";
 }
 
 void Console::Loop() {

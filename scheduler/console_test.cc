@@ -123,6 +123,9 @@ TEST(Console, ServesHelloStatsFibersAndStuckAsJsonLines) {
   EXPECT_NE(fibers.find("\"on\":\"Event\""), std::string::npos) << fibers;
   EXPECT_NE(fibers.find("\"states\":{"), std::string::npos) << fibers;
   EXPECT_NE(fibers.find("\"deadlock_suspected\":false"), std::string::npos) << fibers;
+  // The held run ended: the monitor's next sample lists the fiber's longest.
+  const std::string runs = c.AskUntil("runs", "\"fiber_id\":");
+  EXPECT_NE(runs.find("{\"longest_runs\":[{\"fiber_id\":"), std::string::npos) << runs;
   const std::string stuck = c.Ask("stuck");
   EXPECT_NE(stuck.find("{\"stuck\":[{\"fiber_id\":"), std::string::npos) << stuck;
   EXPECT_NE(stuck.find("\"running_for_ns\":"), std::string::npos) << stuck;

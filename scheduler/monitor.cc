@@ -179,10 +179,12 @@ bool Monitor::Sample(MonitorClock::time_point now) {
     if (f != nullptr) run_queue_.record(w.queue.size_approx());
     if (run != seen.run || f == nullptr) {
       if (seen.reported) w.held = false;
-      // The run seen last time ended (or none was on); a long one goes to the histogram.
+      // The run seen last time ended (or none was on); a long one goes to the histogram, and
+      // to its fiber's longest.
       if (seen.held) {
-        long_runs_.record(static_cast<std::uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(now - seen.since).count()));
+        const auto lasted = std::chrono::duration_cast<std::chrono::nanoseconds>(now - seen.since);
+        long_runs_.record(static_cast<std::uint64_t>(lasted.count()));
+        NoteLongRun(seen, lasted);
       }
       seen = Watch{run, now};
       running = running || f != nullptr;
@@ -194,7 +196,11 @@ bool Monitor::Sample(MonitorClock::time_point now) {
       seen = Watch{run, now};
       continue;
     }
-    seen.held = true;
+    if (!seen.held) {
+      seen.held = true;
+      // Its identity, once per long run (for the longest runs; the console's "runs").
+      seen.identified = Identify(w, f, run, &seen.fiber_id, &seen.name);
+    }
     if (!seen.reported) {
       if (seen.cpu_ns < 0) {
         seen.cpu_ns = w.cpu_clock.cpu_ns();
@@ -269,10 +275,8 @@ void Monitor::Hint() {
   }
 }
 
-void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
-                     std::chrono::nanoseconds running_for) {
-  Worker& w = *rt_->workers[index];
-  StuckFiber s;
+bool Monitor::Identify(const Worker& w, Fiber* f, std::uint64_t run, std::uint64_t* id,
+                       std::string* name) {
   // The Fiber object outlives the runtime (blocks are retired, never freed): reading it is safe
   // even if it has finished since. fibers_mu, under which its block was listed after it was
   // made, orders the making before this read (current, read relaxed, does not); its identity is
@@ -280,13 +284,45 @@ void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
   {
     std::lock_guard<std::mutex> listed(rt_->fibers_mu);
     f->meta_lock.lock();
-    s.fiber_id = f->id;
-    s.name.assign(f->name, f->name_len);
+    *id = f->id;
+    name->assign(f->name, f->name_len);
     f->meta_lock.unlock();
   }
   // relaxed: as in Sample. If the worker moved on meanwhile, the identity may be another
-  // fiber's: drop the report (the spell ended).
-  if (w.counters.run.load(std::memory_order_relaxed) != run) return;
+  // fiber's.
+  return w.counters.run.load(std::memory_order_relaxed) == run;
+}
+
+void Monitor::NoteLongRun(const Watch& seen, std::chrono::nanoseconds lasted) {
+  if (!seen.identified) return;
+  std::lock_guard<std::mutex> lock(recent_mu_);
+  auto it = std::find_if(longest_.begin(), longest_.end(),
+                         [&](const LongRun& r) { return r.fiber_id == seen.fiber_id; });
+  if (it != longest_.end()) {
+    if (lasted <= it->longest) return;
+    it->longest = lasted;
+  } else if (longest_.size() < kLongestRuns) {
+    longest_.push_back({seen.fiber_id, seen.name, lasted});
+  } else if (lasted > longest_.back().longest) {
+    longest_.back() = {seen.fiber_id, seen.name, lasted};
+  } else {
+    return;
+  }
+  std::sort(longest_.begin(), longest_.end(),
+            [](const LongRun& a, const LongRun& b) { return a.longest > b.longest; });
+}
+
+std::vector<Monitor::LongRun> Monitor::longest_runs() const {
+  std::lock_guard<std::mutex> lock(recent_mu_);
+  return longest_;
+}
+
+void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
+                     std::chrono::nanoseconds running_for) {
+  Worker& w = *rt_->workers[index];
+  StuckFiber s;
+  // The spell ended meanwhile: no report.
+  if (!Identify(w, f, run, &s.fiber_id, &s.name)) return;
   s.worker = index;
   s.running_for = running_for;
   s.queued = w.queue.size_approx();

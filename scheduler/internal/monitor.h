@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -59,6 +60,15 @@ class Monitor {
   };
   static constexpr std::size_t kRecentStuck = 32;
   std::vector<StuckEvent> recent_stuck() const;
+  // longest_runs: the fibers whose runs without a switch lasted longest (seen across two
+  // samples or more; a lower bound), longest first, one entry per fiber, at most kLongestRuns.
+  struct LongRun {
+    std::uint64_t fiber_id = 0;
+    std::string name;
+    std::chrono::nanoseconds longest{0};
+  };
+  static constexpr std::size_t kLongestRuns = 16;
+  std::vector<LongRun> longest_runs() const;
 
   // WorkerAwake: a worker left its sleep; wakes the monitor if it is parked. Cheap when it is
   // not: a fence and a load, on the path out of a sleep only.
@@ -78,7 +88,16 @@ class Monitor {
     // The thread's CPU time at cpu_at, the second sample of the run (-1: not read yet).
     std::int64_t cpu_ns = -1;
     std::chrono::steady_clock::time_point cpu_at;
+    // The fiber of a held run (read once it is seen across two samples).
+    bool identified = false;
+    std::uint64_t fiber_id = 0;
+    std::string name;
   };
+  // Identify: f's id and name, read safely; false if w has moved on from `run` meanwhile (the
+  // identity may then be another fiber's).
+  bool Identify(const Worker& w, Fiber* f, std::uint64_t run, std::uint64_t* id, std::string* name);
+  // NoteLongRun: a held run ended, having lasted this long: into the longest runs.
+  void NoteLongRun(const Watch& seen, std::chrono::nanoseconds lasted);
   // Holds: whether the fiber itself holds the worker (it computes: the thread had at least half
   // the CPU since cpu_at; or it blocks in the kernel), rather than the system having
   // descheduled the thread. True when the platform cannot tell.
@@ -116,6 +135,7 @@ class Monitor {
   std::atomic<bool> parked_{false};
   mutable std::mutex recent_mu_;
   std::deque<StuckEvent> recent_;          // guarded by recent_mu_
+  std::vector<LongRun> longest_;           // guarded by recent_mu_, longest first
   std::atomic<std::uint64_t> samples_{0};  // written by the monitor thread only
   LogHistogram long_runs_, run_queue_;     // written by the monitor thread only
   std::thread thread_;
