@@ -39,16 +39,11 @@ void EchoBesideHeldWorkers(unsigned workers) {
                 reports.fetch_add(1);
               }});
   // Every worker held, and reported (so a spare serves).
-  std::atomic<unsigned> holding{0};
   std::atomic<bool> release{false};
   std::vector<JoinHandle<bool>> holders;
   for (unsigned i = 0; i < workers; ++i) {
-    holders.push_back(rt.spawn(
-        [&] {
-          holding.fetch_add(1);
-          return HoldUntil([&] { return release.load(); });
-        },
-        {.pinned_worker = static_cast<int>(i)}));
+    holders.push_back(rt.spawn([&] { return HoldUntil([&] { return release.load(); }); },
+                               {.pinned_worker = static_cast<int>(i)}));
   }
   ASSERT_TRUE(HoldUntil([&] { return reports.load() >= workers; }));
   // Echo pairs over socket pairs: kFirst rounds while the workers are held (on the spare), then
