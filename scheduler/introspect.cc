@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -81,15 +82,42 @@ void AppendJsonString(std::string& out, std::string_view s) {
 }
 }  // namespace scheduler_internal
 
+namespace {
+// FiberView: what the dumps (dump_fibers, the console's fibers) show of one live fiber, read
+// relaxed, its identity under meta_lock (the lock spawn writes it under).
+struct FiberView {
+  int state;
+  std::uint64_t id;
+  std::uint8_t name_len;
+  char name[sizeof Fiber::name];
+  const char* on;      // what it is parked on (null unless parked)
+  const void* object;  // and the object, when not an fd
+  int fd;              // the fd it waits on, -1 if none
+  int pinned;          // its worker if pinned, else -1
+};
+
+// ViewLocked: f's view, with the runtime's fibers_mu held; false if f is free (finished).
+bool ViewLocked(Fiber* f, FiberView* v) {
+  v->state = f->state.load(std::memory_order_relaxed);
+  if (v->state == kDone) return false;
+  const bool parked = v->state == kParked;
+  v->on = parked ? f->waiter.waiting_on() : nullptr;
+  v->object = parked ? f->waiter.waiting_on_object() : nullptr;
+  v->fd = v->on != nullptr ? f->wait_fd.load(std::memory_order_relaxed) : -1;
+  f->meta_lock.lock();
+  v->id = f->id;
+  v->name_len = f->name_len;
+  std::memcpy(v->name, f->name, f->name_len);
+  v->pinned = f->pinned != nullptr ? static_cast<int>(f->pinned->index) : -1;
+  f->meta_lock.unlock();
+  return true;
+}
+}  // namespace
+
 std::string Runtime::Impl::FibersJson(std::size_t limit) {
   struct Listed {
     int order;
-    std::uint64_t id;
-    std::string name;
-    const char* state;
-    const char* on;
-    int fd;
-    int pinned;
+    FiberView view;
     int worker;
     std::uint32_t max_wait_us;
   };
@@ -105,27 +133,18 @@ std::string Runtime::Impl::FibersJson(std::size_t limit) {
   {
     std::lock_guard<std::mutex> lock(fibers_mu);
     ForEachFiberLocked([&](Fiber* f) {
-      const int s = f->state.load(std::memory_order_relaxed);
-      if (s == kDone) return;
+      Listed l{0, {}, -1, f->max_wait_us.load(std::memory_order_relaxed)};
+      if (!ViewLocked(f, &l.view)) return;
+      const int s = l.view.state;
       ++live;
       ++states[StateName(s)];
-      const char* what = s == kParked ? f->waiter.waiting_on() : nullptr;
-      const int fd = f->wait_fd.load(std::memory_order_relaxed);
-      if (what != nullptr) ++waits[fd >= 0 ? std::string(what) + " fd" : std::string(what)];
+      if (const char* what = l.view.on) {
+        ++waits[l.view.fd >= 0 ? std::string(what) + " fd" : std::string(what)];
+      }
       // Running, runnable, blocking, then parked.
       const int order = s == kRunning ? 0 : s == kRunnable ? 1 : s == kBlocking ? 2 : 3;
       if (listed.size() >= limit && order >= listed.back().order) return;
-      f->meta_lock.lock();
-      Listed l{order,
-               f->id,
-               std::string(f->name, f->name_len),
-               StateName(s),
-               what,
-               what != nullptr ? fd : -1,
-               f->pinned != nullptr ? int(f->pinned->index) : -1,
-               -1,
-               f->max_wait_us.load(std::memory_order_relaxed)};
-      f->meta_lock.unlock();
+      l.order = order;
       if (s == kRunning) {
         for (const auto& [fiber, index] : running) {
           if (fiber == f) l.worker = static_cast<int>(index);
@@ -154,18 +173,19 @@ std::string Runtime::Impl::FibersJson(std::size_t limit) {
   out += "},\"fibers\":[";
   for (std::size_t i = 0; i < listed.size(); ++i) {
     const Listed& l = listed[i];
+    const FiberView& v = l.view;
     if (i != 0) out += ',';
-    out += "{\"id\":" + std::to_string(l.id) + ",\"name\":";
-    AppendJsonString(out, l.name);
+    out += "{\"id\":" + std::to_string(v.id) + ",\"name\":";
+    AppendJsonString(out, {v.name, v.name_len});
     out += ",\"state\":\"";
-    out += l.state;
+    out += StateName(v.state);
     out += '"';
-    if (l.on != nullptr) {
+    if (v.on != nullptr) {
       out += ",\"on\":";
-      AppendJsonString(out, l.on);
+      AppendJsonString(out, v.on);
     }
-    if (l.fd >= 0) out += ",\"fd\":" + std::to_string(l.fd);
-    if (l.pinned >= 0) out += ",\"pinned\":" + std::to_string(l.pinned);
+    if (v.fd >= 0) out += ",\"fd\":" + std::to_string(v.fd);
+    if (v.pinned >= 0) out += ",\"pinned\":" + std::to_string(v.pinned);
     if (l.worker >= 0) out += ",\"worker\":" + std::to_string(l.worker);
     if (measure_latency) out += ",\"max_wait_us\":" + std::to_string(l.max_wait_us);
     out += '}';
@@ -242,24 +262,18 @@ std::string Runtime::dump_fibers() const {
   char buf[256];
   std::lock_guard<std::mutex> lock(impl_->fibers_mu);
   impl_->ForEachFiberLocked([&](Fiber* f) {
-    int s = f->state.load(std::memory_order_relaxed);
-    if (s == kDone) return;
-    const char* what = f->waiter.waiting_on();
-    f->meta_lock.lock();
-    int n = std::snprintf(buf, sizeof buf, "fiber %" PRIu64 " \"%.*s\" %s", f->id, f->name_len,
-                          f->name, StateName(s));
-    Worker* pinned = f->pinned;
-    f->meta_lock.unlock();
-    if (what != nullptr && s == kParked) {
-      int fd = f->wait_fd.load(std::memory_order_relaxed);
-      if (fd >= 0) {
-        n += std::snprintf(buf + n, sizeof buf - n, " on %s fd %d", what, fd);
+    FiberView v;
+    if (!ViewLocked(f, &v)) return;
+    int n = std::snprintf(buf, sizeof buf, "fiber %" PRIu64 " \"%.*s\" %s", v.id, v.name_len,
+                          v.name, StateName(v.state));
+    if (v.on != nullptr) {
+      if (v.fd >= 0) {
+        n += std::snprintf(buf + n, sizeof buf - n, " on %s fd %d", v.on, v.fd);
       } else {
-        n += std::snprintf(buf + n, sizeof buf - n, " on %s %p", what,
-                           f->waiter.waiting_on_object());
+        n += std::snprintf(buf + n, sizeof buf - n, " on %s %p", v.on, v.object);
       }
     }
-    if (Worker* w = pinned) n += std::snprintf(buf + n, sizeof buf - n, " pinned %u", w->index);
+    if (v.pinned >= 0) n += std::snprintf(buf + n, sizeof buf - n, " pinned %d", v.pinned);
     out.append(buf);
     out += '\n';
   });
