@@ -285,11 +285,7 @@ bool Runtime::Impl::Dormant(Worker& w) {
   }
   bool forwarded = false;
   while (Fiber* f = NextLocal(w)) {
-    if (!inject.try_push(f)) {  // full: the overflow list, which every worker takes from too
-      std::lock_guard<std::mutex> lock(overflow_mu);
-      overflow.push(f);
-      overflow_size.store(overflow.count, std::memory_order_relaxed);
-    }
+    if (!inject.try_push(f)) ToOverflow(&f, 1);  // full: every worker takes from that too
     forwarded = true;
   }
   if (forwarded) WakeOne();

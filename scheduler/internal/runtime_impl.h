@@ -261,10 +261,14 @@ struct Runtime::Impl {
     std::size_t n = w.queue.take_half(batch, scheduler_internal::kRunQueueCapacity / 2);
     if (n == 0) return false;
     batch[n++] = f;
-    std::lock_guard<std::mutex> lock(overflow_mu);
-    for (std::size_t i = 0; i < n; ++i) overflow.push(batch[i]);
-    overflow_size.store(overflow.count, std::memory_order_relaxed);
+    ToOverflow(batch, n);
     return true;
+  }
+  // ToOverflow: n fibers onto the overflow list, in order.
+  void ToOverflow(Fiber* const* fibers, std::size_t n) {
+    std::lock_guard<std::mutex> lock(overflow_mu);
+    for (std::size_t i = 0; i < n; ++i) overflow.push(fibers[i]);
+    overflow_size.store(overflow.count, std::memory_order_relaxed);
   }
   // TakeOverflow: from the overflow list (Go's globrunqget), one fiber to run now and, with
   // `batch`, more onto w's queue: a fair share (count / workers + 1), at most half a queue.
