@@ -38,6 +38,22 @@ void Finish(GroupCore& core, GroupChild* child) {
   core.Publish(child, core.Keeps(child, /*local=*/true));
 }
 
+// FirstOfTwoFinished: admits `a` and `b`, and finishes `a` (a child that ended before the joins).
+void FirstOfTwoFinished(GroupCore& core, Record& a, Record& b) {
+  (void)*core.Admit(&a);
+  (void)*core.Admit(&b);
+  Finish(core, &a);
+}
+
+// FinishWhenSet: a thread that finishes `child` once `go` is set (a child that ends only after
+// the joiner has had its first one).
+model::thread FinishWhenSet(GroupCore& core, Record& child, Event& go) {
+  return model::thread([&core, &child, &go] {
+    WEFT_MODEL_ASSERT(go.wait().ok());
+    Finish(core, &child);
+  });
+}
+
 // ParentSpawningASibling: admits `parent`, whose thread admits `sibling`, starts its thread, and
 // finishes; both children finish racing the caller's joins.
 model::thread ParentSpawningASibling(GroupCore& core, Record& parent, Record& sibling) {
@@ -123,9 +139,7 @@ TEST(TaskGroupModelTest, JoinNextDuringAWalkAndTheWalkTakeEachChildOnce) {
   ExpectAllSchedulesPass(check([] {
     GroupCore core(nullptr, {});
     Record a, b;
-    (void)*core.Admit(&a);
-    (void)*core.Admit(&b);
-    Finish(core, &a);
+    FirstOfTwoFinished(core, a, b);
     Result<Taken> all = std::errc::interrupted;  // until the walker returns
     model::thread walker([&] { all = core.TakeAll({}); });
     model::thread tb([&] { Finish(core, &b); });
@@ -197,16 +211,11 @@ TEST(TaskGroupModelTest, JoinNextDuringAWalkGetsTheFinishedChild) {
   ExpectAllSchedulesPass(check([] {
     GroupCore core(nullptr, {});
     Record a, b;
-    (void)*core.Admit(&a);
-    (void)*core.Admit(&b);
-    Finish(core, &a);
+    FirstOfTwoFinished(core, a, b);
     Event handed_out;
     Result<Taken> all = std::errc::interrupted;  // until the walker returns
     model::thread walker([&] { all = core.TakeAll({}); });
-    model::thread tb([&] {
-      WEFT_MODEL_ASSERT(handed_out.wait().ok());
-      Finish(core, &b);
-    });
+    model::thread tb = FinishWhenSet(core, b, handed_out);
     Result<Finished> next = core.TakeNext({});
     WEFT_MODEL_ASSERT(next.ok() && next->child == &a);
     handed_out.set();
@@ -277,9 +286,7 @@ TEST(TaskGroupModelTest, AJoinNextsRequestOutlivesAWalkThatGivesUpAndIsRetried) 
   ExpectAllSchedulesPass(check([] {
     GroupCore core(nullptr, {});
     Record a, b;
-    (void)*core.Admit(&a);
-    (void)*core.Admit(&b);
-    Finish(core, &a);
+    FirstOfTwoFinished(core, a, b);
     CancellationSource stop;
     const CancellationToken token = stop.token();
     Event handed_out;
@@ -288,10 +295,7 @@ TEST(TaskGroupModelTest, AJoinNextsRequestOutlivesAWalkThatGivesUpAndIsRetried) 
       if (!all.ok()) all = core.TakeAll({});  // gave up: again, without a token
       WEFT_MODEL_ASSERT(all.ok());
     });
-    model::thread tb([&] {
-      WEFT_MODEL_ASSERT(handed_out.wait().ok());
-      Finish(core, &b);
-    });
+    model::thread tb = FinishWhenSet(core, b, handed_out);
     model::thread canceller([&] { stop.cancel(); });
     Result<Finished> next = core.TakeNext({});
     WEFT_MODEL_ASSERT(next.ok() && next->child == &a);
