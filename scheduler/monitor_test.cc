@@ -372,6 +372,13 @@ TEST(Spares, NoneWhenSpareWorkersIsZeroOrSomeWorkerIsFree) {
   }
 }
 
+// An absurd spare_workers counts as kMaxSpareWorkers: the runtime starts and serves (each spare's
+// slot is made with the runtime, so the value must not reach an allocation).
+TEST(Spares, AnAbsurdCountIsBounded) {
+  Runtime rt({.workers = 1, .spare_workers = 4000000000u});
+  EXPECT_EQ(rt.block_on([] { return 7; }), 7);
+}
+
 // A spare that is itself held while every worker is too: the next spare serves (bounded by
 // spare_workers).
 TEST(Spares, ASpareHeldTooTheNextOneServes) {

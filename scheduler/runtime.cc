@@ -78,9 +78,10 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->nworkers = n;
   impl_->slots_started.store(n, std::memory_order_relaxed);  // before any thread starts
   // Spares only serve where a monitor sees workers stuck.
-  const unsigned spares = options.stuck_threshold > std::chrono::microseconds::zero()
-                              ? options.spare_workers.value_or(n)
-                              : 0;
+  const unsigned spares =
+      options.stuck_threshold > std::chrono::microseconds::zero()
+          ? std::min(options.spare_workers.value_or(n), RuntimeOptions::kMaxSpareWorkers)
+          : 0;
   for (unsigned i = 0; i < n + spares; ++i) {
     auto w = std::make_unique<Worker>();
     w->rt = impl_.get();

@@ -77,8 +77,10 @@ struct RuntimeOptions {
   // stuck_threshold, the monitor starts a spare worker thread, up to this many, which runs the
   // runnable fibers, the spawns and the overdue timers the stuck workers cannot; each goes
   // dormant again once fewer workers are stuck (docs/scheduler.md). Unset: as many as workers;
-  // 0: none. Nothing without a monitor (stuck_threshold zero).
+  // 0: none; at most kMaxSpareWorkers (a larger value counts as that: each spare's slot is
+  // made with the runtime). Nothing without a monitor (stuck_threshold zero).
   std::optional<unsigned> spare_workers;
+  static constexpr unsigned kMaxSpareWorkers = 256;
   // console: serve this runtime's introspection (workers, fibers, stuck-fiber reports) on a
   // Unix socket that tools/weft-console attaches to (docs/console.md). Also on when the
   // environment has WEFT_CONSOLE=1. Read-only; the socket is <dir>/<pid>-<n>.sock, mode 0600, in
