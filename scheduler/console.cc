@@ -107,10 +107,13 @@ std::string JsonOfStuck(const std::vector<Monitor::StuckEvent>& events) {
     out += buf;
     AppendJsonString(out, e.fiber.name);
     std::snprintf(buf, sizeof buf,
-                  ",\"worker\":%u,\"running_for_ns\":%lld,\"queued\":%zu,\"at_ms\":%lld}",
+                  ",\"worker\":%u,\"running_for_ns\":%lld,\"queued\":%zu,\"at_ms\":%lld",
                   e.fiber.worker, static_cast<long long>(e.fiber.running_for.count()),
                   e.fiber.queued, static_cast<long long>(at_ms));
     out += buf;
+    out += ",\"spawned_at\":";
+    AppendJsonString(out, e.fiber.spawned_at);
+    out += '}';
   }
   out += "]}";
   return out;

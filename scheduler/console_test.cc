@@ -121,6 +121,8 @@ TEST(Console, ServesHelloStatsFibersAndStuckAsJsonLines) {
   const std::string fibers = c.Ask("fibers");
   EXPECT_NE(fibers.find("\"name\":\"quote\\\"back\\\\slash\\u0001\""), std::string::npos) << fibers;
   EXPECT_NE(fibers.find("\"on\":\"Event\""), std::string::npos) << fibers;
+  EXPECT_NE(fibers.find("\"spawned_at\":\"scheduler/console_test.cc:"), std::string::npos)
+      << fibers;
   EXPECT_NE(fibers.find("\"states\":{"), std::string::npos) << fibers;
   EXPECT_NE(fibers.find("\"deadlock_suspected\":false"), std::string::npos) << fibers;
   // The held run ended: the monitor's next sample lists the fiber's longest.
@@ -129,6 +131,7 @@ TEST(Console, ServesHelloStatsFibersAndStuckAsJsonLines) {
   const std::string stuck = c.Ask("stuck");
   EXPECT_NE(stuck.find("{\"stuck\":[{\"fiber_id\":"), std::string::npos) << stuck;
   EXPECT_NE(stuck.find("\"running_for_ns\":"), std::string::npos) << stuck;
+  EXPECT_NE(stuck.find("\"spawned_at\":\"scheduler/console_test.cc:"), std::string::npos) << stuck;
   EXPECT_NE(c.Ask("shutdown").find("\"error\""), std::string::npos);  // read-only: no such thing
   // A line longer than any request: the connection is dropped; others go on.
   EXPECT_EQ(c.Ask(std::string(4096, 'x')), "");

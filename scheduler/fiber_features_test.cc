@@ -333,6 +333,7 @@ TEST(PinnedTest, APinnedFiberStaysOnItsWorker) {
 TEST(StatsTest, CountersAndDump) {
   Runtime rt({.workers = 2});
   Channel<int> ch(0);
+  const std::string site = std::string(__FILE__) + ":" + std::to_string(__LINE__ + 1);
   auto parked = rt.spawn([&] { return ch.recv(); }, {.name = "receiver"});
   for (int i = 0; i < 1000 && rt.dump_fibers().find("receiver\" parked") == std::string::npos;
        ++i) {
@@ -340,6 +341,7 @@ TEST(StatsTest, CountersAndDump) {
   }
   std::string dump = rt.dump_fibers();
   EXPECT_NE(dump.find("\"receiver\" parked on Channel recv"), std::string::npos) << dump;
+  EXPECT_NE(dump.find(" spawned at " + site + "\n"), std::string::npos) << dump;
   ASSERT_TRUE(ch.send(1).ok());
   ASSERT_TRUE(parked.join().ok());
   // The dump lists live fibers only: a finished one, and the free Fiber objects made alongside

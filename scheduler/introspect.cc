@@ -94,6 +94,7 @@ struct FiberView {
   const void* object;  // and the object, when not an fd
   int fd;              // the fd it waits on, -1 if none
   int pinned;          // its worker if pinned, else -1
+  std::source_location spawn_site;
 };
 
 // ViewLocked: f's view, with the runtime's fibers_mu held; false if f is free (finished).
@@ -109,6 +110,7 @@ bool ViewLocked(Fiber* f, FiberView* v) {
   v->name_len = f->name_len;
   std::memcpy(v->name, f->name, f->name_len);
   v->pinned = f->pinned != nullptr ? static_cast<int>(f->pinned->index) : -1;
+  v->spawn_site = f->spawn_site;
   f->meta_lock.unlock();
   return true;
 }
@@ -188,6 +190,8 @@ std::string Runtime::Impl::FibersJson(std::size_t limit) {
     if (v.pinned >= 0) out += ",\"pinned\":" + std::to_string(v.pinned);
     if (l.worker >= 0) out += ",\"worker\":" + std::to_string(l.worker);
     if (measure_latency) out += ",\"max_wait_us\":" + std::to_string(l.max_wait_us);
+    out += ",\"spawned_at\":";
+    AppendJsonString(out, SpawnSite(v.spawn_site));
     out += '}';
   }
   out += "]}";
@@ -274,7 +278,9 @@ std::string Runtime::dump_fibers() const {
       }
     }
     if (v.pinned >= 0) n += std::snprintf(buf + n, sizeof buf - n, " pinned %d", v.pinned);
-    out.append(buf);
+    out.append(buf, std::min<std::size_t>(n, sizeof buf - 1));
+    out += " spawned at ";
+    out += SpawnSite(v.spawn_site);
     out += '\n';
   });
   return out;

@@ -276,7 +276,7 @@ void Monitor::Hint() {
 }
 
 bool Monitor::Identify(const Worker& w, Fiber* f, std::uint64_t run, std::uint64_t* id,
-                       std::string* name) {
+                       std::string* name, std::string* spawned_at) {
   // The Fiber object outlives the runtime (blocks are retired, never freed): reading it is safe
   // even if it has finished since. fibers_mu, under which its block was listed after it was
   // made, orders the making before this read (current, read relaxed, does not); its identity is
@@ -286,7 +286,9 @@ bool Monitor::Identify(const Worker& w, Fiber* f, std::uint64_t run, std::uint64
     f->meta_lock.lock();
     *id = f->id;
     name->assign(f->name, f->name_len);
+    const std::source_location site = f->spawn_site;
     f->meta_lock.unlock();
+    if (spawned_at != nullptr) *spawned_at = SpawnSite(site);
   }
   // relaxed: as in Sample. If the worker moved on meanwhile, the identity may be another
   // fiber's.
@@ -322,7 +324,7 @@ void Monitor::Report(unsigned index, Fiber* f, std::uint64_t run,
   Worker& w = *rt_->workers[index];
   StuckFiber s;
   // The spell ended meanwhile: no report.
-  if (!Identify(w, f, run, &s.fiber_id, &s.name)) return;
+  if (!Identify(w, f, run, &s.fiber_id, &s.name, &s.spawned_at)) return;
   s.worker = index;
   s.running_for = running_for;
   s.queued = w.queue.size_approx();
@@ -362,10 +364,10 @@ void Monitor::DefaultReport(const StuckFiber& s, MonitorClock::time_point now) {
   }
   std::fprintf(stderr,
                "weft: fiber %" PRIu64
-               " \"%s\" has run for %.1f ms on worker %u without a switch"
+               " \"%s\" (spawned at %s) has run for %.1f ms on worker %u without a switch"
                " (%zu fibers queued there); a long computation, or a blocking call outside "
                "call_blocking?%s\n",
-               s.fiber_id, s.name.c_str(), ms, s.worker, s.queued, skipped);
+               s.fiber_id, s.name.c_str(), s.spawned_at.c_str(), ms, s.worker, s.queued, skipped);
 }
 
 }  // namespace scheduler_internal

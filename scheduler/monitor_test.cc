@@ -61,6 +61,7 @@ TEST(Monitor, AFiberThatHoldsItsWorkerIsReportedOnceWithItsNameAndWorker) {
   Runtime rt({.workers = 2, .stuck_threshold = 5ms, .on_stuck = reports.callback()});
   std::uint64_t id = 0;
   int worker = -1;
+  const int spawn_line = __LINE__ + 1;
   JoinHandle<bool> h = rt.spawn(
       [&] {
         id = this_fiber::id();
@@ -79,6 +80,7 @@ TEST(Monitor, AFiberThatHoldsItsWorkerIsReportedOnceWithItsNameAndWorker) {
   const StuckFiber& s = reports.got[0];
   EXPECT_EQ(s.fiber_id, id);
   EXPECT_EQ(s.name, "spinner");
+  EXPECT_EQ(s.spawned_at, std::string(__FILE__) + ":" + std::to_string(spawn_line));
   EXPECT_EQ(static_cast<int>(s.worker), worker);
   EXPECT_GE(s.running_for, 5ms);
   // The run goes to the histogram of long runs once the monitor has seen it end: one bucket

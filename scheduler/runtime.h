@@ -20,6 +20,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -50,6 +51,8 @@ struct StuckFiber {
   // Fibers waiting in that worker's run queue meanwhile (idle workers steal them; a fiber in the
   // worker's run_next slot or yield ring waits for the stuck one; docs/scheduler.md).
   std::size_t queued = 0;
+  // Where it was spawned: "file:line" of the spawn (or block_on, or TaskGroup::spawn) call.
+  std::string spawned_at;
 };
 
 struct RuntimeOptions {
@@ -253,8 +256,9 @@ struct SpawnState final : JoinState<T>, FiberBody {
 };
 
 // Spawn: a fiber that runs body; throws std::system_error (EINVAL) for a stack size no class
-// has, std::bad_alloc; on a throw, body is untouched (the caller still owns it).
-void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options);
+// has, std::bad_alloc; on a throw, body is untouched (the caller still owns it). site: where the
+// user's spawn call is, kept for diagnostics.
+void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::source_location site);
 
 // RunBlocking: runs fn(arg) on the blocking pool of the calling fiber's runtime while the fiber
 // parks; false when the caller is not a fiber (the caller then runs it itself).
@@ -377,14 +381,17 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // spawn: runs f() on a new fiber. Any thread, fiber or not.
+  // spawn: runs f() on a new fiber. Any thread, fiber or not. `site` is where the call is, for
+  // diagnostics (stuck-fiber reports, dump_fibers, the console): leave it to its default.
   template <typename F>
-  auto spawn(F f, const FiberOptions& options = {}) -> JoinHandle<std::invoke_result_t<F&>> {
+  auto spawn(F f, const FiberOptions& options = {},
+             std::source_location site = std::source_location::current())
+      -> JoinHandle<std::invoke_result_t<F&>> {
     using T = std::invoke_result_t<F&>;
     using State = scheduler_internal::SpawnState<T, F>;
     State* state = State::New(std::move(f));
     try {
-      scheduler_internal::Spawn(*this, state, options);
+      scheduler_internal::Spawn(*this, state, options, site);
     } catch (...) {
       State::Destroy(state);
       throw;
@@ -395,8 +402,9 @@ class Runtime {
   // block_on: runs f() on a fiber and returns its result; call it from outside the runtime (a
   // plain thread such as main).
   template <typename F>
-  auto block_on(F f) -> std::invoke_result_t<F&> {
-    auto handle = spawn(std::move(f));
+  auto block_on(F f, std::source_location site = std::source_location::current())
+      -> std::invoke_result_t<F&> {
+    auto handle = spawn(std::move(f), {}, site);
     scheduler_internal::BlockOnScope waiting(*this);  // for the monitor's deadlock hint
     auto r = handle.join();
     if constexpr (!std::is_void_v<std::invoke_result_t<F&>>) return std::move(*r);
@@ -458,7 +466,7 @@ class Runtime {
   friend bool scheduler_internal::InFiberOf(const Runtime& rt);
   friend int scheduler_internal::ForkJoinWorkerForSpare(const Runtime& rt);
   friend void scheduler_internal::Spawn(Runtime&, scheduler_internal::FiberBody*,
-                                        const FiberOptions&);
+                                        const FiberOptions&, std::source_location);
   std::unique_ptr<Impl> impl_;
 };
 

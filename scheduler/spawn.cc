@@ -20,7 +20,7 @@
 namespace weft {
 namespace scheduler_internal {
 
-void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options) {
+void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::source_location site) {
   Runtime::Impl& impl = *rt.impl_;
   Worker* w = WorkerOf(&impl);
   StackOptions so{.size = options.stack_size != 0 ? options.stack_size : impl.options.stack_size,
@@ -35,7 +35,7 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options) {
       options.pinned_worker >= 0
           ? impl.workers[static_cast<unsigned>(options.pinned_worker) % impl.nworkers].get()
           : nullptr;
-  Fiber* f = impl.NewFiber(w, options, pinned_to);
+  Fiber* f = impl.NewFiber(w, options, pinned_to, site);
   f->stack_size = static_cast<std::uint32_t>(so.size);
   f->stack_protection = so.protection;
   f->body = body;

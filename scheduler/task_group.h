@@ -45,6 +45,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <source_location>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -406,9 +407,11 @@ class TaskGroup {
   // spawn: runs f() (or f(token), if it takes a const CancellationToken&) on a new fiber of the
   // group; returns the child's id (1, 2, ... in spawn order). Its result must convert to T (be
   // void, for TaskGroup<void>). Errors: operation_canceled (the group is cancelled: nothing
-  // runs), invalid_argument (no runtime; a stack size no class has), not_enough_memory.
+  // runs), invalid_argument (no runtime; a stack size no class has), not_enough_memory. site:
+  // as Runtime::spawn's (leave it to its default).
   template <typename F>
-  Result<std::uint64_t> spawn(F f, const FiberOptions& options = {}) {
+  Result<std::uint64_t> spawn(F f, const FiberOptions& options = {},
+                              std::source_location site = std::source_location::current()) {
     using R = decltype(std::declval<scheduler_internal::GroupChildState<T, F>&>().Invoke());
     static_assert(std::is_void_v<T> ? std::is_void_v<R> : std::is_convertible_v<R, T>,
                   "a TaskGroup<T> child returns T (void for TaskGroup<void>)");
@@ -428,7 +431,7 @@ class TaskGroup {
     }
     std::errc error;
     try {
-      scheduler_internal::Spawn(*core_->runtime(), state, options);
+      scheduler_internal::Spawn(*core_->runtime(), state, options, site);
       return id;
     } catch (const std::system_error& e) {
       error = static_cast<std::errc>(e.code().value());

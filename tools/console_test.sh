@@ -74,6 +74,7 @@ grep -Eq '^1 .*(io_uring|epoll)' "$work/screen" || fail "no worker 1 line"
 grep -Eq '^FIBERS +.*parked [0-9]+' "$work/screen" || fail "no fiber states"
 grep -Eq '^PARKED ON .*io recv fd [0-9]+' "$work/screen" || fail "no parked readers"
 grep -q '^STUCK FIBERS' "$work/screen" || fail "no stuck section"
+grep -q '"busy-loop" held worker .*spawned at weft/examples/server_main.h:[0-9]' "$work/screen" || fail "no spawn site"
 grep -q '^LONG RUNS  >=' "$work/screen" || fail "no long-run histogram"
 grep -q '^LONGEST    fiber [0-9]* "busy-loop"' "$work/screen" || fail "no longest runs"
 cp "$work/screen" "${TEST_UNDECLARED_OUTPUTS_DIR:-$work}/console_screen.txt" 2>/dev/null

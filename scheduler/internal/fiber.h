@@ -24,6 +24,9 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <source_location>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -67,6 +70,20 @@ inline const char* StateName(int s) {
     default:
       return "done";
   }
+}
+
+// SpawnSite: "file:line" of a fiber's spawn call, for reports and dumps. A header that Bazel
+// serves from a virtual include directory (bazel-out/.../_virtual_includes/<target>/<path>) is
+// named by <path>, the name it is included by.
+inline std::string SpawnSite(const std::source_location& site) {
+  if (site.line() == 0) return "unknown";
+  std::string_view file = site.file_name();
+  constexpr std::string_view kVirtual = "/_virtual_includes/";
+  if (const std::size_t at = file.find(kVirtual); at != std::string_view::npos) {
+    const std::size_t target_end = file.find('/', at + kVirtual.size());
+    if (target_end != std::string_view::npos) file.remove_prefix(target_end + 1);
+  }
+  return std::string(file) + ':' + std::to_string(site.line());
 }
 
 struct Worker;
@@ -150,9 +167,9 @@ struct alignas(64) Fiber {
   FiberBody* body = nullptr;
   Worker* worker = nullptr;  // the worker running it (or that last ran it)
   Worker* pinned = nullptr;  // non-null: runs only there
-  // Identity: id, name_len and name are written at spawn and read by dumps, both under
-  // meta_lock. name_len is the length of name, which is written (and terminated) only when not
-  // empty.
+  // Identity: id, name_len, name and spawn_site are written at spawn and read by dumps, all
+  // under meta_lock. name_len is the length of name, which is written (and terminated) only when
+  // not empty.
   std::uint64_t id = 0;
   LocalSlots locals;
   TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
@@ -181,6 +198,7 @@ struct alignas(64) Fiber {
   // ---- 128 bytes: a wait adds the waiter's first line (a sleep touches no other).
   FiberWaiter waiter;
   char name[32] = {};
+  std::source_location spawn_site;  // the user's spawn call
   // A blocking region: the blocking thread's own context, and the task that moves it there.
   Context region_home = nullptr;
   struct RegionTask {

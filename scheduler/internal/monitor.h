@@ -95,7 +95,9 @@ class Monitor {
   };
   // Identify: f's id and name, read safely; false if w has moved on from `run` meanwhile (the
   // identity may then be another fiber's).
-  bool Identify(const Worker& w, Fiber* f, std::uint64_t run, std::uint64_t* id, std::string* name);
+  // spawned_at (if not null): where it was spawned.
+  bool Identify(const Worker& w, Fiber* f, std::uint64_t run, std::uint64_t* id, std::string* name,
+                std::string* spawned_at = nullptr);
   // NoteLongRun: a held run ended, having lasted this long: into the longest runs.
   void NoteLongRun(const Watch& seen, std::chrono::nanoseconds lasted);
   // Holds: whether the fiber itself holds the worker (it computes: the thread had at least half

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <source_location>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -307,7 +308,7 @@ struct Runtime::Impl {
   // FailUnstartable), as GCC chose when these types had internal linkage: out of line, W2's
   // spawn and exit paths measured more instructions per fiber (callgrind).
   [[gnu::always_inline]] Fiber* NewFiber(Worker* w, const FiberOptions& fiber_options,
-                                         Worker* pinned_to) {
+                                         Worker* pinned_to, std::source_location site) {
     Fiber* f = nullptr;
     if (w != nullptr && !w->free_fibers.empty()) {
       f = w->free_fibers.back();
@@ -349,6 +350,7 @@ struct Runtime::Impl {
     }
     f->name_len = static_cast<std::uint8_t>(n);
     f->pinned = pinned_to;
+    f->spawn_site = site;
     f->meta_lock.unlock();
     return f;
   }
