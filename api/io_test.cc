@@ -576,5 +576,30 @@ TEST(IoShutdownTest, ShutdownCancelsIoInFlight) {
   EXPECT_EQ(cancelled.load(), 12);
 }
 
+// A simulated runtime (RuntimeOptions::simulation) touches no real fd: fiber I/O, including the
+// send that would first be tried as a direct system call, fails with ENOTSUP and leaves the
+// pipe untouched; a new socket is refused before it is made.
+TEST(SimulatedRuntime, FiberIoAndNewSocketsAreRefused) {
+  Runtime rt({.simulation = SimulationOptions{.seed = 1}});
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  rt.block_on([&] {
+    char c = 'x';
+    EXPECT_EQ(io::write(fds[1], &c, 1).error(), std::errc::not_supported);
+    EXPECT_EQ(io::read(fds[0], &c, 1).error(), std::errc::not_supported);
+    EXPECT_EQ(net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0)).error(),
+              std::errc::not_supported);
+    EXPECT_EQ(net::TcpStream::connect(net::SocketAddress::ipv4_loopback(9)).error(),
+              std::errc::not_supported);
+  });
+  // Nothing was written: the pipe is empty.
+  char c;
+  ASSERT_EQ(::fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+  EXPECT_EQ(::read(fds[0], &c, 1), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
 }  // namespace
 }  // namespace weft

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "weft/api/io.h"
+#include "weft/scheduler/io.h"
 #include "weft/scheduler/runtime.h"
 
 namespace weft::net {
@@ -41,6 +42,8 @@ std::errc StartWinsock() {
 }
 
 Result<int> NewSocket(int family) {
+  // A simulated runtime touches no real fd (docs/simulation.md).
+  if (scheduler_internal::InSimulation()) return std::errc::not_supported;
   if (std::errc e = StartWinsock(); e != std::errc{}) return e;
   SOCKET s = ::WSASocketW(family, SOCK_STREAM, IPPROTO_TCP, nullptr, 0,
                           WSA_FLAG_OVERLAPPED | WSA_FLAG_NO_HANDLE_INHERIT);
@@ -59,6 +62,8 @@ constexpr int kShutWrite = SHUT_WR;
 std::errc LastErrc() { return static_cast<std::errc>(errno); }
 
 Result<int> NewSocket(int family) {
+  // A simulated runtime touches no real fd (docs/simulation.md).
+  if (scheduler_internal::InSimulation()) return std::errc::not_supported;
   int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return LastErrc();
   return fd;

@@ -11,6 +11,7 @@
 #include "weft/api/signals.h"           // IWYU pragma: export
 #include "weft/base/result.h"           // IWYU pragma: export
 #include "weft/scheduler/runtime.h"     // IWYU pragma: export
+#include "weft/scheduler/simulation.h"  // IWYU pragma: export
 #include "weft/scheduler/task_group.h"  // IWYU pragma: export
 #include "weft/sync/cancellation.h"     // IWYU pragma: export
 #include "weft/sync/channel.h"          // IWYU pragma: export

@@ -30,8 +30,9 @@ struct BlockingCall {
 Transfer AfterEnterRegion(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   f->state.store(kBlocking, std::memory_order_relaxed);
-  if (!f->rt->blocking->submit(&f->region_task.task)) {
-    // No blocking thread can start: stay on the worker (the region then blocks it).
+  if (f->rt->sim != nullptr || !f->rt->blocking->submit(&f->region_task.task)) {
+    // No blocking thread can start (or a simulation, which stays on its one thread): stay on
+    // the worker (the region then blocks it).
     f->state.store(kRunnable, std::memory_order_relaxed);
     f->rt->StampRunnable(f);
     f->rt->PushLocal(*f->worker, f);
@@ -73,7 +74,9 @@ Transfer AfterLeaveRegion(Transfer t) {
 bool RunBlocking(void (*fn)(void*), void* arg) {
   Worker* w = t_worker;
   Fiber* f = w != nullptr ? w->current : nullptr;
-  if (f == nullptr) return false;
+  // Outside a fiber the caller runs fn itself; in a simulation too (on its one thread, where
+  // the run stays deterministic).
+  if (f == nullptr || f->rt->sim != nullptr) return false;
   BlockingCall call;
   call.task.run = [](BlockingTask* t) {
     auto* c = reinterpret_cast<BlockingCall*>(t);

@@ -147,7 +147,8 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
 bool TakeDirectIoTurn() {
   Worker* w = t_worker;
   if (w == nullptr || w->current == nullptr) return true;  // a plain thread: it blocks anyway
-  if (w->direct_io_tick != w->tick) {                      // a new run of a fiber: a fresh budget
+  if (w->reactor == nullptr) return false;  // RunIo reports why (a simulation: ENOTSUP)
+  if (w->direct_io_tick != w->tick) {       // a new run of a fiber: a fresh budget
     w->direct_io_tick = w->tick;
     w->direct_io_used = 0;
   }

@@ -9,7 +9,8 @@
 //     thread (created on first use) and the thread polls it until completion: the same calls
 //     simply block.
 //
-// Defines: weft::scheduler_internal::RunIo, weft::scheduler_internal::TakeDirectIoTurn,
+// Defines: weft::scheduler_internal::RunIo, weft::scheduler_internal::InSimulation,
+// weft::scheduler_internal::TakeDirectIoTurn,
 // weft::scheduler_internal::CloseFd, weft::scheduler_internal::CloseEpoch.
 
 #ifndef WEFT_SCHEDULER_IO_H_
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "weft/base/clock.h"
 #include "weft/reactor/reactor.h"
 #include "weft/sync/cancellation.h"
 
@@ -37,6 +39,10 @@ std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what
   return RunIo([](Reactor& r, IoOp& op, void* a) { (*static_cast<const F*>(a))(r, op); },
                const_cast<F*>(&submit), options, what, fd);
 }
+
+// InSimulation: the calling thread runs a simulated runtime (RuntimeOptions::simulation), whose
+// fibers touch no real fd: fiber I/O and new sockets fail with ENOTSUP.
+inline bool InSimulation() { return base_internal::t_virtual_now != nullptr; }
 
 // TakeDirectIoTurn: true if the caller may first try its operation as a non-blocking system call
 // (for an operation that seldom waits, such as a send), and use RunIo only when that would block.

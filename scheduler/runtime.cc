@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -63,12 +64,33 @@ bool LightParkWanted() {
 }  // namespace
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
+  if (options.simulation) {
+    // One thread, nothing that runs on real time beside it: no monitor (and so no spares), no
+    // console, no latency measurement (its clock reads would be virtual anyway).
+    options.workers = 1;
+    options.stuck_threshold = std::chrono::microseconds::zero();
+    options.console = false;
+    options.measure_latency = false;
+    std::uint64_t seed = options.simulation->seed;
+    if (const char* env = std::getenv("WEFT_SIM_SEED"); env != nullptr && *env != '\0') {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(env, &end, 0);
+      if (*end == '\0') {
+        seed = v;
+      } else {
+        std::fprintf(stderr, "weft: WEFT_SIM_SEED=%s is not a number; seed %" PRIu64 " runs\n", env,
+                     seed);
+      }
+    }
+    impl_->sim = std::make_unique<SimState>(*options.simulation, seed);
+  }
   unsigned n = options.workers != 0 ? options.workers : std::thread::hardware_concurrency();
   if (n == 0) n = 1;
   impl_->options = options;
   impl_->self = this;
   impl_->light_park = LightParkWanted();
   impl_->measure_latency = options.measure_latency;
+  impl_->cold_spawn = options.measure_latency || impl_->sim != nullptr;
   impl_->blocking = std::make_unique<BlockingPool>(options.max_blocking_threads);
   impl_->fork_join = std::make_unique<ForkJoinPool>(
       ForkJoinPoolOptions{.workers = n,
@@ -88,6 +110,9 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     w->index = i;
     w->spare = i >= n;
     w->rng = 0x9E3779B97F4A7C15ull * (i + 1);
+    // A simulation's fairness pass is always due: DirectNext declines every switch, so that
+    // every choice of the next fiber is SimNext's.
+    if (impl_->sim != nullptr) w->fair_tick = ~std::uint64_t{0} - 2 * Impl::kFairnessInterval;
     if (options.measure_latency) {
       w->measure_latency = true;
       w->sched_latency = std::make_unique<LogHistogram>();
@@ -216,7 +241,10 @@ void Runtime::Impl::StartWorkerThread(Worker& w, std::atomic<unsigned>* ready) {
     w.cpu_clock.SetToCallingThread();
     // The reactor is made on its own thread (io_uring's single-issuer rings require it), and
     // published under the idle lock, which every Wake() holds.
-    Result<std::unique_ptr<Reactor>> r = Reactor::create(options.reactor);
+    // A simulation has none: its fibers' I/O fails with ENOTSUP, and no real fd is touched.
+    Result<std::unique_ptr<Reactor>> r =
+        sim != nullptr ? Result<std::unique_ptr<Reactor>>(std::errc::not_supported)
+                       : Reactor::create(options.reactor);
     {
       std::lock_guard<std::mutex> lock(idle.lock());
       if (r.ok()) {

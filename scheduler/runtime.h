@@ -55,6 +55,33 @@ struct StuckFiber {
   std::string spawned_at;
 };
 
+// SimulationOptions: RuntimeOptions::simulation, a deterministic run (docs/simulation.md).
+struct SimulationOptions {
+  // seed: decides every scheduling choice. The environment's WEFT_SIM_SEED, when set, overrides
+  // it (to replay a failing seed without recompiling).
+  std::uint64_t seed = 0;
+  // step: how far each scheduling decision moves the virtual clock, so that a fiber that polls
+  // the clock in a yield loop sees it move. Zero: only idleness moves it.
+  std::chrono::nanoseconds step{1000};
+  // trace: keep every decision as a line of text (SimulationReport::trace); the hash is kept
+  // either way.
+  bool trace = false;
+};
+
+// SimulationReport: what a simulated runtime has done so far (Runtime::simulation()).
+struct SimulationReport {
+  std::uint64_t seed = 0;   // the seed in use (WEFT_SIM_SEED's, if set)
+  std::uint64_t steps = 0;  // scheduling decisions taken
+  // trace_hash: a hash of every decision (which fiber, among how many runnable, at what virtual
+  // time): equal for two runs exactly when they made the same decisions, with overwhelming
+  // likelihood.
+  std::uint64_t trace_hash = 0;
+  std::chrono::nanoseconds virtual_elapsed{0};  // the virtual clock since the runtime started
+  // trace: one line per decision, "<step> t=<ns> run=<fiber> of=<runnable>", with
+  // SimulationOptions::trace; fibers are numbered in spawn order from 1.
+  std::string trace;
+};
+
 struct RuntimeOptions {
   unsigned workers = 0;                            // 0: std::thread::hardware_concurrency()
   std::size_t stack_size = std::size_t{64} << 10;  // default fiber stack (rounded to a class)
@@ -96,6 +123,12 @@ struct RuntimeOptions {
   // histogram per worker (stats_json's sched_latency_ns) and its longest into the fiber's
   // max_wait_us (the console's fibers). Two clock reads per wake-up; off, one test of a flag.
   bool measure_latency = false;
+  // simulation: run deterministically (docs/simulation.md): every fiber on one thread, the next
+  // fiber chosen by a PRNG seeded with simulation->seed at every switch, and a virtual clock
+  // (SyncClock::now() on that thread) that jumps to the next timer whenever no fiber can run. The
+  // same seed gives the same run. workers, the monitor, spares and the console are then off;
+  // call_blocking runs inline; fiber I/O fails with ENOTSUP (no real fd is touched).
+  std::optional<SimulationOptions> simulation;
 };
 
 struct FiberOptions {
@@ -456,6 +489,9 @@ class Runtime {
   std::string dump_fibers() const;
   // console_path: the console's socket (RuntimeOptions::console); empty if it is off.
   std::string console_path() const;
+  // simulation: the simulated run's report; nullopt if the runtime is not simulated. Any thread
+  // (a snapshot; exact once the fibers whose decisions it counts have been joined).
+  std::optional<SimulationReport> simulation() const;
 
   struct Impl;
 

@@ -43,10 +43,8 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::sourc
   f->pending_timer = nullptr;
   // (The waiter's note_wait is null already: every wait resets it as it ends.)
   f->state.store(kRunnable, std::memory_order_relaxed);
-  if (impl.measure_latency) [[unlikely]] {
-    f->max_wait_us.store(0, std::memory_order_relaxed);  // a new fiber in a reused object
-    impl.StampRunnable(f);
-  }
+  if (impl.cold_spawn) [[unlikely]]
+    impl.SpawnCold(f);
   if (w != nullptr) {
     std::int64_t spare = w->credits.load(std::memory_order_relaxed);
     if (spare == 0) {
@@ -65,6 +63,22 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::sourc
   impl.Schedule(f);
 }
 
+}  // namespace scheduler_internal
+
+void Runtime::Impl::SpawnCold(Fiber* f) {
+  if (measure_latency) {
+    f->max_wait_us.store(0, std::memory_order_relaxed);  // a new fiber in a reused object
+    StampRunnable(f);
+  }
+  if (sim != nullptr) {
+    // Its number in the trace (runnable_at is free: a simulation measures no latency).
+    // relaxed: only distinctness matters; within the simulation's thread, the order.
+    f->runnable_at =
+        static_cast<Clock::rep>(sim->spawned.fetch_add(1, std::memory_order_relaxed) + 1);
+  }
+}
+
+namespace scheduler_internal {
 namespace {
 constexpr std::size_t kSpawnHeader = 16;  // keeps the object 16-byte aligned
 constexpr std::uint64_t kFromHeap = 0, kFromSlab = 1;

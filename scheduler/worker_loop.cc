@@ -31,6 +31,7 @@
 
 #include "internal/runtime_impl.h"
 #include "weft/alloc/slab.h"
+#include "weft/base/clock.h"
 #include "weft/base/futex.h"
 #include "weft/context/context.h"
 #include "weft/context/stack.h"
@@ -312,6 +313,41 @@ bool Runtime::Impl::Dormant(Worker& w) {
   return false;
 }
 
+// SimLoop: a simulated runtime's loop (scheduler/simulation.cc has its pick and its wait).
+void Runtime::Impl::SimLoop(Worker& w) {
+  SimState& s = *sim;
+  base_internal::t_virtual_now = &s.now_ns;
+  sync_internal::t_deadline_service = &s;
+  for (;;) {
+    if (!w.unstartable.empty()) [[unlikely]]
+      FailUnstartable(w);
+    if (Fiber* f = SimNext(w)) {
+      if (Prepare(w, f)) Run(w, f);
+      continue;
+    }
+    // No fiber to run: a fork-join task of this worker's own deque, if one is left.
+    if (fork_join->try_steal()) continue;
+    ReturnCredits(w, w.credits.load(std::memory_order_relaxed));
+    // acquire: pairs with the destructor's release, as in WorkerLoop.
+    if (stop.load(std::memory_order_acquire) && credits.load(std::memory_order_acquire) == 0) {
+      break;
+    }
+    // Every fiber waits: the virtual clock jumps to the earliest deadline, a timer's or a
+    // cancellation's. relaxed: this thread's own heap (there is no other worker to rescue it).
+    Clock::rep head = w.timer_head.load(std::memory_order_relaxed);
+    if (!s.deadlines.empty()) head = std::min(head, s.deadlines.begin()->first);
+    if (head != kNoTimer) {
+      if (head > s.now_ns.load(std::memory_order_relaxed)) {
+        s.now_ns.store(head, std::memory_order_relaxed);
+      }
+      continue;
+    }
+    SimWait(w);
+  }
+  sync_internal::t_deadline_service = nullptr;
+  base_internal::t_virtual_now = nullptr;
+}
+
 // FailUnstartable: the fibers that found no stack end without running; their joins rethrow a
 // std::system_error with the allocation's error (ENOMEM). On the worker's own context, so the
 // wake-ups of their joiners are ordinary schedules.
@@ -364,45 +400,49 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
     w.idle_net = kIdleNetMin;
     w.watch_backoff = Clock::duration::zero();
   };
-  for (;;) {
-    if (!w.unstartable.empty()) [[unlikely]]
-      FailUnstartable(w);
-    if (w.spare) [[unlikely]] {
-      if (!w.active.load(std::memory_order_relaxed)) {
-        if (was_active) {
-          // A wake-up meant for any sleeping worker may have taken this one off the idle
-          // list just before it went dormant: pass it on.
-          was_active = false;
-          WakeOne();
+  if (sim != nullptr) [[unlikely]] {
+    SimLoop(w);
+  } else {
+    for (;;) {
+      if (!w.unstartable.empty()) [[unlikely]]
+        FailUnstartable(w);
+      if (w.spare) [[unlikely]] {
+        if (!w.active.load(std::memory_order_relaxed)) {
+          if (was_active) {
+            // A wake-up meant for any sleeping worker may have taken this one off the idle
+            // list just before it went dormant: pass it on.
+            was_active = false;
+            WakeOne();
+          }
+          if (Dormant(w)) break;
+          idle_passes = 0;
+          continue;
         }
-        if (Dormant(w)) break;
-        idle_passes = 0;
+        was_active = true;
+      }
+      if (Fiber* f = FindWork(w)) {
+        if (idle_passes != 0) [[unlikely]]
+          end_idle_spell();
+        if (Prepare(w, f)) Run(w, f);
         continue;
       }
-      was_active = true;
-    }
-    if (Fiber* f = FindWork(w)) {
-      if (idle_passes != 0) [[unlikely]]
+      // No fiber to run: help a fork-join computation (the task runs here, on the worker's stack).
+      if (!w.spare && fork_join->try_steal()) {
         end_idle_spell();
-      if (Prepare(w, f)) Run(w, f);
-      continue;
+        continue;
+      }
+      ReturnCredits(w, w.credits.load(std::memory_order_relaxed));
+      // acquire: pairs with the destructor's release.
+      if (stop.load(std::memory_order_acquire) && credits.load(std::memory_order_acquire) == 0) {
+        break;
+      }
+      if (++idle_passes < 64) {
+        std::this_thread::yield();
+        continue;
+      }
+      Sleep(w);
+      idle_passes = 60;
     }
-    // No fiber to run: help a fork-join computation (the task runs here, on the worker's stack).
-    if (!w.spare && fork_join->try_steal()) {
-      end_idle_spell();
-      continue;
-    }
-    ReturnCredits(w, w.credits.load(std::memory_order_relaxed));
-    // acquire: pairs with the destructor's release.
-    if (stop.load(std::memory_order_acquire) && credits.load(std::memory_order_acquire) == 0) {
-      break;
-    }
-    if (++idle_passes < 64) {
-      std::this_thread::yield();
-      continue;
-    }
-    Sleep(w);
-    idle_passes = 60;
   }
   {
     std::lock_guard<std::mutex> lock(idle.lock());

@@ -297,7 +297,17 @@ Result<void> CancelOnDeadlineThread(CancelState* state) {
   if (fault::Inject(fault::Site::kThread, fault::Kind::kNoThread)) [[unlikely]] {
     return std::errc::resource_unavailable_try_again;
   }
+  if (DeadlineService* service = t_deadline_service) {
+    return service->Arm(state->weak_from_this(), SyncClock::now(), /*force=*/true);
+  }
   return DeadlineThread::Get().Arm(state, SyncClock::now());
+}
+
+void FireDeadline(CancelState* state, SyncClock::time_point at, bool force) {
+  // relaxed: the deadline is written by cancel_at on this same (simulated) thread.
+  if (force || state->deadline.load(std::memory_order_relaxed) <= at.time_since_epoch().count()) {
+    Cancel(state);
+  }
 }
 }  // namespace sync_internal
 
@@ -308,6 +318,9 @@ Result<void> CancellationSource::cancel_at(SyncClock::time_point deadline) {
   }
   // relaxed: a hint (CancelState::deadline); the deadline thread's cancel is what orders.
   state_->deadline.store(deadline.time_since_epoch().count(), std::memory_order_relaxed);
+  if (sync_internal::DeadlineService* service = sync_internal::t_deadline_service) {
+    return service->Arm(state_, deadline, /*force=*/false);
+  }
   return sync_internal::DeadlineThread::Get().Arm(state_.get(), deadline);
 }
 

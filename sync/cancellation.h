@@ -49,6 +49,23 @@ std::optional<SyncClock::time_point> Deadline(const CancelState* state);
 // now would), for a caller that must not run the callbacks itself: one that cannot park (a
 // worker's own context). Errors as cancel_at's.
 Result<void> CancelOnDeadlineThread(CancelState* state);
+// DeadlineService: where the calling thread's deadlines (cancel_at, CancelOnDeadlineThread) go
+// instead of the process's deadline thread: a simulated runtime, whose clock is virtual, fires
+// them itself, at their virtual times. Installed by that runtime on its thread.
+class DeadlineService {
+ public:
+  // Arm: call FireDeadline(state, at, force) once `at` has come (force: a cancel requested now,
+  // with no deadline of its own).
+  virtual Result<void> Arm(std::weak_ptr<CancelState> state, SyncClock::time_point at,
+                           bool force) = 0;
+
+ protected:
+  ~DeadlineService() = default;
+};
+inline constinit thread_local DeadlineService* t_deadline_service = nullptr;
+// FireDeadline: for a DeadlineService, on an execution that may park (a fiber): cancels state
+// if `force`, or if its deadline (the latest cancel_at's) is `at` or earlier.
+void FireDeadline(CancelState* state, SyncClock::time_point at, bool force);
 }  // namespace sync_internal
 
 // CancellationToken: observes a source. Cheap to copy. A default token is never cancelled.

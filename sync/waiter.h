@@ -15,11 +15,12 @@
 #include <cstdint>
 #include <optional>
 
+#include "weft/base/clock.h"
 #include "weft/sync/internal/wait_node.h"
 
 namespace weft {
 
-using SyncClock = std::chrono::steady_clock;
+// SyncClock (weft/base/clock.h): steady_clock, or a simulated runtime's virtual clock.
 
 // Waiter: one execution (a thread or a fiber) that can block. A permit model, like a binary
 // semaphore: notify() leaves a permit (at most one), wait() consumes it or blocks for one, so a

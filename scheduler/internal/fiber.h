@@ -46,7 +46,7 @@
 namespace weft {
 namespace scheduler_internal {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SyncClock;  // weft/base/clock.h: virtual in a simulated runtime
 // Worker::timer_head when the worker's heap is empty (scheduler/internal/idle.h's kNoDeadline).
 static_assert(std::is_same_v<Clock::rep, std::int64_t>);
 constexpr Clock::rep kNoTimer = kNoDeadline;
@@ -219,7 +219,8 @@ struct alignas(64) Fiber {
   // Scheduling latency (RuntimeOptions::measure_latency; untouched otherwise): when it last
   // became runnable (steady_clock ticks, written by whoever made it so, before queueing it; 0
   // once it ran), and the longest it has waited to run since its spawn (written by the workers
-  // that run it, read by the console: relaxed).
+  // that run it, read by the console: relaxed). In a simulated runtime, which measures no
+  // latency, runnable_at is instead the fiber's spawn number, its name in the trace.
   Clock::rep runnable_at = 0;
   weft::atomic<std::uint32_t> max_wait_us{0};
 };

@@ -31,6 +31,7 @@
 #include "console.h"
 #include "fiber.h"
 #include "monitor.h"
+#include "simulation.h"
 #include "weft/base/atomic.h"
 #include "weft/context/context.h"
 #include "weft/context/stack.h"
@@ -88,6 +89,12 @@ struct Runtime::Impl {
   std::atomic<bool> shutting_down{false};
   // measure_latency: RuntimeOptions::measure_latency; set before any worker starts.
   bool measure_latency = false;
+  // sim: the simulated run (RuntimeOptions::simulation; scheduler/simulation.cc), null if the
+  // runtime is not simulated. cold_spawn: a spawn takes its cold path (SpawnCold): with
+  // measure_latency, or in a simulation. Both set before any worker starts.
+  std::unique_ptr<scheduler_internal::SimState> sim;
+  bool cold_spawn = false;
+  void SpawnCold(Fiber* f);
   // StampRunnable: f became runnable (a wake-up's winner, a spawn, a yield, a region's end),
   // just before it is queued: the time, when this runtime measures scheduling latency.
   // Off, one test of a flag: the clock read is out of line (and cold), so the paths that stamp
@@ -514,6 +521,11 @@ struct Runtime::Impl {
     credits.fetch_sub(n, std::memory_order_release);
   }
   void WorkerLoop(Worker& w);
+  // A simulated runtime's loop, and its pick of the next fiber and its wait for other threads
+  // (scheduler/simulation.cc).
+  void SimLoop(Worker& w);
+  Fiber* SimNext(Worker& w);
+  void SimWait(Worker& w);
   Fiber* FindWork(Worker& w);
   void TakeMail(Worker& w);
   // PopDueTimers: wakes the fibers whose deadlines in `heap`'s timers have passed, onto w (the
