@@ -259,21 +259,7 @@ bool Monitor::Holds(const Worker& w, const Watch& seen, MonitorClock::time_point
   return w.cpu_clock.runnable() != std::optional<bool>(true);
 }
 
-void Monitor::Hint() {
-  std::string dump =
-      "weft: every fiber of the runtime is parked, with no timer, no I/O and nothing runnable, "
-      "while a thread waits in block_on: a deadlock? Its fibers:\n";
-  dump += rt_->self->dump_fibers();
-  if (rt_->options.on_deadlock_hint) {
-    try {
-      rt_->options.on_deadlock_hint(dump);
-    } catch (...) {  // the monitor goes on; the runtime is not the callback's to end
-      std::fputs("weft: on_deadlock_hint threw; ignored\n", stderr);
-    }
-  } else {
-    std::fputs(dump.c_str(), stderr);
-  }
-}
+void Monitor::Hint() { rt_->DeadlockHint(); }
 
 bool Monitor::Identify(const Worker& w, Fiber* f, std::uint64_t run, std::uint64_t* id,
                        std::string* name, std::string* spawned_at) {
@@ -371,6 +357,22 @@ void Monitor::DefaultReport(const StuckFiber& s, MonitorClock::time_point now) {
 }
 
 }  // namespace scheduler_internal
+
+void Runtime::Impl::DeadlockHint() {
+  std::string dump =
+      "weft: every fiber of the runtime is parked, with no timer, no I/O and nothing runnable, "
+      "while a thread waits in block_on: a deadlock? Its fibers:\n";
+  dump += self->dump_fibers();
+  if (options.on_deadlock_hint) {
+    try {
+      options.on_deadlock_hint(dump);
+    } catch (...) {  // the caller goes on; the runtime is not the callback's to end
+      std::fputs("weft: on_deadlock_hint threw; ignored\n", stderr);
+    }
+  } else {
+    std::fputs(dump.c_str(), stderr);
+  }
+}
 
 bool Runtime::Impl::DeadlockSuspected() {
   // relaxed throughout: hints; a deadlock holds still, and the monitor looks twice.

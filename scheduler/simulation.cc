@@ -6,6 +6,8 @@
 // virtual clock jumps to the worker's next timer; with no timer either, only another thread can
 // bring work (a spawn, a call_blocking's end), and the thread waits for it for real.
 
+#include "internal/simulation.h"
+
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
@@ -13,16 +15,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <memory>
-#include <new>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "internal/runtime_impl.h"
-#include "internal/simulation.h"
 #include "weft/base/clock.h"
 #include "weft/base/futex.h"
 #include "weft/scheduler/simulation.h"
@@ -91,8 +92,8 @@ Runtime::Impl::Fiber* Runtime::Impl::SimNext(Worker& w) {
     try {
       self->spawn(
               [state = it->second.state, at, force = it->second.force] {
-                if (std::shared_ptr<sync_internal::CancelState> s = state.lock()) {
-                  sync_internal::FireDeadline(s.get(), at, force);
+                if (std::shared_ptr<sync_internal::CancelState> cancel = state.lock()) {
+                  sync_internal::FireDeadline(cancel.get(), at, force);
                 }
               },
               {.name = "cancel deadline"})
@@ -123,8 +124,7 @@ void Runtime::Impl::SimWait(Worker& w) {
   const bool work = inject.size_approx() != 0 ||
                     overflow_size.load(std::memory_order_relaxed) != 0 ||
                     w.has_mail.load(std::memory_order_relaxed) || w.run_next != nullptr ||
-                    w.queue.size_approx() != 0 || w.yields.count != 0 ||
-                    w.pinned_local.count != 0;
+                    w.queue.size_approx() != 0 || w.yields.count != 0 || w.pinned_local.count != 0;
   if (!work && !stop.load(std::memory_order_acquire)) {
     base_internal::FutexWait(w.wake_word, word, std::chrono::milliseconds(100));
   }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -230,6 +231,40 @@ TEST(Simulation, WeftSimSeedOverridesTheSeed) {
   ASSERT_EQ(::unsetenv("WEFT_SIM_SEED"), 0);
   Runtime rt(Sim(12345));
   EXPECT_EQ(Interleaved(rt), with_env);
+}
+
+TEST(Simulation, ADeadlockIsHintedWithTheFibersDump) {
+  // Every fiber parked with nothing to wake it but another thread: the hint comes (here its
+  // callback, on the simulation's thread, breaks the deadlock so that the test ends).
+  Event never;
+  std::string dump;
+  Runtime rt({.deadlock_hint_after = 20ms,
+              .on_deadlock_hint =
+                  [&](std::string_view d) {
+                    dump = d;
+                    never.set();
+                  },
+              .simulation = SimulationOptions{.seed = 2}});
+  rt.block_on([&] {
+    JoinHandle<void> waiter = rt.spawn([&] { EXPECT_TRUE(never.wait().ok()); }, {.name = "stuck"});
+    EXPECT_TRUE(waiter.join().ok());
+  });
+  EXPECT_NE(dump.find("a deadlock?"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("\"stuck\" parked on Event"), std::string::npos) << dump;
+}
+
+TEST(Simulation, ShutdownEndsParkedAndSleepingFibers) {
+  Event never;
+  {
+    Runtime rt(Sim(4));
+    rt.block_on([&] {
+      rt.spawn([&] { (void)never.wait(); }).detach();
+      rt.spawn([] { (void)this_fiber::sleep_for(24h); }).detach();
+      CancellationSource later;
+      ASSERT_TRUE(later.cancel_after(48h).ok());
+    });
+  }  // ~Runtime interrupts both and returns
+  SUCCEED();
 }
 
 TEST(Simulation, TraceNamesEachDecision) {

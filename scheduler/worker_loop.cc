@@ -318,10 +318,14 @@ void Runtime::Impl::SimLoop(Worker& w) {
   SimState& s = *sim;
   base_internal::t_virtual_now = &s.now_ns;
   sync_internal::t_deadline_service = &s;
+  // A spell with nothing runnable and nothing to jump to, in real time: only another thread can
+  // end it; with a thread in block_on, it is a deadlock, hinted once per spell.
+  std::optional<std::chrono::steady_clock::time_point> stalled_since;
   for (;;) {
     if (!w.unstartable.empty()) [[unlikely]]
       FailUnstartable(w);
     if (Fiber* f = SimNext(w)) {
+      stalled_since.reset();
       if (Prepare(w, f)) Run(w, f);
       continue;
     }
@@ -343,6 +347,18 @@ void Runtime::Impl::SimLoop(Worker& w) {
       continue;
     }
     SimWait(w);
+    // relaxed: a hint, as in DeadlockSuspected.
+    if (options.deadlock_hint_after > std::chrono::milliseconds::zero() &&
+        block_on_waiters.load(std::memory_order_relaxed) != 0 &&
+        stalled_since != std::chrono::steady_clock::time_point::max()) {
+      const auto real_now = std::chrono::steady_clock::now();
+      if (!stalled_since) {
+        stalled_since = real_now;
+      } else if (real_now - *stalled_since >= options.deadlock_hint_after) {
+        stalled_since = std::chrono::steady_clock::time_point::max();  // hinted: once a spell
+        DeadlockHint();
+      }
+    }
   }
   sync_internal::t_deadline_service = nullptr;
   base_internal::t_virtual_now = nullptr;

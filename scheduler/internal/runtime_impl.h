@@ -160,6 +160,9 @@ struct Runtime::Impl {
   // DeadlockSuspected: every live fiber is parked with no timer and no I/O, nothing is runnable,
   // every worker sleeps, and a thread waits in block_on (monitor.cc). A snapshot, read relaxed.
   bool DeadlockSuspected();
+  // DeadlockHint: the dump of every fiber, to on_deadlock_hint (or stderr): the monitor's, once
+  // it suspects a deadlock; a simulation's, once nothing can run or wake for that long.
+  void DeadlockHint();
   // FibersJson: the live fibers for the console: counts by state and by what they wait on, and
   // up to `limit` of them listed (running first, then runnable, blocking, parked), as JSON.
   std::string FibersJson(std::size_t limit);
