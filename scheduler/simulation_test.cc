@@ -28,6 +28,15 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// SetEnv: sets (or, with null, removes) an environment variable.
+bool SetEnv(const char* name, const char* value) {
+#ifdef _WIN32
+  return _putenv_s(name, value != nullptr ? value : "") == 0;  // "" removes it
+#else
+  return (value != nullptr ? ::setenv(name, value, 1) : ::unsetenv(name)) == 0;
+#endif
+}
+
 RuntimeOptions Sim(std::uint64_t seed, unsigned workers = 0) {
   return {.workers = workers, .simulation = SimulationOptions{.seed = seed}};
 }
@@ -222,13 +231,13 @@ TEST(Simulation, CallBlockingAndBlockingRegionsRunOnTheSimulationsThread) {
 
 TEST(Simulation, WeftSimSeedOverridesTheSeed) {
   std::string with_env;
-  ASSERT_EQ(::setenv("WEFT_SIM_SEED", "12345", 1), 0);
+  ASSERT_TRUE(SetEnv("WEFT_SIM_SEED", "12345"));
   {
     Runtime rt(Sim(1));
     with_env = Interleaved(rt);
     EXPECT_EQ(rt.simulation()->seed, 12345u);
   }
-  ASSERT_EQ(::unsetenv("WEFT_SIM_SEED"), 0);
+  ASSERT_TRUE(SetEnv("WEFT_SIM_SEED", nullptr));
   Runtime rt(Sim(12345));
   EXPECT_EQ(Interleaved(rt), with_env);
 }
