@@ -121,11 +121,7 @@ void Runtime::Impl::SimWait(Worker& w) {
   // As Sleep, without a reactor or timers: listed, then a last look, then the futex (every way
   // work arrives from another thread wakes a listed worker).
   const std::uint32_t word = idle.BeginSleep(w);
-  const bool work = inject.size_approx() != 0 ||
-                    overflow_size.load(std::memory_order_relaxed) != 0 ||
-                    w.has_mail.load(std::memory_order_relaxed) || w.run_next != nullptr ||
-                    w.queue.size_approx() != 0 || w.yields.count != 0 || w.pinned_local.count != 0;
-  if (!work && !stop.load(std::memory_order_acquire)) {
+  if (!WorkVisible(w) && !stop.load(std::memory_order_acquire)) {
     base_internal::FutexWait(w.wake_word, word, std::chrono::milliseconds(100));
   }
   idle.EndSleep(w);

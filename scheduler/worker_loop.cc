@@ -220,6 +220,14 @@ void Runtime::Impl::WaitIdle(Worker& w, std::uint32_t word, Clock::time_point de
            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - from).count()));
 }
 
+bool Runtime::Impl::WorkVisible(const Worker& w) const {
+  bool work = inject.size_approx() != 0 || overflow_size.load(std::memory_order_relaxed) != 0 ||
+              w.run_next != nullptr || w.yields.count != 0 ||
+              w.has_mail.load(std::memory_order_relaxed) || w.pinned_local.count != 0;
+  for (const auto& v : workers) work = work || v->queue.size_approx() != 0;
+  return work;
+}
+
 void Runtime::Impl::Sleep(Worker& w) {
   // One clock reading for the watch floor and the deadline, so that a deadline set by the floor
   // equals it (WatchTimers compares them).
@@ -230,11 +238,7 @@ void Runtime::Impl::Sleep(Worker& w) {
   // Listed, deciding, fenced (scheduler/internal/idle.h): every look below sees what was
   // published before a WakeOne or WatchTimers that did not see this worker listed.
   const std::uint32_t word = idle.BeginSleep(w);
-  bool work = inject.size_approx() != 0 || overflow_size.load(std::memory_order_relaxed) != 0 ||
-              w.run_next != nullptr || w.yields.count != 0 ||
-              w.has_mail.load(std::memory_order_relaxed) || w.pinned_local.count != 0;
-  for (const auto& v : workers) work = work || v->queue.size_approx() != 0;
-  if (!work && !stop.load(std::memory_order_acquire)) {
+  if (!WorkVisible(w) && !stop.load(std::memory_order_acquire)) {
     // Idle: a good moment for the stack pool's deferred give-back of memory.
     // Only after a second without stack churn (a burst's stacks stay for the next burst), and
     // 512 stacks at a time (~5 ms of munmap/madvise here), so new work waits little.

@@ -524,6 +524,9 @@ struct Runtime::Impl {
     credits.fetch_sub(n, std::memory_order_release);
   }
   void WorkerLoop(Worker& w);
+  // WorkVisible: the look a worker makes after listing itself as a sleeper (idle.h): anything
+  // runnable in the shared queues, in w's own slots and rings, its mailbox, or any run queue.
+  bool WorkVisible(const Worker& w) const;
   // A simulated runtime's loop, and its pick of the next fiber and its wait for other threads
   // (scheduler/simulation.cc).
   void SimLoop(Worker& w);
