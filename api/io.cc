@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "internal/sim_net.h"
 #include "weft/base/fault.h"
 #include "weft/scheduler/io.h"
 
@@ -62,6 +63,18 @@ std::int64_t RunAbsorbing(Absorb what, int fd, const Submit& submit, const WaitO
   }
 }
 
+// The simulated network's fds (api/sim.h): one buffer as a list of one.
+Result<std::size_t> SimRecv(int fd, void* buf, std::size_t len, int flags,
+                            const WaitOptions& options) {
+  const IoVec one{buf, len};
+  return sim_internal::Recv(fd, &one, 1, flags, options);
+}
+Result<std::size_t> SimSend(int fd, const void* buf, std::size_t len, int flags,
+                            const WaitOptions& options) {
+  const IoVec one{const_cast<void*>(buf), len};
+  return sim_internal::Send(fd, &one, 1, flags, options);
+}
+
 Absorb ForFlags(int flags) {
 #ifdef MSG_DONTWAIT
   if ((flags & MSG_DONTWAIT) != 0) return Absorb::kEintr;
@@ -73,6 +86,7 @@ Absorb ForFlags(int flags) {
 
 Result<std::size_t> read(int fd, void* buf, std::size_t len, const WaitOptions& options,
                          std::int64_t offset) {
+  if (sim_internal::IsSimFd(fd)) return SimRecv(fd, buf, len, 0, options);
   return Size(RunAbsorbing(
       Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.read(op, fd, buf, len, offset); }, options,
       "io read"));
@@ -80,18 +94,21 @@ Result<std::size_t> read(int fd, void* buf, std::size_t len, const WaitOptions& 
 
 Result<std::size_t> write(int fd, const void* buf, std::size_t len, const WaitOptions& options,
                           std::int64_t offset) {
+  if (sim_internal::IsSimFd(fd)) return SimSend(fd, buf, len, 0, options);
   return Size(RunAbsorbing(
       Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.write(op, fd, buf, len, offset); },
       options, "io write"));
 }
 
 Result<std::size_t> readv(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
+  if (sim_internal::IsSimFd(fd)) return sim_internal::Recv(fd, iov, iovcnt, 0, options);
   return Size(RunAbsorbing(
       Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.readv(op, fd, iov, iovcnt); }, options,
       "io readv"));
 }
 
 Result<std::size_t> writev(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
+  if (sim_internal::IsSimFd(fd)) return sim_internal::Send(fd, iov, iovcnt, 0, options);
   return Size(RunAbsorbing(
       Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.writev(op, fd, iov, iovcnt); }, options,
       "io writev"));
@@ -99,6 +116,7 @@ Result<std::size_t> writev(int fd, const IoVec* iov, int iovcnt, const WaitOptio
 
 Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags,
                          const WaitOptions& options) {
+  if (sim_internal::IsSimFd(fd)) return SimRecv(fd, buf, len, flags, options);
   return Size(RunAbsorbing(
       ForFlags(flags), fd, [&](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); }, options,
       "io recv"));
@@ -106,6 +124,7 @@ Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags,
 
 Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
                          const WaitOptions& options) {
+  if (sim_internal::IsSimFd(fd)) return SimSend(fd, buf, len, flags, options);
 #ifndef _WIN32
   // A send seldom waits: the socket's buffer usually has room. So try it as a non-blocking call
   // first; that spares the fiber a park, a reactor round and a wake-up (W6 in docs/bench.md).
@@ -168,6 +187,7 @@ Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& o
 }
 
 Result<int> accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
+  if (sim_internal::IsSimFd(fd)) return sim_internal::Accept(fd, addr, addrlen, options);
   std::int64_t r = RunAbsorbing(
       Absorb::kAccept, fd, [&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); },
       options, "io accept");
@@ -176,6 +196,7 @@ Result<int> accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions
 }
 
 Result<void> connect(int fd, const sockaddr* addr, socklen_t addrlen, const WaitOptions& options) {
+  if (sim_internal::IsSimFd(fd)) return sim_internal::Connect(fd, addr, addrlen, options);
   std::int64_t r = RunIo([&](Reactor& re, IoOp& op) { re.connect(op, fd, addr, addrlen); }, options,
                          "io connect", fd);
   if (r < 0) return ErrcOf(r);
@@ -183,6 +204,7 @@ Result<void> connect(int fd, const sockaddr* addr, socklen_t addrlen, const Wait
 }
 
 Result<std::uint32_t> poll(int fd, std::uint32_t events, const WaitOptions& options) {
+  if (sim_internal::IsSimFd(fd)) return sim_internal::Poll(fd, events, options);
   std::int64_t r = RunIo([&](Reactor& re, IoOp& op) { re.poll_readiness(op, fd, events); }, options,
                          "io poll", fd);
   if (r < 0) return ErrcOf(r);
@@ -192,6 +214,9 @@ Result<std::uint32_t> poll(int fd, std::uint32_t events, const WaitOptions& opti
 #ifdef _WIN32
 Result<void> close(int fd) {
   if (fd < 0) return std::errc::bad_file_descriptor;
+  if (sim_internal::IsSimFd(fd)) return sim_internal::Close(fd);
+  // A simulated runtime touches no real fd (docs/simulation.md).
+  if (scheduler_internal::InSimulation()) return std::errc::not_supported;
   int type = 0;
   int len = sizeof type;
   if (::getsockopt(NativeSocket(fd), SOL_SOCKET, SO_TYPE, reinterpret_cast<char*>(&type), &len) !=
@@ -203,6 +228,8 @@ Result<void> close(int fd) {
 }
 
 Result<void> make_nonblocking(int fd) {
+  if (sim_internal::IsSimFd(fd)) return sim_internal::Check(fd);  // they never block a thread
+  if (scheduler_internal::InSimulation()) return std::errc::not_supported;
   u_long on = 1;
   if (::ioctlsocket(NativeSocket(fd), FIONBIO, &on) != 0) {
     return static_cast<std::errc>(base_internal::ErrnoOf(static_cast<DWORD>(WSAGetLastError())));
@@ -212,12 +239,17 @@ Result<void> make_nonblocking(int fd) {
 #else
 Result<void> close(int fd) {
   if (fd < 0) return std::errc::bad_file_descriptor;
+  if (sim_internal::IsSimFd(fd)) return sim_internal::Close(fd);
+  // A simulated runtime touches no real fd (docs/simulation.md).
+  if (scheduler_internal::InSimulation()) return std::errc::not_supported;
   if (::fcntl(fd, F_GETFD) < 0) return static_cast<std::errc>(errno);
   scheduler_internal::CloseFd(fd);
   return {};
 }
 
 Result<void> make_nonblocking(int fd) {
+  if (sim_internal::IsSimFd(fd)) return sim_internal::Check(fd);  // they never block a thread
+  if (scheduler_internal::InSimulation()) return std::errc::not_supported;
   int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
     return static_cast<std::errc>(errno);

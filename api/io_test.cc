@@ -579,7 +579,7 @@ TEST(IoShutdownTest, ShutdownCancelsIoInFlight) {
 // A simulated runtime (RuntimeOptions::simulation) touches no real fd: fiber I/O, including the
 // send that would first be tried as a direct system call, fails with ENOTSUP and leaves the
 // pipe untouched; a new socket is refused before it is made.
-TEST(SimulatedRuntime, FiberIoAndNewSocketsAreRefused) {
+TEST(SimulatedRuntime, RealFdsAreRefusedAndSocketsAreSimulated) {
   Runtime rt({.simulation = SimulationOptions{.seed = 1}});
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
@@ -587,10 +587,13 @@ TEST(SimulatedRuntime, FiberIoAndNewSocketsAreRefused) {
     char c = 'x';
     EXPECT_EQ(io::write(fds[1], &c, 1).error(), std::errc::not_supported);
     EXPECT_EQ(io::read(fds[0], &c, 1).error(), std::errc::not_supported);
-    EXPECT_EQ(net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0)).error(),
-              std::errc::not_supported);
+    EXPECT_EQ(io::close(fds[0]).error(), std::errc::not_supported);
+    // Sockets are the simulated network's (api/sim.h), numbered far above any real fd.
+    Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
+    ASSERT_TRUE(l.ok());
+    EXPECT_GE(l->fd(), 0x40000000);
     EXPECT_EQ(net::TcpStream::connect(net::SocketAddress::ipv4_loopback(9)).error(),
-              std::errc::not_supported);
+              std::errc::connection_refused);
   });
   // Nothing was written: the pipe is empty.
   char c;

@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "internal/sim_net.h"
 #include "weft/api/io.h"
 #include "weft/scheduler/io.h"
 #include "weft/scheduler/runtime.h"
@@ -26,6 +27,7 @@ namespace {
 
 #ifdef _WIN32
 constexpr int kShutWrite = SD_SEND;
+constexpr int kShutBoth = SD_BOTH;
 
 std::errc LastErrc() {
   return static_cast<std::errc>(base_internal::ErrnoOf(static_cast<DWORD>(WSAGetLastError())));
@@ -42,8 +44,8 @@ std::errc StartWinsock() {
 }
 
 Result<int> NewSocket(int family) {
-  // A simulated runtime touches no real fd (docs/simulation.md).
-  if (scheduler_internal::InSimulation()) return std::errc::not_supported;
+  // A simulated runtime touches no real fd: its sockets are the simulated network's.
+  if (scheduler_internal::InSimulation()) return sim_internal::Socket(family);
   if (std::errc e = StartWinsock(); e != std::errc{}) return e;
   SOCKET s = ::WSASocketW(family, SOCK_STREAM, IPPROTO_TCP, nullptr, 0,
                           WSA_FLAG_OVERLAPPED | WSA_FLAG_NO_HANDLE_INHERIT);
@@ -58,12 +60,13 @@ Result<int> NewSocket(int family) {
 }
 #else
 constexpr int kShutWrite = SHUT_WR;
+constexpr int kShutBoth = SHUT_RDWR;
 
 std::errc LastErrc() { return static_cast<std::errc>(errno); }
 
 Result<int> NewSocket(int family) {
-  // A simulated runtime touches no real fd (docs/simulation.md).
-  if (scheduler_internal::InSimulation()) return std::errc::not_supported;
+  // A simulated runtime touches no real fd: its sockets are the simulated network's.
+  if (scheduler_internal::InSimulation()) return sim_internal::Socket(family);
   int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return LastErrc();
   return fd;
@@ -178,6 +181,18 @@ Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t 
   if (host.empty() || host.find('\0') != std::string_view::npos) {
     return std::errc::invalid_argument;
   }
+  if (scheduler_internal::InSimulation()) {  // the simulated network's hosts
+    Result<std::uint32_t> ip = sim_internal::Resolve(host);
+    if (!ip.ok()) return ip.error();
+    sockaddr_in in{};
+    in.sin_family = AF_INET;
+    in.sin_port = htons(port);
+    in.sin_addr.s_addr = *ip;
+    Result<SocketAddress> a =
+        SocketAddress::from_sockaddr(reinterpret_cast<const sockaddr*>(&in), sizeof in);
+    if (!a.ok()) return a.error();
+    return std::vector<SocketAddress>{*a};
+  }
 #ifdef _WIN32
   if (std::errc e = StartWinsock(); e != std::errc{}) return e;
 #endif
@@ -272,11 +287,19 @@ Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions
 }
 
 Result<void> TcpStream::shutdown_write() {
+  if (sim_internal::IsSimFd(fd_)) return sim_internal::Shutdown(fd_, kShutWrite);
   if (::shutdown(NativeSocket(fd_), kShutWrite) != 0) return LastErrc();
   return {};
 }
 
+Result<void> TcpStream::shutdown() {
+  if (sim_internal::IsSimFd(fd_)) return sim_internal::Shutdown(fd_, kShutBoth);
+  if (::shutdown(NativeSocket(fd_), kShutBoth) != 0) return LastErrc();
+  return {};
+}
+
 Result<void> TcpStream::set_nodelay(bool on) {
+  if (sim_internal::IsSimFd(fd_)) return sim_internal::Check(fd_);  // nothing to delay
   int v = on ? 1 : 0;
   if (::setsockopt(NativeSocket(fd_), IPPROTO_TCP, TCP_NODELAY, reinterpret_cast<const char*>(&v),
                    sizeof v) != 0) {
@@ -288,7 +311,10 @@ Result<void> TcpStream::set_nodelay(bool on) {
 Result<SocketAddress> TcpStream::peer_address() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getpeername(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+  if (sim_internal::IsSimFd(fd_)) {
+    Result<void> r = sim_internal::PeerAddress(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+    if (!r.ok()) return r.error();
+  } else if (::getpeername(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
     return LastErrc();
   return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
@@ -296,7 +322,10 @@ Result<SocketAddress> TcpStream::peer_address() const {
 Result<SocketAddress> TcpStream::local_address() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getsockname(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+  if (sim_internal::IsSimFd(fd_)) {
+    Result<void> r = sim_internal::LocalAddress(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+    if (!r.ok()) return r.error();
+  } else if (::getsockname(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
     return LastErrc();
   return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }
@@ -323,6 +352,13 @@ Result<TcpListener> TcpListener::bind(const SocketAddress& addr, int backlog) {
   if (!fd.ok()) return fd.error();
   TcpListener l;
   l.fd_ = *fd;
+  if (sim_internal::IsSimFd(l.fd_)) {
+    if (Result<void> r = sim_internal::Bind(l.fd_, addr.data(), addr.size()); !r.ok()) {
+      return r.error();
+    }
+    if (Result<void> r = sim_internal::Listen(l.fd_, backlog); !r.ok()) return r.error();
+    return l;
+  }
   int one = 1;
 #ifndef _WIN32
   // (On Windows SO_REUSEADDR lets another socket take over a port in use: left off there.)
@@ -344,7 +380,10 @@ Result<TcpStream> TcpListener::accept(const WaitOptions& options) {
 Result<SocketAddress> TcpListener::local_address() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (::getsockname(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+  if (sim_internal::IsSimFd(fd_)) {
+    Result<void> r = sim_internal::LocalAddress(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+    if (!r.ok()) return r.error();
+  } else if (::getsockname(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
     return LastErrc();
   return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
 }

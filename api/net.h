@@ -79,6 +79,8 @@ class TcpStream {
   Result<void> read_exact(void* buf, std::size_t len, const WaitOptions& options = {});
 
   Result<void> shutdown_write();  // sends FIN; reads continue
+  // shutdown: both ways: a FIN, and reads (also those waiting) return 0 from now on.
+  Result<void> shutdown();
   Result<void> set_nodelay(bool on);
   Result<SocketAddress> peer_address() const;
   Result<SocketAddress> local_address() const;

@@ -9,7 +9,8 @@
 //     thread (created on first use) and the thread polls it until completion: the same calls
 //     simply block.
 //
-// Defines: weft::scheduler_internal::RunIo, weft::scheduler_internal::InSimulation,
+// Defines: weft::scheduler_internal::RunIo, weft::scheduler_internal::InSimulation, the
+// simulated network's hooks (SimNetworkSlot, SimRandom, SimRecordEvent, SimHost, SetSimHost),
 // weft::scheduler_internal::TakeDirectIoTurn,
 // weft::scheduler_internal::CloseFd, weft::scheduler_internal::CloseEpoch.
 
@@ -17,6 +18,7 @@
 #define WEFT_SCHEDULER_IO_H_
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "weft/base/clock.h"
@@ -41,8 +43,22 @@ std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what
 }
 
 // InSimulation: the calling thread runs a simulated runtime (RuntimeOptions::simulation), whose
-// fibers touch no real fd: fiber I/O and new sockets fail with ENOTSUP.
+// fibers touch no real fd: their sockets are the simulated network's (api/sim.h), and fiber I/O
+// on any other fd fails with ENOTSUP.
 inline bool InSimulation() { return base_internal::t_virtual_now != nullptr; }
+
+// The simulated network's hooks into its simulation (api/sim.cc). Each is for the simulation's
+// thread; outside a simulation SimNetworkSlot is null, SimRandom 0, SimHost 0, and the others do
+// nothing.
+//   SimNetworkSlot: where the simulation keeps its network, destroyed with the runtime.
+//   SimRandom: the next number of the simulation's seeded PRNG (the one that picks fibers).
+//   SimRecordEvent: adds an event to the trace (hashed; a line with SimulationOptions::trace).
+//   SimHost / SetSimHost: the calling fiber's simulated host, which the fibers it spawns inherit.
+std::shared_ptr<void>* SimNetworkSlot();
+std::uint64_t SimRandom();
+void SimRecordEvent(const char* what, std::uint64_t a, std::uint64_t b, std::uint64_t c);
+std::uint32_t SimHost();
+void SetSimHost(std::uint32_t host);
 
 // TakeDirectIoTurn: true if the caller may first try its operation as a non-blocking system call
 // (for an operation that seldom waits, such as a send), and use RunIo only when that would block.

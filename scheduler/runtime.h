@@ -127,7 +127,8 @@ struct RuntimeOptions {
   // fiber chosen by a PRNG seeded with simulation->seed at every switch, and a virtual clock
   // (SyncClock::now() on that thread) that jumps to the next timer whenever no fiber can run. The
   // same seed gives the same run. workers, the monitor, spares and the console are then off;
-  // call_blocking runs inline; fiber I/O fails with ENOTSUP (no real fd is touched).
+  // call_blocking runs inline; sockets are the simulated network's (api/sim.h), and fiber I/O on
+  // any real fd fails with ENOTSUP (none is touched).
   std::optional<SimulationOptions> simulation;
 };
 

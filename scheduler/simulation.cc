@@ -26,6 +26,7 @@
 #include "internal/runtime_impl.h"
 #include "weft/base/clock.h"
 #include "weft/base/futex.h"
+#include "weft/scheduler/io.h"
 #include "weft/scheduler/simulation.h"
 
 namespace weft {
@@ -64,6 +65,24 @@ void SimState::Record(std::uint64_t fiber, std::size_t of) {
   ++steps_;
 }
 
+void SimState::RecordEvent(const char* what, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  const std::int64_t now = now_ns.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const char* p = what; *p != '\0'; ++p) {
+    hash_ = (hash_ ^ static_cast<unsigned char>(*p)) * 0x100000001b3ull;
+  }
+  for (std::uint64_t word : {a, b, c, static_cast<std::uint64_t>(now - kEpoch)}) {
+    hash_ = (hash_ ^ word) * 0x100000001b3ull;
+  }
+  if (keep_trace) {
+    char line[128];
+    std::snprintf(line, sizeof line,
+                  "%" PRIu64 " t=%" PRId64 " %s %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", steps_,
+                  now - kEpoch, what, a, b, c);
+    trace_ += line;
+  }
+}
+
 SimulationReport SimState::Report() const {
   SimulationReport r;
   r.seed = seed;
@@ -73,6 +92,39 @@ SimulationReport SimState::Report() const {
   r.trace_hash = hash_;
   r.trace = trace_;
   return r;
+}
+
+namespace {
+// TheSim: the simulation the calling thread runs, if any.
+SimState* TheSim() {
+  if (!InSimulation()) return nullptr;
+  Worker* w = t_worker;
+  return w != nullptr ? w->rt->sim.get() : nullptr;
+}
+}  // namespace
+
+std::shared_ptr<void>* SimNetworkSlot() {
+  SimState* s = TheSim();
+  return s != nullptr ? &s->network : nullptr;
+}
+
+std::uint64_t SimRandom() {
+  SimState* s = TheSim();
+  return s != nullptr ? s->Next() : 0;
+}
+
+void SimRecordEvent(const char* what, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  if (SimState* s = TheSim()) s->RecordEvent(what, a, b, c);
+}
+
+std::uint32_t SimHost() {
+  Fiber* f = TheSim() != nullptr ? CurrentFiber() : nullptr;
+  return f != nullptr ? f->sim_host : 0;
+}
+
+void SetSimHost(std::uint32_t host) {
+  Fiber* f = TheSim() != nullptr ? CurrentFiber() : nullptr;
+  if (f != nullptr) f->sim_host = host;
 }
 
 }  // namespace scheduler_internal

@@ -75,6 +75,9 @@ void Runtime::Impl::SpawnCold(Fiber* f) {
     // relaxed: only distinctness matters; within the simulation's thread, the order.
     f->runnable_at =
         static_cast<Clock::rep>(sim->spawned.fetch_add(1, std::memory_order_relaxed) + 1);
+    // It runs on its spawner's simulated host (a spawn from outside the runtime: the default).
+    Fiber* spawner = scheduler_internal::CurrentFiber();
+    f->sim_host = spawner != nullptr && spawner->rt == this ? spawner->sim_host : 0;
   }
 }
 

@@ -223,6 +223,9 @@ struct alignas(64) Fiber {
   // latency, runnable_at is instead the fiber's spawn number, its name in the trace.
   Clock::rep runnable_at = 0;
   weft::atomic<std::uint32_t> max_wait_us{0};
+  // In a simulation, the simulated host it runs on (0: the default host), set at spawn from its
+  // spawner's and changed by sim::Network::enter (api/sim.h). The simulation's thread only.
+  std::uint32_t sim_host = 0;
 };
 
 // FiberBlock: Fiber objects are made kFibers at a time, kStride bytes apart, in one page-aligned

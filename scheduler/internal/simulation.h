@@ -70,6 +70,11 @@ struct SimState final : sync_internal::DeadlineService {
   // Record: a decision: the fiber numbered `fiber` runs, chosen among `of` runnable ones, at the
   // current virtual time.
   void Record(std::uint64_t fiber, std::size_t of);
+  // RecordEvent: an event of the simulated network (api/sim.cc), hashed into the trace.
+  void RecordEvent(const char* what, std::uint64_t a, std::uint64_t b, std::uint64_t c);
+  // The simulated network (api/sim.cc), made on its first use; destroyed with the runtime,
+  // after every fiber has ended.
+  std::shared_ptr<void> network;
   SimulationReport Report() const;
 
  private:

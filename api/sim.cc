@@ -1,0 +1,1009 @@
+// api/sim.cc: the simulated network (api/sim.h) and its sockets (api/internal/sim_net.h).
+//
+// All of it runs on the simulation's one thread, under one weft::Mutex: a call never waits while
+// it holds it except in a CondVar wait, which lets it go. Each socket has one CondVar, broadcast
+// on every change its callers wait for (bytes or a FIN arrived, room in the window, a reset, a
+// close, a connection queued, a heal); a caller re-checks its condition each time it wakes and
+// also wakes by itself when the next segment it waits for is due (the wait's deadline). A caller
+// holds its socket by shared_ptr, so a close from another fiber ends its call with ECANCELED and
+// never lets it reach the next socket given the same fd number.
+
+#include "weft/api/sim.h"
+
+#ifdef _WIN32
+#include <winsock2.h>
+#else
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#endif
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <new>
+#include <set>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "internal/sim_net.h"
+#include "weft/base/clock.h"
+#include "weft/scheduler/io.h"
+#include "weft/sync/mutex.h"
+
+namespace weft::sim {
+namespace {
+
+using Nanos = std::int64_t;  // virtual time, SyncClock's ticks
+
+Nanos Now() { return SyncClock::now().time_since_epoch().count(); }
+
+constexpr std::uint32_t kMaxHosts = 65000;
+constexpr int kMaxBacklog = 4096;
+constexpr std::uint16_t kFirstEphemeral = 32768;  // Linux's ip_local_port_range
+constexpr std::size_t kMaxWindow = std::size_t{1} << 30;
+
+// The host's address, in host byte order: 10.0.0.1 for host 0, then up.
+std::uint32_t AddressOf(std::uint32_t host) { return (10u << 24) | (host + 1); }
+constexpr std::uint32_t kLoopback = 0x7f000001;
+
+}  // namespace
+
+struct Segment {
+  std::string bytes;
+  std::size_t offset = 0;  // read so far
+  Nanos due = 0;           // when it arrives
+};
+
+struct Socket;
+
+// Direction: the bytes one end sends the other, in order.
+struct Direction {
+  std::deque<Segment> segments;
+  std::size_t unread = 0;  // bytes sent and not yet read (the window's use)
+  Nanos last_due = 0;      // a segment never arrives before the one sent before it
+  bool fin = false;        // the sender shut down writing; arrives at fin_due, after the bytes
+  Nanos fin_due = 0;
+};
+
+struct Connection {
+  std::uint64_t id = 0;
+  std::uint32_t host[2] = {0, 0};  // end 0: the connecting side; end 1: the accepted side
+  Direction dir[2];                // dir[i]: from end i to end 1 - i
+  // The two ends' sockets (the accepted end from the SYN's arrival, queued or not); null once
+  // that end is closed.
+  Socket* end[2] = {nullptr, nullptr};
+  int error = 0;                        // ECONNRESET once reset
+};
+
+struct Socket {
+  enum class Kind { kFresh, kListening, kConnected };
+  Kind kind = Kind::kFresh;
+  int fd = -1;
+  std::uint32_t host = 0;
+  bool closed = false;
+  bool shut_rd = false, shut_wr = false;
+  sockaddr_in local{}, peer{};
+  bool bound = false;
+  // Connected: its connection and which end it is.
+  std::shared_ptr<Connection> conn;
+  int side = 0;
+  Nanos ready_at = 0;  // accepted side: when its SYN arrived (it may be taken from then on)
+  // Listening: the connections that arrived, not yet accepted.
+  std::deque<std::shared_ptr<Socket>> backlog;
+  int backlog_limit = 0;
+  CondVar cv;
+
+  Socket() = default;
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  ~Socket() {  // (a queued connection's end, dropped with its listener, never closed)
+    if (conn != nullptr && conn->end[side] == this) conn->end[side] = nullptr;
+  }
+};
+
+struct HostState {
+  std::string name;
+  int fd_limit = 0;
+  int open = 0;
+  std::uint16_t next_port = kFirstEphemeral;
+  std::map<std::uint16_t, Socket*> ports;  // bound sockets: listeners and bound fresh ones
+};
+
+struct Network::State {
+  Mutex mu;
+  NetworkOptions options;
+  std::vector<HostState> hosts;
+  std::map<std::string, std::uint32_t, std::less<>> by_name;
+  std::set<std::pair<std::uint32_t, std::uint32_t>> cuts;  // (low, high) host pairs
+  std::map<int, std::shared_ptr<Socket>> fds;
+  std::uint64_t next_conn = 1;
+  NetworkStats stats;
+
+  State() {
+    HostState main;
+    main.name = "main";
+    main.fd_limit = options.fd_limit;
+    hosts.push_back(std::move(main));
+    by_name.emplace("main", 0);
+  }
+
+  bool Cut(std::uint32_t a, std::uint32_t b) const {
+    if (a == b || cuts.empty()) return false;
+    return cuts.count({std::min(a, b), std::max(a, b)}) != 0;
+  }
+  bool Cut(const Connection& c) const { return Cut(c.host[0], c.host[1]); }
+
+  Nanos Latency() {
+    const Nanos lo = options.min_latency.count(), hi = options.max_latency.count();
+    if (hi <= lo) return lo;
+    return lo + static_cast<Nanos>(scheduler_internal::SimRandom() %
+                                   static_cast<std::uint64_t>(hi - lo + 1));
+  }
+  // Chance: true with probability p, drawn from the simulation's PRNG (no draw for p == 0).
+  static bool Chance(double p) {
+    if (p <= 0) return false;
+    return static_cast<double>(scheduler_internal::SimRandom() >> 11) * 0x1.0p-53 < p;
+  }
+
+  std::shared_ptr<Socket> Find(int fd) const {
+    auto it = fds.find(fd);
+    return it == fds.end() ? nullptr : it->second;
+  }
+
+  static void Wake(Socket* s) {
+    if (s != nullptr) s->cv.broadcast();
+  }
+
+  // Reset: the connection fails at both ends; bytes in flight are lost.
+  void Reset(Connection& c) {
+    if (c.error != 0) return;
+    c.error = ECONNRESET;
+    for (Direction& d : c.dir) {
+      d.segments.clear();
+      d.unread = 0;
+    }
+    ++stats.resets;
+    scheduler_internal::SimRecordEvent("net.reset", c.id, c.host[0], c.host[1]);
+    Wake(c.end[0]);
+    Wake(c.end[1]);
+  }
+
+  // Allocate: the lowest free fd, as the kernel gives.
+  int Allocate() const {
+    int fd = sim_internal::kFdBase;
+    for (const auto& [n, s] : fds) {
+      if (n != fd) break;
+      ++fd;
+    }
+    return fd;
+  }
+
+  Result<std::uint32_t> HostNamed(std::string_view name) const {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) return std::errc::no_such_file_or_directory;
+    return it->second;
+  }
+
+  Result<std::uint32_t> MakeHost(std::string_view name) {
+    if (auto it = by_name.find(name); it != by_name.end()) return it->second;
+    if (name.empty() || name.size() > 64) return std::errc::invalid_argument;
+    bool numeric = true;
+    for (char c : name) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '_' || c == '.';
+      if (!ok) return std::errc::invalid_argument;
+      if (!((c >= '0' && c <= '9') || c == '.')) numeric = false;
+    }
+    if (numeric || name == "localhost") return std::errc::invalid_argument;
+    if (hosts.size() >= kMaxHosts) return std::errc::no_space_on_device;
+    const auto id = static_cast<std::uint32_t>(hosts.size());
+    HostState h;
+    h.name = std::string(name);
+    h.fd_limit = options.fd_limit;
+    hosts.push_back(std::move(h));
+    by_name.emplace(std::string(name), id);
+    ++stats.hosts;
+    scheduler_internal::SimRecordEvent("net.host", id, 0, 0);
+    return id;
+  }
+
+  Host Describe(std::uint32_t id) const {
+    Host h;
+    h.id = id;
+    h.name = hosts[id].name;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(AddressOf(id));
+    h.address = *net::SocketAddress::from_sockaddr(reinterpret_cast<const sockaddr*>(&a), sizeof a);
+    return h;
+  }
+
+  // HostOfAddress: the host an IPv4 address (host order) names, from host `from`.
+  Result<std::uint32_t> HostOfAddress(std::uint32_t addr, std::uint32_t from) const {
+    if ((addr >> 24) == 127) return from;
+    if ((addr >> 16) == (10u << 8)) {
+      const std::uint32_t n = addr & 0xffff;
+      if (n >= 1 && n - 1 < hosts.size()) return n - 1;
+    }
+    return std::errc::host_unreachable;
+  }
+
+  Result<std::uint16_t> EphemeralPort(HostState& h) {
+    for (int tries = 0; tries < 65536 - kFirstEphemeral; ++tries) {
+      std::uint16_t p = h.next_port;
+      h.next_port = h.next_port == 65535 ? kFirstEphemeral : static_cast<std::uint16_t>(p + 1);
+      if (h.ports.count(p) == 0) return p;
+    }
+    return std::errc::address_in_use;
+  }
+
+  Result<int> Install(const std::shared_ptr<Socket>& s) {
+    HostState& h = hosts[s->host];
+    if (h.open >= h.fd_limit) {
+      ++stats.emfile;
+      return std::errc::too_many_files_open;
+    }
+    s->fd = Allocate();
+    fds.emplace(s->fd, s);
+    ++h.open;
+    return s->fd;
+  }
+};
+
+namespace {
+
+// Locked: the network's mutex, held for a call's duration (CondVar waits let it go).
+class Locked {
+ public:
+  explicit Locked(Network::State& st) : st_(st) { (void)st_.mu.lock(); }
+  ~Locked() { (void)st_.mu.unlock(); }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
+
+ private:
+  Network::State& st_;
+};
+
+Network::State* TheState() {
+  Network* n = Network::current();
+  return n != nullptr ? &n->state() : nullptr;
+}
+
+std::errc Errc(int e) { return static_cast<std::errc>(e); }
+
+// Waiting: each blocking call's loop: check its condition, then Wait until woken or `due`.
+// Wait returns an error to end the call with (the call's own deadline or cancellation), or
+// success to check again.
+Result<void> Wait(Network::State& st, Socket& s, const WaitOptions& options,
+                  std::optional<Nanos> due) {
+  if (options.deadline && *options.deadline <= SyncClock::now()) return std::errc::timed_out;
+  WaitOptions w = options;
+  if (due) {
+    const SyncClock::time_point at{SyncClock::duration(*due)};
+    if (!w.deadline || at < *w.deadline) w.deadline = at;
+  }
+  Result<void> r = s.cv.wait(st.mu, w);
+  if (!r.ok() && r.error() == std::errc::timed_out) return {};  // the loop checks its deadline
+  return r;
+}
+
+bool Cancelled(const WaitOptions& options) {
+  return options.cancel != nullptr && options.cancel->is_cancelled();
+}
+
+void ToSockaddr(const sockaddr_in& in, sockaddr* addr, socklen_t* len) {
+  if (addr == nullptr || len == nullptr) return;
+  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(*len), sizeof in);
+  std::memcpy(addr, &in, n);
+  *len = sizeof in;
+}
+
+sockaddr_in Inet(std::uint32_t host_order_addr, std::uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(host_order_addr);
+  a.sin_port = htons(port);
+  return a;
+}
+
+std::size_t TotalLength(const IoVec* iov, int iovcnt) {
+  std::size_t n = 0;
+  for (int i = 0; i < iovcnt; ++i) n += iov[i].iov_len;
+  return n;
+}
+
+bool BadVectors(const IoVec* iov, int iovcnt) {
+  if (iovcnt < 0 || iovcnt > 1024 || (iovcnt > 0 && iov == nullptr)) return true;
+  std::size_t total = 0;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (BadIoRequest(iov[i].iov_base, iov[i].iov_len)) return true;
+    total += iov[i].iov_len;
+    if (total > kMaxIoRequest) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// ---- Network --------------------------------------------------------------------------------
+
+Network::Network(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Network::~Network() = default;
+
+Network* Network::current() {
+  std::shared_ptr<void>* slot = scheduler_internal::SimNetworkSlot();
+  if (slot == nullptr) return nullptr;
+  if (*slot == nullptr) {
+    try {
+      *slot = std::make_shared<Network>(std::make_unique<State>());
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
+  }
+  return static_cast<Network*>(slot->get());
+}
+
+Result<void> Network::configure(const NetworkOptions& o) {
+  if (o.min_latency.count() < 0 || o.max_latency < o.min_latency || o.retransmit.count() < 0 ||
+      !(o.loss >= 0 && o.loss <= 1) || !(o.reset >= 0 && o.reset <= 1) || o.window == 0 ||
+      o.window > kMaxWindow || o.connect_timeout.count() < 0 || o.fd_limit < 1) {
+    return std::errc::invalid_argument;
+  }
+  Locked lock(*state_);
+  state_->options = o;
+  return {};
+}
+
+NetworkOptions Network::options() const {
+  Locked lock(*state_);
+  return state_->options;
+}
+
+Result<Host> Network::host(std::string_view name) {
+  Locked lock(*state_);
+  Result<std::uint32_t> id = state_->MakeHost(name);
+  if (!id.ok()) return id.error();
+  return state_->Describe(*id);
+}
+
+Result<void> Network::enter(std::string_view name) {
+  Locked lock(*state_);
+  Result<std::uint32_t> id = state_->MakeHost(name);
+  if (!id.ok()) return id.error();
+  scheduler_internal::SetSimHost(*id);
+  return {};
+}
+
+Host Network::current_host() {
+  Locked lock(*state_);
+  std::uint32_t id = scheduler_internal::SimHost();
+  if (id >= state_->hosts.size()) id = 0;
+  return state_->Describe(id);
+}
+
+Result<void> Network::partition(std::string_view a, std::string_view b) {
+  Locked lock(*state_);
+  Result<std::uint32_t> x = state_->HostNamed(a), y = state_->HostNamed(b);
+  if (!x.ok()) return x.error();
+  if (!y.ok()) return y.error();
+  if (*x == *y) return std::errc::invalid_argument;
+  state_->cuts.insert({std::min(*x, *y), std::max(*x, *y)});
+  scheduler_internal::SimRecordEvent("net.partition", *x, *y, 0);
+  return {};
+}
+
+namespace {
+// Healed: segments held by a partition between x and y leave now, arriving a latency later (in
+// order), and every socket between them wakes to see it.
+void Healed(Network::State& st, std::uint32_t x, std::uint32_t y) {
+  const Nanos now = Now();
+  for (auto& [fd, s] : st.fds) {
+    if (s->conn == nullptr || s->side != 0) continue;  // each connection once, from end 0
+    Connection& c = *s->conn;
+    if (!((c.host[0] == x && c.host[1] == y) || (c.host[0] == y && c.host[1] == x))) continue;
+    for (Direction& d : c.dir) {
+      Nanos floor = now;
+      for (Segment& seg : d.segments) {
+        seg.due = std::max(seg.due, floor + st.Latency());
+        floor = seg.due;
+      }
+      d.last_due = std::max(d.last_due, floor);
+      if (d.fin) d.fin_due = std::max(d.fin_due, d.last_due);
+    }
+  }
+  // Every socket re-checks (a listener too: a connect's retry is its own timer).
+  for (auto& [fd, s] : st.fds) Network::State::Wake(s.get());
+}
+}  // namespace
+
+Result<void> Network::heal(std::string_view a, std::string_view b) {
+  Locked lock(*state_);
+  Result<std::uint32_t> x = state_->HostNamed(a), y = state_->HostNamed(b);
+  if (!x.ok()) return x.error();
+  if (!y.ok()) return y.error();
+  if (*x == *y) return std::errc::invalid_argument;
+  if (state_->cuts.erase({std::min(*x, *y), std::max(*x, *y)}) != 0) {
+    scheduler_internal::SimRecordEvent("net.heal", *x, *y, 0);
+    Healed(*state_, *x, *y);
+  }
+  return {};
+}
+
+void Network::heal_all() {
+  Locked lock(*state_);
+  auto cuts = std::move(state_->cuts);
+  state_->cuts.clear();
+  for (auto [x, y] : cuts) {
+    scheduler_internal::SimRecordEvent("net.heal", x, y, 0);
+    Healed(*state_, x, y);
+  }
+}
+
+Result<std::size_t> Network::reset(std::string_view a, std::string_view b) {
+  Locked lock(*state_);
+  Result<std::uint32_t> x = state_->HostNamed(a), y = state_->HostNamed(b);
+  if (!x.ok()) return x.error();
+  if (!y.ok()) return y.error();
+  std::vector<std::shared_ptr<Connection>> hit;
+  auto between = [&](const Connection& c) {
+    return (c.host[0] == *x && c.host[1] == *y) || (c.host[0] == *y && c.host[1] == *x);
+  };
+  for (auto& [fd, s] : state_->fds) {
+    if (s->conn != nullptr && s->conn->error == 0 && between(*s->conn) &&
+        std::find(hit.begin(), hit.end(), s->conn) == hit.end()) {
+      hit.push_back(s->conn);
+    }
+    for (auto& q : s->backlog) {  // queued, not yet accepted
+      if (q->conn->error == 0 && between(*q->conn) &&
+          std::find(hit.begin(), hit.end(), q->conn) == hit.end()) {
+        hit.push_back(q->conn);
+      }
+    }
+  }
+  for (auto& c : hit) state_->Reset(*c);
+  return hit.size();
+}
+
+Result<void> Network::set_fd_limit(std::string_view host, int limit) {
+  if (limit < 1) return std::errc::invalid_argument;
+  Locked lock(*state_);
+  Result<std::uint32_t> id = state_->HostNamed(host);
+  if (!id.ok()) return id.error();
+  state_->hosts[*id].fd_limit = limit;
+  return {};
+}
+
+Result<int> Network::open_fds(std::string_view host) {
+  Locked lock(*state_);
+  Result<std::uint32_t> id = state_->HostNamed(host);
+  if (!id.ok()) return id.error();
+  return state_->hosts[*id].open;
+}
+
+NetworkStats Network::stats() const {
+  Locked lock(*state_);
+  NetworkStats s = state_->stats;
+  s.hosts = state_->hosts.size();
+  return s;
+}
+
+}  // namespace weft::sim
+
+// ---- The sockets ----------------------------------------------------------------------------
+
+namespace weft::sim_internal {
+
+using sim::Connection;
+using sim::Direction;
+using sim::Locked;
+using sim::Nanos;
+using State = sim::Network::State;
+
+namespace {
+
+// Open: the network and the socket for fd, or EBADF.
+struct Open {
+  State* st = nullptr;
+  std::shared_ptr<sim::Socket> s;
+};
+
+std::uint32_t CallerHost(const State& st) {
+  std::uint32_t id = scheduler_internal::SimHost();
+  return id < st.hosts.size() ? id : 0;
+}
+
+// SendOne: puts `n` bytes gathered from iov on the connection from end `side`.
+void SendOne(State& st, Connection& c, int side, const IoVec* iov, int iovcnt, std::size_t n) {
+  Direction& d = c.dir[side];
+  sim::Segment seg;
+  seg.bytes.reserve(n);
+  for (int i = 0; i < iovcnt && seg.bytes.size() < n; ++i) {
+    const std::size_t take = std::min(iov[i].iov_len, n - seg.bytes.size());
+    seg.bytes.append(static_cast<const char*>(iov[i].iov_base), take);
+  }
+  const Nanos now = sim::Now();
+  Nanos due = now + st.Latency();
+  const bool lost = State::Chance(st.options.loss);
+  if (lost) {
+    due += st.options.retransmit.count();
+    ++st.stats.lost;
+  }
+  due = std::max(due, d.last_due);
+  seg.due = due;
+  d.last_due = due;
+  d.unread += n;
+  d.segments.push_back(std::move(seg));
+  ++st.stats.segments;
+  st.stats.bytes += n;
+  scheduler_internal::SimRecordEvent(lost ? "net.send.lost" : "net.send", c.id,
+                                     static_cast<std::uint64_t>(side), n);
+  if (State::Chance(st.options.reset)) {
+    st.Reset(c);
+    return;
+  }
+  if (c.end[1 - side] == nullptr) {  // the peer closed: it answers with a reset
+    st.Reset(c);
+    return;
+  }
+  State::Wake(c.end[1 - side]);
+}
+
+// Readable: bytes that have arrived for the socket, or its end of stream.
+struct Arrival {
+  std::size_t bytes = 0;         // bytes arrived and unread
+  bool eof = false;              // the FIN arrived after them
+  std::optional<Nanos> next;     // when the next thing will arrive (for a wait)
+};
+
+Arrival Arrived(const State& st, const sim::Socket& s) {
+  Arrival a;
+  const Connection& c = *s.conn;
+  const Direction& in = c.dir[1 - s.side];
+  if (st.Cut(c)) return a;  // held by the partition; a heal wakes the reader
+  const Nanos now = sim::Now();
+  for (const sim::Segment& seg : in.segments) {
+    if (seg.due > now) {
+      a.next = seg.due;
+      return a;
+    }
+    a.bytes += seg.bytes.size() - seg.offset;
+  }
+  if (in.fin) {
+    if (in.fin_due <= now) {
+      a.eof = true;
+    } else {
+      a.next = in.fin_due;
+    }
+  }
+  return a;
+}
+
+bool DontWait(int flags) {
+#ifdef MSG_DONTWAIT
+  return (flags & MSG_DONTWAIT) != 0;
+#else
+  (void)flags;
+  return false;
+#endif
+}
+
+}  // namespace
+
+// The calls below start with Find: the network (of this thread's simulation) and the socket.
+#define WEFT_SIM_OPEN(fd)                         \
+  State* st = sim::TheState();                    \
+  if (st == nullptr) return std::errc::bad_file_descriptor; \
+  Locked lock(*st);                               \
+  std::shared_ptr<sim::Socket> s = st->Find(fd);       \
+  if (s == nullptr) return std::errc::bad_file_descriptor
+
+Result<int> Socket(int family) {
+  State* st = sim::TheState();
+  if (st == nullptr) return std::errc::not_supported;
+  if (family != AF_INET) return std::errc::address_family_not_supported;
+  Locked lock(*st);
+  std::shared_ptr<sim::Socket> s;
+  try {
+    s = std::make_shared<sim::Socket>();
+  } catch (const std::bad_alloc&) {
+    return std::errc::not_enough_memory;
+  }
+  s->host = CallerHost(*st);
+  return st->Install(s);
+}
+
+Result<void> Bind(int fd, const sockaddr* addr, socklen_t len) {
+  WEFT_SIM_OPEN(fd);
+  if (addr == nullptr || len < static_cast<socklen_t>(sizeof(sockaddr_in)) ||
+      addr->sa_family != AF_INET) {
+    return std::errc::invalid_argument;
+  }
+  if (s->bound || s->kind != sim::Socket::Kind::kFresh) return std::errc::invalid_argument;
+  sockaddr_in in;
+  std::memcpy(&in, addr, sizeof in);
+  const std::uint32_t ip = ntohl(in.sin_addr.s_addr);
+  if (ip != INADDR_ANY && (ip >> 24) != 127 && ip != sim::AddressOf(s->host)) {
+    return std::errc::address_not_available;  // not an address of this host
+  }
+  sim::HostState& h = st->hosts[s->host];
+  std::uint16_t port = ntohs(in.sin_port);
+  if (port == 0) {
+    Result<std::uint16_t> p = st->EphemeralPort(h);
+    if (!p.ok()) return p.error();
+    port = *p;
+  } else if (h.ports.count(port) != 0) {
+    return std::errc::address_in_use;
+  }
+  h.ports.emplace(port, s.get());
+  s->bound = true;
+  s->local = sim::Inet(ip == INADDR_ANY ? sim::AddressOf(s->host) : ip, port);
+  return {};
+}
+
+Result<void> Listen(int fd, int backlog) {
+  WEFT_SIM_OPEN(fd);
+  if (s->kind == sim::Socket::Kind::kConnected) return std::errc::invalid_argument;
+  if (!s->bound) {  // as Linux: an unbound socket that listens gets a port
+    sim::HostState& h = st->hosts[s->host];
+    Result<std::uint16_t> p = st->EphemeralPort(h);
+    if (!p.ok()) return p.error();
+    h.ports.emplace(*p, s.get());
+    s->bound = true;
+    s->local = sim::Inet(sim::AddressOf(s->host), *p);
+  }
+  s->kind = sim::Socket::Kind::kListening;
+  s->backlog_limit = std::clamp(backlog, 1, sim::kMaxBacklog);
+  return {};
+}
+
+Result<int> Accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
+  if (BadAcceptAddress(addr, addrlen)) return std::errc::invalid_argument;
+  WEFT_SIM_OPEN(fd);
+  if (sim::Cancelled(options)) return std::errc::operation_canceled;
+  for (;;) {
+    if (s->closed) return std::errc::operation_canceled;
+    if (s->kind != sim::Socket::Kind::kListening) return std::errc::invalid_argument;
+    std::optional<Nanos> due;
+    if (!s->backlog.empty()) {
+      std::shared_ptr<sim::Socket> q = s->backlog.front();
+      if (q->ready_at <= sim::Now()) {
+        Result<int> nfd = st->Install(q);
+        if (!nfd.ok()) return nfd.error();  // EMFILE: it stays queued
+        s->backlog.pop_front();
+        sim::ToSockaddr(q->peer, addr, addrlen);
+        scheduler_internal::SimRecordEvent("net.accept", q->conn->id, q->host, 0);
+        return *nfd;
+      }
+      due = q->ready_at;
+    }
+    if (Result<void> w = sim::Wait(*st, *s, options, due); !w.ok()) return w.error();
+  }
+}
+
+Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOptions& options) {
+  WEFT_SIM_OPEN(fd);
+  if (addr == nullptr || len < static_cast<socklen_t>(sizeof(sockaddr_in))) {
+    return std::errc::invalid_argument;
+  }
+  if (addr->sa_family != AF_INET) return std::errc::address_family_not_supported;
+  if (s->kind == sim::Socket::Kind::kConnected) return std::errc::already_connected;
+  if (s->kind == sim::Socket::Kind::kListening) return std::errc::invalid_argument;
+  if (sim::Cancelled(options)) return std::errc::operation_canceled;
+  sockaddr_in to;
+  std::memcpy(&to, addr, sizeof to);
+  const std::uint32_t ip = ntohl(to.sin_addr.s_addr);
+  const std::uint16_t port = ntohs(to.sin_port);
+  Result<std::uint32_t> target = st->HostOfAddress(ip, s->host);
+  if (!target.ok()) return target.error();
+  if (port == 0) return std::errc::connection_refused;
+  const Nanos start = sim::Now();
+  Nanos retry = std::chrono::nanoseconds(std::chrono::seconds(1)).count();
+  Nanos next_try = start;
+  for (;;) {
+    if (s->closed) return std::errc::operation_canceled;
+    if (s->kind == sim::Socket::Kind::kConnected) return std::errc::already_connected;
+    const Nanos now = sim::Now();
+    if (now >= next_try) {
+      if (!st->Cut(s->host, *target)) {
+        sim::HostState& th = st->hosts[*target];
+        auto l = th.ports.find(port);
+        sim::Socket* listener = l != th.ports.end() && l->second->kind == sim::Socket::Kind::kListening
+                               ? l->second
+                               : nullptr;
+        if (listener == nullptr) {
+          // A RST answers the SYN: refused, a round trip later.
+          const Nanos back = now + st->Latency() + st->Latency();
+          ++st->stats.refused;
+          scheduler_internal::SimRecordEvent("net.refused", s->host, *target, port);
+          while (sim::Now() < back) {
+            if (s->closed) return std::errc::operation_canceled;
+            if (Result<void> w = sim::Wait(*st, *s, options, back); !w.ok()) return w.error();
+          }
+          return std::errc::connection_refused;
+        }
+        if (static_cast<int>(listener->backlog.size()) < listener->backlog_limit) {
+          // The SYN arrives: the connection is queued at the listener; the SYN-ACK comes back.
+          std::shared_ptr<Connection> c;
+          std::shared_ptr<sim::Socket> server;
+          try {
+            c = std::make_shared<Connection>();
+            server = std::make_shared<sim::Socket>();
+            listener->backlog.push_back(server);
+          } catch (const std::bad_alloc&) {
+            return std::errc::not_enough_memory;
+          }
+          c->id = st->next_conn++;
+          c->host[0] = s->host;
+          c->host[1] = *target;
+          c->end[0] = s.get();
+          if (!s->bound) {
+            sim::HostState& h = st->hosts[s->host];
+            Result<std::uint16_t> p = st->EphemeralPort(h);
+            if (!p.ok()) {
+              listener->backlog.pop_back();
+              return p.error();
+            }
+            h.ports.emplace(*p, s.get());
+            s->bound = true;
+            s->local = sim::Inet((ip >> 24) == 127 ? ip : sim::AddressOf(s->host), *p);
+          }
+          s->peer = to;
+          s->conn = c;
+          s->side = 0;
+          s->kind = sim::Socket::Kind::kConnected;
+          const Nanos syn = st->Latency();
+          server->kind = sim::Socket::Kind::kConnected;
+          server->host = *target;
+          server->conn = c;
+          server->side = 1;
+          server->local = to;
+          server->peer = s->local;
+          server->ready_at = now + syn;
+          c->end[1] = server.get();
+          ++st->stats.connections;
+          scheduler_internal::SimRecordEvent("net.connect", c->id, s->host, *target);
+          State::Wake(listener);
+          const Nanos established = now + syn + st->Latency();
+          while (sim::Now() < established) {
+            if (s->closed) return std::errc::operation_canceled;
+            if (Result<void> w = sim::Wait(*st, *s, options, established); !w.ok()) {
+              return w.error();
+            }
+          }
+          if (c->error != 0) return sim::Errc(c->error);
+          return {};
+        }
+      }
+      // No answer (a partition, or a full backlog): the SYN is sent again later.
+      if (now - start >= st->options.connect_timeout.count()) {
+        ++st->stats.timed_out;
+        return std::errc::timed_out;
+      }
+      next_try = std::min(now + retry, start + st->options.connect_timeout.count());
+      retry *= 2;
+    }
+    if (Result<void> w = sim::Wait(*st, *s, options, next_try); !w.ok()) return w.error();
+  }
+}
+
+Result<std::size_t> Recv(int fd, const IoVec* iov, int iovcnt, int flags,
+                         const WaitOptions& options) {
+  if (sim::BadVectors(iov, iovcnt)) return std::errc::invalid_argument;
+  WEFT_SIM_OPEN(fd);
+  if (sim::Cancelled(options)) return std::errc::operation_canceled;
+  const std::size_t want = sim::TotalLength(iov, iovcnt);
+  const bool dontwait = DontWait(flags);
+  const bool peek = (flags & MSG_PEEK) != 0;
+  for (;;) {
+    if (s->closed) return std::errc::operation_canceled;
+    if (s->kind != sim::Socket::Kind::kConnected) return std::errc::not_connected;
+    Connection& c = *s->conn;
+    if (c.error != 0) return sim::Errc(c.error);
+    if (s->shut_rd) return std::size_t{0};
+    Arrival a = Arrived(*st, *s);
+    if (a.bytes > 0 && want == 0) return std::size_t{0};
+    if (a.bytes > 0) {
+      // Copy what has arrived, in order, into the buffers.
+      Direction& in = c.dir[1 - s->side];
+      std::size_t done = 0;
+      int vi = 0;
+      std::size_t voff = 0;
+      std::size_t limit = std::min(want, a.bytes);
+      for (auto it = in.segments.begin(); done < limit && it != in.segments.end(); ++it) {
+        std::size_t off = it->offset;
+        while (done < limit && off < it->bytes.size()) {
+          while (vi < iovcnt && voff == iov[vi].iov_len) {
+            ++vi;
+            voff = 0;
+          }
+          const std::size_t take =
+              std::min({it->bytes.size() - off, iov[vi].iov_len - voff, limit - done});
+          std::memcpy(static_cast<char*>(iov[vi].iov_base) + voff, it->bytes.data() + off, take);
+          off += take;
+          voff += take;
+          done += take;
+        }
+      }
+      if (!peek) {
+        std::size_t left = done;
+        while (left > 0) {
+          sim::Segment& head = in.segments.front();
+          const std::size_t take = std::min(left, head.bytes.size() - head.offset);
+          head.offset += take;
+          left -= take;
+          if (head.offset == head.bytes.size()) in.segments.pop_front();
+        }
+        in.unread -= done;
+        State::Wake(c.end[1 - s->side]);  // room in the sender's window
+      }
+      return done;
+    }
+    if (a.eof || want == 0) return std::size_t{0};
+    if (dontwait) return std::errc::resource_unavailable_try_again;
+    if (Result<void> w = sim::Wait(*st, *s, options, a.next); !w.ok()) return w.error();
+  }
+}
+
+Result<std::size_t> Send(int fd, const IoVec* iov, int iovcnt, int flags,
+                         const WaitOptions& options) {
+  if (sim::BadVectors(iov, iovcnt)) return std::errc::invalid_argument;
+  WEFT_SIM_OPEN(fd);
+  const bool dontwait = DontWait(flags);
+  if (sim::Cancelled(options)) return std::errc::operation_canceled;
+  const std::size_t want = std::min(sim::TotalLength(iov, iovcnt), kMaxIoLength);
+  for (;;) {
+    if (s->closed) return std::errc::operation_canceled;
+    if (s->kind != sim::Socket::Kind::kConnected) return std::errc::not_connected;
+    Connection& c = *s->conn;
+    if (c.error != 0) return sim::Errc(c.error);
+    if (s->shut_wr) return std::errc::broken_pipe;
+    if (want == 0) return std::size_t{0};
+    Direction& out = c.dir[s->side];
+    if (out.unread < st->options.window) {
+      const std::size_t n = std::min(want, st->options.window - out.unread);
+      try {
+        SendOne(*st, c, s->side, iov, iovcnt, n);
+      } catch (const std::bad_alloc&) {
+        return std::errc::not_enough_memory;
+      }
+      return n;
+    }
+    // The window is full: wait for the peer to read (a send that may not wait: EAGAIN).
+    if (dontwait) return std::errc::resource_unavailable_try_again;
+    if (Result<void> w = sim::Wait(*st, *s, options, std::nullopt); !w.ok()) return w.error();
+  }
+}
+
+Result<std::uint32_t> Poll(int fd, std::uint32_t events, const WaitOptions& options) {
+  WEFT_SIM_OPEN(fd);
+  if (sim::Cancelled(options)) return std::errc::operation_canceled;
+  for (;;) {
+    if (s->closed) return std::errc::operation_canceled;
+    std::uint32_t ready = 0;
+    std::optional<Nanos> due;
+    if (s->kind == sim::Socket::Kind::kListening) {
+      if (!s->backlog.empty()) {
+        if (s->backlog.front()->ready_at <= sim::Now()) {
+          ready |= POLLIN;
+        } else {
+          due = s->backlog.front()->ready_at;
+        }
+      }
+    } else if (s->kind == sim::Socket::Kind::kConnected) {
+      Connection& c = *s->conn;
+      if (c.error != 0) {
+        ready |= POLLERR | POLLHUP | POLLIN | POLLOUT;
+      } else {
+        Arrival a = Arrived(*st, *s);
+        if (a.bytes > 0 || a.eof || s->shut_rd) ready |= POLLIN;
+        if (a.eof && s->shut_wr) ready |= POLLHUP;
+        if (!a.bytes && !a.eof) due = a.next;
+        if (s->shut_wr || c.dir[s->side].unread < st->options.window) ready |= POLLOUT;
+      }
+    } else {
+      ready |= POLLOUT | POLLHUP;  // a socket never connected, as Linux reports it
+    }
+    const std::uint32_t hit = ready & (events | POLLERR | POLLHUP);
+    if (hit != 0) return hit;
+    if (Result<void> w = sim::Wait(*st, *s, options, due); !w.ok()) return w.error();
+  }
+}
+
+Result<void> Shutdown(int fd, int how) {
+  WEFT_SIM_OPEN(fd);
+  if (how < 0 || how > 2) return std::errc::invalid_argument;
+  if (s->kind != sim::Socket::Kind::kConnected) return std::errc::not_connected;
+  Connection& c = *s->conn;
+  if (how != 1 && !s->shut_rd) {  // SHUT_RD, SHUT_RDWR: reads end (0), blocked ones too
+    s->shut_rd = true;
+    State::Wake(s.get());
+  }
+  if (how != 0 && !s->shut_wr) {  // SHUT_WR, SHUT_RDWR: a FIN after the bytes sent
+    s->shut_wr = true;
+    Direction& out = c.dir[s->side];
+    out.fin = true;
+    out.fin_due = std::max(out.last_due, sim::Now() + st->Latency());
+    out.last_due = out.fin_due;
+    scheduler_internal::SimRecordEvent("net.fin", c.id, static_cast<std::uint64_t>(s->side), 0);
+    State::Wake(c.end[1 - s->side]);
+    State::Wake(s.get());
+  }
+  return {};
+}
+
+Result<void> Close(int fd) {
+  WEFT_SIM_OPEN(fd);
+  st->fds.erase(fd);
+  sim::HostState& h = st->hosts[s->host];
+  --h.open;
+  if (s->bound) {
+    auto p = h.ports.find(ntohs(s->local.sin_port));
+    if (p != h.ports.end() && p->second == s.get()) h.ports.erase(p);
+  }
+  s->closed = true;
+  if (s->kind == sim::Socket::Kind::kListening) {
+    // Connections queued and never accepted: reset (their clients see ECONNRESET).
+    for (auto& q : s->backlog) st->Reset(*q->conn);
+    s->backlog.clear();
+  } else if (s->kind == sim::Socket::Kind::kConnected) {
+    Connection& c = *s->conn;
+    c.end[s->side] = nullptr;
+    if (c.dir[1 - s->side].unread > 0) {
+      st->Reset(c);  // closed with bytes unread: a RST, as Linux sends
+    } else if (!s->shut_wr && c.error == 0) {
+      Direction& out = c.dir[s->side];
+      out.fin = true;
+      out.fin_due = std::max(out.last_due, sim::Now() + st->Latency());
+      out.last_due = out.fin_due;
+      scheduler_internal::SimRecordEvent("net.fin", c.id, static_cast<std::uint64_t>(s->side),
+                                         1);
+      State::Wake(c.end[1 - s->side]);
+    }
+  }
+  State::Wake(s.get());  // this socket's callers end with ECANCELED
+  return {};
+}
+
+Result<void> Check(int fd) {
+  WEFT_SIM_OPEN(fd);
+  return {};
+}
+
+Result<void> LocalAddress(int fd, sockaddr* addr, socklen_t* len) {
+  WEFT_SIM_OPEN(fd);
+  if (addr == nullptr || len == nullptr) return std::errc::invalid_argument;
+  sockaddr_in a = s->local;
+  a.sin_family = AF_INET;
+  sim::ToSockaddr(a, addr, len);
+  return {};
+}
+
+Result<void> PeerAddress(int fd, sockaddr* addr, socklen_t* len) {
+  WEFT_SIM_OPEN(fd);
+  if (addr == nullptr || len == nullptr) return std::errc::invalid_argument;
+  if (s->kind != sim::Socket::Kind::kConnected) return std::errc::not_connected;
+  sim::ToSockaddr(s->peer, addr, len);
+  return {};
+}
+
+Result<std::uint32_t> Resolve(std::string_view name) {
+  State* st = sim::TheState();
+  if (st == nullptr) return std::errc::not_supported;
+  if (name == "localhost") return htonl(sim::kLoopback);
+  in_addr a{};
+  std::string text(name);
+  if (::inet_pton(AF_INET, text.c_str(), &a) == 1) return a.s_addr;
+  Locked lock(*st);
+  Result<std::uint32_t> id = st->HostNamed(name);
+  if (!id.ok()) return std::errc::address_not_available;
+  return htonl(sim::AddressOf(*id));
+}
+
+#undef WEFT_SIM_OPEN
+
+}  // namespace weft::sim_internal

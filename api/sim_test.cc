@@ -1,0 +1,552 @@
+// api/sim_test.cc: the simulated network (api/sim.h) through weft's own TCP types and io calls:
+// connections between named hosts and on loopback; refusal, unreachable hosts and names; bytes
+// held by a partition and delivered in order, exactly once, after the heal; connects across a
+// partition retried, and given up; resets, FINs, close with unread bytes; backpressure; per-host
+// fd limits; a close from another fiber and the fd number's reuse; deadlines, cancellation and
+// bad input; seeded loss and latency that replay to the same trace hash.
+
+#include "weft/api/sim.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "weft/api/io.h"
+#include "weft/api/net.h"
+#include "weft/base/clock.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/scheduler/simulation.h"
+#include "weft/sync/coordination.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+
+RuntimeOptions Sim(std::uint64_t seed) { return {.simulation = SimulationOptions{.seed = seed}}; }
+
+sim::Network& Net() {
+  sim::Network* n = sim::Network::current();
+  EXPECT_NE(n, nullptr);
+  return *n;
+}
+
+// OnHost: runs body on a fiber of host `host`.
+template <typename F>
+JoinHandle<void> OnHost(Runtime& rt, const char* host, F body) {
+  return rt.spawn([host, body]() mutable {
+    ASSERT_TRUE(Net().enter(host).ok());
+    body();
+  });
+}
+
+// EchoOnce: accepts one connection and echoes it to its end.
+void EchoOnce(net::TcpListener& l) {
+  Result<net::TcpStream> s = l.accept();
+  ASSERT_TRUE(s.ok());
+  char buf[4096];
+  for (;;) {
+    Result<std::size_t> n = s->read(buf, sizeof buf);
+    if (!n.ok() || *n == 0) return;
+    ASSERT_TRUE(s->write_all(buf, *n).ok());
+  }
+}
+
+TEST(SimNetwork, IsNullOutsideASimulation) {
+  EXPECT_EQ(sim::Network::current(), nullptr);
+  Runtime rt({.workers = 1});
+  rt.block_on([] { EXPECT_EQ(sim::Network::current(), nullptr); });
+}
+
+TEST(SimNetwork, EchoBetweenTwoHostsByName) {
+  Runtime rt(Sim(1));
+  rt.block_on([&] {
+    Event listening;
+    auto server = OnHost(rt, "server", [&] {
+      Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(7000));
+      ASSERT_TRUE(l.ok());
+      EXPECT_EQ(l->local_address()->to_string(), "10.0.0.2:7000");
+      listening.set();
+      EchoOnce(*l);
+    });
+    auto client = OnHost(rt, "client", [&] {
+      ASSERT_TRUE(listening.wait().ok());
+      Result<net::TcpStream> s = net::TcpStream::connect("server", 7000);
+      ASSERT_TRUE(s.ok());
+      EXPECT_EQ(s->peer_address()->to_string(), "10.0.0.2:7000");
+      EXPECT_EQ(s->local_address()->to_string().substr(0, 9), "10.0.0.3:");
+      EXPECT_TRUE(s->set_nodelay(true).ok());
+      const std::string msg = "hello over a simulated wire";
+      ASSERT_TRUE(s->write_all(msg.data(), msg.size()).ok());
+      std::string got(msg.size(), '\0');
+      ASSERT_TRUE(s->read_exact(got.data(), got.size()).ok());
+      EXPECT_EQ(got, msg);
+      ASSERT_TRUE(s->shutdown_write().ok());
+      char c;
+      EXPECT_EQ(*s->read(&c, 1), 0u);  // the server saw the FIN and closed
+    });
+    EXPECT_TRUE(client.join().ok());
+    EXPECT_TRUE(server.join().ok());
+    sim::NetworkStats st = Net().stats();
+    EXPECT_EQ(st.connections, 1u);
+    EXPECT_EQ(st.hosts, 3u);
+    EXPECT_EQ(*Net().open_fds("server"), 0);
+  });
+  // Time passed only virtually: a few latencies.
+  EXPECT_LT(rt.simulation()->virtual_elapsed, 100ms);
+}
+
+TEST(SimNetwork, LoopbackOnTheDefaultHostRunsUnchangedCode) {
+  Runtime rt(Sim(2));
+  rt.block_on([&] {
+    Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
+    ASSERT_TRUE(l.ok());
+    const std::uint16_t port = l->local_address()->port();
+    EXPECT_GE(port, 32768);
+    auto server = rt.spawn([&] { EchoOnce(*l); });
+    Result<net::TcpStream> s = net::TcpStream::connect("localhost", port);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(Net().current_host().name, "main");
+    // The io calls on the same fds: writev, readv, poll.
+    char a[] = "ab", b[] = "cde";
+    IoVec out[2] = {{a, 2}, {b, 3}};
+    ASSERT_EQ(*io::writev(s->fd(), out, 2), 5u);
+    EXPECT_EQ(*io::poll(s->fd(), POLLIN) & POLLIN, static_cast<std::uint32_t>(POLLIN));
+    char x[2], y[3];
+    IoVec in[2] = {{x, 2}, {y, 3}};
+    std::size_t got = 0;
+    while (got < 5) {
+      // (readv fills the list in order; a short read leaves the rest for the next)
+      Result<std::size_t> n = io::readv(s->fd(), in, 2);
+      ASSERT_TRUE(n.ok());
+      got += *n;
+      std::size_t left = *n;
+      for (IoVec& v : in) {
+        const std::size_t t = std::min(left, v.iov_len);
+        v.iov_base = static_cast<char*>(v.iov_base) + t;
+        v.iov_len -= t;
+        left -= t;
+      }
+    }
+    EXPECT_EQ(std::string(x, 2) + std::string(y, 3), "abcde");
+    ASSERT_TRUE(s->close().ok());
+    EXPECT_TRUE(server.join().ok());
+  });
+}
+
+TEST(SimNetwork, RefusedUnreachableAndUnknownNames) {
+  Runtime rt(Sim(3));
+  rt.block_on([&] {
+    ASSERT_TRUE(Net().host("db").ok());
+    const auto t0 = SyncClock::now();
+    EXPECT_EQ(net::TcpStream::connect("db", 5432).error(), std::errc::connection_refused);
+    EXPECT_GT(SyncClock::now(), t0);  // a round trip
+    EXPECT_EQ(net::TcpStream::connect(*net::SocketAddress::parse("10.9.9.9:80")).error(),
+              std::errc::host_unreachable);
+    EXPECT_EQ(net::TcpStream::connect("nosuchhost", 80).error(),
+              std::errc::address_not_available);
+    EXPECT_EQ(Net().stats().refused, 1u);
+    // IPv6 is not simulated: a clear error.
+    EXPECT_EQ(net::TcpStream::connect(*net::SocketAddress::parse("[::1]:80")).error(),
+              std::errc::address_family_not_supported);
+  });
+}
+
+// The exact-delivery property: bytes sent while a partition holds them arrive, after the heal,
+// in order and exactly once; a read during the partition times out.
+TEST(SimNetwork, APartitionHoldsBytesAndTheHealDeliversThemExactlyOnce) {
+  Runtime rt(Sim(4));
+  rt.block_on([&] {
+    Event listening, sent_half;
+    std::string received;
+    auto server = OnHost(rt, "server", [&] {
+      Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(80));
+      ASSERT_TRUE(l.ok());
+      listening.set();
+      Result<net::TcpStream> s = l->accept();
+      ASSERT_TRUE(s.ok());
+      char buf[100];
+      for (;;) {
+        Result<std::size_t> n = s->read(buf, sizeof buf);
+        ASSERT_TRUE(n.ok());
+        if (*n == 0) break;
+        received.append(buf, *n);
+      }
+    });
+    auto client = OnHost(rt, "client", [&] {
+      ASSERT_TRUE(listening.wait().ok());
+      Result<net::TcpStream> s = net::TcpStream::connect("server", 80);
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE(Net().partition("client", "server").ok());
+      std::string all;
+      for (int i = 0; i < 200; ++i) {
+        std::string line = "message " + std::to_string(i) + "\n";
+        all += line;
+        ASSERT_TRUE(s->write_all(line.data(), line.size()).ok());
+      }
+      // Cut off: nothing reaches the server, and a reply would not reach us.
+      char c;
+      EXPECT_EQ(s->read(&c, 1, {.deadline = SyncClock::now() + 5s}).error(),
+                std::errc::timed_out);
+      EXPECT_EQ(received, "");
+      ASSERT_TRUE(Net().heal("client", "server").ok());
+      ASSERT_TRUE(s->shutdown_write().ok());
+      EXPECT_EQ(*s->read(&c, 1), 0u);  // the server closes once it has read everything
+      EXPECT_EQ(received, all);
+    });
+    EXPECT_TRUE(client.join().ok());
+    EXPECT_TRUE(server.join().ok());
+  });
+}
+
+TEST(SimNetwork, AConnectAcrossAPartitionRetriesUntilTheHealOrGivesUp) {
+  Runtime rt(Sim(5));
+  rt.block_on([&] {
+    Event listening;
+    auto server = OnHost(rt, "server", [&] {
+      Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(80));
+      ASSERT_TRUE(l.ok());
+      listening.set();
+      EchoOnce(*l);
+    });
+    ASSERT_TRUE(listening.wait().ok());
+    ASSERT_TRUE(Net().host("client").ok());
+    ASSERT_TRUE(Net().partition("client", "server").ok());
+    auto client = OnHost(rt, "client", [&] {
+      // A deadline first: the call's own.
+      EXPECT_EQ(net::TcpStream::connect("server", 80, {.deadline = SyncClock::now() + 2500ms})
+                    .error(),
+                std::errc::timed_out);
+      // Then a connect that waits through the partition: the heal comes at 10 s; its SYN
+      // retries (1, 2, 4, 8 s) reach the server at the 15th second.
+      const auto t0 = SyncClock::now();
+      Result<net::TcpStream> s = net::TcpStream::connect("server", 80);
+      ASSERT_TRUE(s.ok());
+      EXPECT_GE(SyncClock::now() - t0, 10s);
+      ASSERT_TRUE(s->close().ok());
+    });
+    ASSERT_TRUE(this_fiber::sleep_for(12500ms).ok());
+    ASSERT_TRUE(Net().heal("client", "server").ok());
+    EXPECT_TRUE(client.join().ok());
+    EXPECT_TRUE(server.join().ok());
+    // Given up: connect_timeout.
+    sim::NetworkOptions o = Net().options();
+    o.connect_timeout = 3s;
+    ASSERT_TRUE(Net().configure(o).ok());
+    ASSERT_TRUE(Net().partition("client", "server").ok());
+    auto late = OnHost(rt, "client", [&] {
+      EXPECT_EQ(net::TcpStream::connect("server", 80).error(), std::errc::timed_out);
+    });
+    EXPECT_TRUE(late.join().ok());
+    EXPECT_EQ(Net().stats().timed_out, 1u);
+  });
+}
+
+// Connected: a connected pair on loopback of the default host (client, accepted).
+struct Pair {
+  net::TcpStream client, server;
+};
+Pair Connected() {
+  Pair p;
+  Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
+  EXPECT_TRUE(l.ok());
+  Result<net::TcpStream> c = net::TcpStream::connect(*l->local_address());
+  EXPECT_TRUE(c.ok());
+  Result<net::TcpStream> s = l->accept();
+  EXPECT_TRUE(s.ok());
+  p.client = std::move(*c);
+  p.server = std::move(*s);
+  return p;
+}
+
+TEST(SimNetwork, ResetsFailBothEndsAndLoseBytesInFlight) {
+  Runtime rt(Sim(6));
+  rt.block_on([&] {
+    Pair p = Connected();
+    ASSERT_TRUE(p.client.write_all("xyz", 3).ok());
+    EXPECT_EQ(*Net().reset("main", "main"), 1u);
+    char buf[8];
+    EXPECT_EQ(p.server.read(buf, sizeof buf).error(), std::errc::connection_reset);
+    EXPECT_EQ(p.client.write("a", 1).error(), std::errc::connection_reset);
+    EXPECT_EQ(Net().stats().resets, 1u);
+
+    // A close with bytes unread resets; the peer's read says so.
+    Pair q = Connected();
+    ASSERT_TRUE(q.client.write_all("unread", 6).ok());
+    ASSERT_TRUE(this_fiber::sleep_for(10ms).ok());  // it arrives
+    ASSERT_TRUE(q.server.close().ok());
+    EXPECT_EQ(q.client.read(buf, sizeof buf).error(), std::errc::connection_reset);
+
+    // A write to a peer that closed cleanly is answered by a reset.
+    Pair r = Connected();
+    ASSERT_TRUE(r.server.close().ok());
+    EXPECT_EQ(*r.client.read(buf, sizeof buf), 0u);  // its FIN
+    EXPECT_EQ(*r.client.write("late", 4), 4u);
+    EXPECT_EQ(r.client.write("late", 4).error(), std::errc::connection_reset);
+  });
+}
+
+TEST(SimNetwork, HalfCloseAndShutdown) {
+  Runtime rt(Sim(7));
+  rt.block_on([&] {
+    Pair p = Connected();
+    ASSERT_TRUE(p.client.write_all("last words", 10).ok());
+    ASSERT_TRUE(p.client.shutdown_write().ok());
+    EXPECT_EQ(p.client.write("x", 1).error(), std::errc::broken_pipe);
+    std::string got(10, '\0');
+    ASSERT_TRUE(p.server.read_exact(got.data(), 10).ok());
+    EXPECT_EQ(got, "last words");
+    char c;
+    EXPECT_EQ(*p.server.read(&c, 1), 0u);
+    // The other way still works after the half-close.
+    ASSERT_TRUE(p.server.write_all("reply", 5).ok());
+    std::string reply(5, '\0');
+    ASSERT_TRUE(p.client.read_exact(reply.data(), 5).ok());
+    EXPECT_EQ(reply, "reply");
+    // shutdown (both ways) ends a read that waits, with 0.
+    auto reader = rt.spawn([&] { EXPECT_EQ(*p.server.read(&c, 1), 0u); });
+    ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
+    ASSERT_TRUE(p.server.shutdown().ok());
+    EXPECT_TRUE(reader.join().ok());
+  });
+}
+
+TEST(SimNetwork, ASendWaitsForTheWindowToOpen) {
+  Runtime rt(Sim(8));
+  rt.block_on([&] {
+    sim::NetworkOptions o;
+    o.window = 1000;
+    ASSERT_TRUE(Net().configure(o).ok());
+    Pair p = Connected();
+    std::string big(5000, 'w');
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 26);
+    EXPECT_EQ(*p.client.write(big.data(), big.size()), 1000u);  // a short write: the window
+    EXPECT_EQ(p.client.write(big.data(), 1, {.deadline = SyncClock::now() + 1s}).error(),
+              std::errc::timed_out);
+    EXPECT_EQ(io::send(p.client.fd(), big.data(), 1, MSG_DONTWAIT).error(),
+              std::errc::resource_unavailable_try_again);
+    auto writer = rt.spawn([&] { EXPECT_TRUE(p.client.write_all(big.data() + 1000, 4000).ok()); });
+    std::string got(5000, '\0');
+    ASSERT_TRUE(p.server.read_exact(got.data(), got.size()).ok());
+    EXPECT_EQ(got, big);
+    EXPECT_TRUE(writer.join().ok());
+  });
+}
+
+TEST(SimNetwork, AHostsFdLimitIsEmfileAndTheConnectionStaysQueued) {
+  Runtime rt(Sim(9));
+  rt.block_on([&] {
+    ASSERT_TRUE(Net().host("server").ok());
+    ASSERT_TRUE(Net().set_fd_limit("server", 2).ok());
+    Event listening, server_done;
+    auto server = OnHost(rt, "server", [&] {
+      Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(80));
+      ASSERT_TRUE(l.ok());
+      listening.set();
+      Result<net::TcpStream> a = l->accept();
+      ASSERT_TRUE(a.ok());
+      // Listener + one connection: the host is full. The second connection waits in the backlog.
+      ASSERT_TRUE(this_fiber::sleep_for(10ms).ok());
+      EXPECT_EQ(l->accept().error(), std::errc::too_many_files_open);
+      EXPECT_EQ(net::TcpListener::bind(net::SocketAddress::ipv4_any(81)).error(),
+                std::errc::too_many_files_open);
+      ASSERT_TRUE(a->close().ok());
+      Result<net::TcpStream> b = l->accept();  // the queued one
+      ASSERT_TRUE(b.ok());
+      char c;
+      EXPECT_EQ(*b->read(&c, 1), 1u);
+      EXPECT_EQ(c, '2');
+      server_done.set();
+    });
+    auto client = OnHost(rt, "client", [&] {
+      ASSERT_TRUE(listening.wait().ok());
+      Result<net::TcpStream> one = net::TcpStream::connect("server", 80);
+      Result<net::TcpStream> two = net::TcpStream::connect("server", 80);
+      ASSERT_TRUE(one.ok());
+      ASSERT_TRUE(two.ok());
+      ASSERT_TRUE(two->write_all("2", 1).ok());
+      ASSERT_TRUE(server_done.wait().ok());
+    });
+    EXPECT_TRUE(server.join().ok());
+    EXPECT_TRUE(client.join().ok());
+    EXPECT_GE(Net().stats().emfile, 2u);
+  });
+}
+
+// A close from another fiber ends a read that waits (ECANCELED), and the fd number, reused at
+// once by a new connection, never hands that reader the new connection's bytes.
+TEST(SimNetwork, ACloseFromAnotherFiberEndsItsCallsAndTheReusedNumberIsNotTheirs) {
+  Runtime rt(Sim(10));
+  rt.block_on([&] {
+    Pair p = Connected();
+    const int fd = p.server.fd();
+    Result<std::size_t> seen = std::size_t{0};
+    char buf[16] = {};
+    Event reading;
+    auto reader = rt.spawn([&] {
+      reading.set();
+      seen = io::read(fd, buf, sizeof buf);
+    });
+    ASSERT_TRUE(reading.wait().ok());
+    ASSERT_TRUE(io::close(p.server.release()).ok());
+    Pair q = Connected();  // its accepted end or its client takes the freed number
+    EXPECT_TRUE(q.client.fd() == fd || q.server.fd() == fd);
+    ASSERT_TRUE(q.client.write_all("fresh", 5).ok());
+    ASSERT_TRUE(q.server.write_all("fresh", 5).ok());
+    EXPECT_TRUE(reader.join().ok());
+    EXPECT_EQ(seen.error(), std::errc::operation_canceled);
+    EXPECT_EQ(std::string(buf, 5), std::string(5, '\0'));
+    char got[5];
+    ASSERT_TRUE(q.server.read_exact(got, 5).ok());  // every byte still there for its reader
+    EXPECT_EQ(std::string(got, 5), "fresh");
+    EXPECT_EQ(io::close(fd + 1000).error(), std::errc::bad_file_descriptor);
+  });
+}
+
+TEST(SimNetwork, DeadlinesCancellationAndBadInput) {
+  Runtime rt(Sim(11));
+  rt.block_on([&] {
+    Pair p = Connected();
+    char c;
+    EXPECT_EQ(p.server.read(&c, 1, {.deadline = SyncClock::now() + 1h}).error(),
+              std::errc::timed_out);
+    CancellationSource src;
+    src.cancel();
+    CancellationToken tok = src.token();
+    EXPECT_EQ(p.server.read(&c, 1, {.cancel = &tok}).error(), std::errc::operation_canceled);
+    CancellationSource later;
+    ASSERT_TRUE(later.cancel_at(SyncClock::now() + 3s).ok());
+    CancellationToken late = later.token();
+    EXPECT_EQ(p.server.read(&c, 1, {.cancel = &late}).error(), std::errc::operation_canceled);
+    EXPECT_EQ(io::recv(p.server.fd(), &c, 1, MSG_DONTWAIT).error(),
+              std::errc::resource_unavailable_try_again);
+    EXPECT_EQ(io::read(p.server.fd(), nullptr, 5).error(), std::errc::invalid_argument);
+    EXPECT_EQ(*io::read(p.server.fd(), &c, 0), 0u);
+    EXPECT_EQ(io::accept(p.server.fd()).error(), std::errc::invalid_argument);  // not listening
+    sim::NetworkOptions bad;
+    bad.loss = 1.5;
+    EXPECT_EQ(Net().configure(bad).error(), std::errc::invalid_argument);
+    bad = {};
+    bad.min_latency = 2ms;
+    bad.max_latency = 1ms;
+    EXPECT_EQ(Net().configure(bad).error(), std::errc::invalid_argument);
+    bad = {};
+    bad.window = 0;
+    EXPECT_EQ(Net().configure(bad).error(), std::errc::invalid_argument);
+    EXPECT_EQ(Net().host("").error(), std::errc::invalid_argument);
+    EXPECT_EQ(Net().host("1.2.3.4").error(), std::errc::invalid_argument);
+    EXPECT_EQ(Net().host("bad name").error(), std::errc::invalid_argument);
+    EXPECT_EQ(Net().host(std::string(65, 'h')).error(), std::errc::invalid_argument);
+    EXPECT_EQ(Net().partition("main", "main").error(), std::errc::invalid_argument);
+    EXPECT_EQ(Net().partition("main", "nowhere").error(), std::errc::no_such_file_or_directory);
+    EXPECT_EQ(Net().set_fd_limit("main", 0).error(), std::errc::invalid_argument);
+    EXPECT_EQ(net::TcpListener::bind(*net::SocketAddress::parse("10.0.0.7:80")).error(),
+              std::errc::address_not_available);  // not this host's address
+    Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(99));
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ(net::TcpListener::bind(net::SocketAddress::ipv4_any(99)).error(),
+              std::errc::address_in_use);
+    // A listener closed while a fiber waits in accept: ECANCELED.
+    auto acceptor = rt.spawn([&] { EXPECT_EQ(l->accept().error(), std::errc::operation_canceled); });
+    ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
+    ASSERT_TRUE(l->close().ok());
+    EXPECT_TRUE(acceptor.join().ok());
+  });
+}
+
+// Real fds are refused in a simulation, and a simulated fd means nothing outside it.
+TEST(SimNetwork, RealFdsAreRefusedAndSimulatedOnesAreUnknownOutside) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  int kept = -1;
+  {
+    Runtime rt(Sim(12));
+    rt.block_on([&] {
+      char c = 'x';
+      EXPECT_EQ(io::write(fds[1], &c, 1).error(), std::errc::not_supported);
+      EXPECT_EQ(io::close(fds[1]).error(), std::errc::not_supported);
+      Pair p = Connected();
+      kept = p.client.release();
+    });
+  }
+  char c = 'x';
+  EXPECT_EQ(io::write(kept, &c, 1).error(), std::errc::bad_file_descriptor);
+  EXPECT_EQ(io::close(kept).error(), std::errc::bad_file_descriptor);
+  EXPECT_EQ(::write(fds[1], &c, 1), 1);  // still open: the simulation never closed it
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+// Traffic with seeded latency and loss: the same seed gives the same trace hash and the same
+// network figures; the bytes are exact whatever the seed.
+std::uint64_t LossyEcho(std::uint64_t seed, sim::NetworkStats* stats) {
+  Runtime rt(Sim(seed));
+  rt.block_on([&] {
+    sim::NetworkOptions o;
+    o.loss = 0.2;
+    o.max_latency = 5ms;
+    ASSERT_TRUE(Net().configure(o).ok());
+    Event listening;
+    auto server = OnHost(rt, "server", [&] {
+      Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(7));
+      ASSERT_TRUE(l.ok());
+      listening.set();
+      std::vector<JoinHandle<void>> conns;
+      for (int i = 0; i < 3; ++i) {
+        Result<net::TcpStream> s = l->accept();
+        ASSERT_TRUE(s.ok());
+        conns.push_back(rt.spawn([s = std::move(*s)]() mutable {
+          char buf[64];
+          for (;;) {
+            Result<std::size_t> n = s.read(buf, sizeof buf);
+            if (!n.ok() || *n == 0) return;
+            if (!s.write_all(buf, *n).ok()) return;
+          }
+        }));
+      }
+      for (auto& h : conns) EXPECT_TRUE(h.join().ok());
+    });
+    std::vector<JoinHandle<void>> clients;
+    for (int k = 0; k < 3; ++k) {
+      const char* host = k == 0 ? "c0" : k == 1 ? "c1" : "c2";
+      clients.push_back(OnHost(rt, host, [&, k] {
+        ASSERT_TRUE(listening.wait().ok());
+        Result<net::TcpStream> s = net::TcpStream::connect("server", 7);
+        ASSERT_TRUE(s.ok());
+        for (int i = 0; i < 20; ++i) {
+          const std::string msg = std::to_string(k) + ":" + std::to_string(i) + ";";
+          ASSERT_TRUE(s->write_all(msg.data(), msg.size()).ok());
+          std::string back(msg.size(), '\0');
+          ASSERT_TRUE(s->read_exact(back.data(), back.size()).ok());
+          ASSERT_EQ(back, msg);
+        }
+      }));
+    }
+    for (auto& h : clients) EXPECT_TRUE(h.join().ok());
+    EXPECT_TRUE(server.join().ok());
+    *stats = Net().stats();
+  });
+  return rt.simulation()->trace_hash;
+}
+
+TEST(SimNetwork, SeededLossAndLatencyReplayToTheSameTrace) {
+  sim::NetworkStats a, b, c;
+  const std::uint64_t h1 = LossyEcho(77, &a);
+  const std::uint64_t h2 = LossyEcho(77, &b);
+  const std::uint64_t h3 = LossyEcho(78, &c);
+  EXPECT_EQ(h1, h2);
+  EXPECT_EQ(a.lost, b.lost);
+  EXPECT_EQ(a.segments, b.segments);
+  EXPECT_GT(a.lost, 0u);
+  EXPECT_NE(h1, h3);
+}
+
+}  // namespace
+}  // namespace weft
