@@ -77,7 +77,7 @@ struct Connection {
   // The two ends' sockets (the accepted end from the SYN's arrival, queued or not); null once
   // that end is closed.
   Socket* end[2] = {nullptr, nullptr};
-  int error = 0;                        // ECONNRESET once reset
+  int error = 0;  // ECONNRESET once reset
 };
 
 struct Socket {
@@ -555,9 +555,9 @@ void SendOne(State& st, Connection& c, int side, const IoVec* iov, int iovcnt, s
 
 // Readable: bytes that have arrived for the socket, or its end of stream.
 struct Arrival {
-  std::size_t bytes = 0;         // bytes arrived and unread
-  bool eof = false;              // the FIN arrived after them
-  std::optional<Nanos> next;     // when the next thing will arrive (for a wait)
+  std::size_t bytes = 0;      // bytes arrived and unread
+  bool eof = false;           // the FIN arrived after them
+  std::optional<Nanos> next;  // when the next thing will arrive (for a wait)
 };
 
 Arrival Arrived(const State& st, const sim::Socket& s) {
@@ -595,11 +595,11 @@ bool DontWait(int flags) {
 }  // namespace
 
 // The calls below start with Find: the network (of this thread's simulation) and the socket.
-#define WEFT_SIM_OPEN(fd)                         \
-  State* st = sim::TheState();                    \
+#define WEFT_SIM_OPEN(fd)                                   \
+  State* st = sim::TheState();                              \
   if (st == nullptr) return std::errc::bad_file_descriptor; \
-  Locked lock(*st);                               \
-  std::shared_ptr<sim::Socket> s = st->Find(fd);       \
+  Locked lock(*st);                                         \
+  std::shared_ptr<sim::Socket> s = st->Find(fd);            \
   if (s == nullptr) return std::errc::bad_file_descriptor
 
 Result<int> Socket(int family) {
@@ -712,9 +712,9 @@ Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOpti
       if (!st->Cut(s->host, *target)) {
         sim::HostState& th = st->hosts[*target];
         auto l = th.ports.find(port);
-        sim::Socket* listener = l != th.ports.end() && l->second->kind == sim::Socket::Kind::kListening
-                               ? l->second
-                               : nullptr;
+        sim::Socket* listener =
+            l != th.ports.end() && l->second->kind == sim::Socket::Kind::kListening ? l->second
+                                                                                    : nullptr;
         if (listener == nullptr) {
           // A RST answers the SYN: refused, a round trip later.
           const Nanos back = now + st->Latency() + st->Latency();
@@ -960,8 +960,7 @@ Result<void> Close(int fd) {
       out.fin = true;
       out.fin_due = std::max(out.last_due, sim::Now() + st->Latency());
       out.last_due = out.fin_due;
-      scheduler_internal::SimRecordEvent("net.fin", c.id, static_cast<std::uint64_t>(s->side),
-                                         1);
+      scheduler_internal::SimRecordEvent("net.fin", c.id, static_cast<std::uint64_t>(s->side), 1);
       State::Wake(c.end[1 - s->side]);
     }
   }

@@ -150,8 +150,7 @@ TEST(SimNetwork, RefusedUnreachableAndUnknownNames) {
     EXPECT_GT(SyncClock::now(), t0);  // a round trip
     EXPECT_EQ(net::TcpStream::connect(*net::SocketAddress::parse("10.9.9.9:80")).error(),
               std::errc::host_unreachable);
-    EXPECT_EQ(net::TcpStream::connect("nosuchhost", 80).error(),
-              std::errc::address_not_available);
+    EXPECT_EQ(net::TcpStream::connect("nosuchhost", 80).error(), std::errc::address_not_available);
     EXPECT_EQ(Net().stats().refused, 1u);
     // IPv6 is not simulated: a clear error.
     EXPECT_EQ(net::TcpStream::connect(*net::SocketAddress::parse("[::1]:80")).error(),
@@ -193,8 +192,7 @@ TEST(SimNetwork, APartitionHoldsBytesAndTheHealDeliversThemExactlyOnce) {
       }
       // Cut off: nothing reaches the server, and a reply would not reach us.
       char c;
-      EXPECT_EQ(s->read(&c, 1, {.deadline = SyncClock::now() + 5s}).error(),
-                std::errc::timed_out);
+      EXPECT_EQ(s->read(&c, 1, {.deadline = SyncClock::now() + 5s}).error(), std::errc::timed_out);
       EXPECT_EQ(received, "");
       ASSERT_TRUE(Net().heal("client", "server").ok());
       ASSERT_TRUE(s->shutdown_write().ok());
@@ -221,9 +219,9 @@ TEST(SimNetwork, AConnectAcrossAPartitionRetriesUntilTheHealOrGivesUp) {
     ASSERT_TRUE(Net().partition("client", "server").ok());
     auto client = OnHost(rt, "client", [&] {
       // A deadline first: the call's own.
-      EXPECT_EQ(net::TcpStream::connect("server", 80, {.deadline = SyncClock::now() + 2500ms})
-                    .error(),
-                std::errc::timed_out);
+      EXPECT_EQ(
+          net::TcpStream::connect("server", 80, {.deadline = SyncClock::now() + 2500ms}).error(),
+          std::errc::timed_out);
       // Then a connect that waits through the partition: the heal comes at 10 s; its SYN
       // retries (1, 2, 4, 8 s) reach the server at the 15th second.
       const auto t0 = SyncClock::now();
@@ -454,7 +452,8 @@ TEST(SimNetwork, DeadlinesCancellationAndBadInput) {
     EXPECT_EQ(net::TcpListener::bind(net::SocketAddress::ipv4_any(99)).error(),
               std::errc::address_in_use);
     // A listener closed while a fiber waits in accept: ECANCELED.
-    auto acceptor = rt.spawn([&] { EXPECT_EQ(l->accept().error(), std::errc::operation_canceled); });
+    auto acceptor =
+        rt.spawn([&] { EXPECT_EQ(l->accept().error(), std::errc::operation_canceled); });
     ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
     ASSERT_TRUE(l->close().ok());
     EXPECT_TRUE(acceptor.join().ok());

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "weft/api/weft.h"
+#include "weft/examples/serve_connections.h"
 
 namespace weft::examples {
 
@@ -38,8 +39,8 @@ ServerFlags ParseServerFlags(int argc, char** argv, const char* usage);
 // accepting, cancels the group (every connection's pending read or write ends with
 // operation_canceled), waits for the connections to return, and returns 0; a second SIGINT or
 // SIGTERM during the drain exits at once (status 1). SIGUSR1 prints the live fibers (id, name,
-// state, what each is parked on) to stderr, while serving or draining. Out of fds
-// (EMFILE) is logged and retried after a pause: the server keeps serving the connections it has.
+// state, what each is parked on) to stderr, while serving or draining. The accept loop and the
+// drain are ServeConnections (serve_connections.h).
 template <typename OnConnection>
 int Serve(const char* name, const ServerFlags& flags, OnConnection on_connection) {
   Runtime rt({.workers = flags.workers, .console = flags.console});
@@ -104,43 +105,7 @@ int Serve(const char* name, const ServerFlags& flags, OnConnection on_connection
     int port = listener->local_address()->port();
     std::fprintf(stderr, "%s: listening on port %d with %u workers\n", name, port, rt.workers());
     if (!flags.port_file.empty()) std::ofstream(flags.port_file) << port << "\n";
-    // Collect-all: one connection's failure ends only that connection. Outcomes are discarded
-    // as connections close, so the group stays small however long the server runs.
-    TaskGroup<> connections({.policy = GroupPolicy::kCollectAll, .discard_outcomes = true});
-    for (;;) {
-      auto conn = listener->accept({.cancel = &stop_token});
-      if (conn.ok()) {
-        (void)conn->set_nodelay(true);
-        Result<std::uint64_t> id = connections.spawn(
-            [&on_connection, s = std::move(*conn)](const CancellationToken& token) mutable {
-              on_connection(std::move(s), token);
-            },
-            {.stack_size = 32 << 10, .name = "connection"});
-        if (!id.ok()) {  // out of memory or stacks: this connection is closed, the rest serve on
-          std::fprintf(stderr, "%s: spawn: %s\n", name,
-                       std::make_error_code(id.error()).message().c_str());
-        }
-      } else if (conn.error() == std::errc::operation_canceled) {
-        break;
-      } else if (conn.error() == std::errc::too_many_files_open ||
-                 conn.error() == std::errc::too_many_files_open_in_system) {
-        std::fprintf(stderr, "%s: out of fds; pausing accepts\n", name);
-        (void)this_fiber::sleep_for(std::chrono::milliseconds(10), &stop_token);
-      } else {
-        std::fprintf(stderr, "%s: accept: %s\n", name,
-                     std::make_error_code(conn.error()).message().c_str());
-      }
-    }
-    (void)listener->close();  // no new connections queue up while the others drain
-    std::size_t open = connections.size();
-    std::fprintf(stderr, "%s: stopping; draining %zu connections\n", name, open);
-    connections.cancel();
-    try {
-      (void)connections.join_all();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s: a connection failed: %s\n", name, e.what());
-    }
-    std::fprintf(stderr, "%s: stopped; %zu connections drained\n", name, open);
+    (void)ServeConnections(name, *listener, stop_token, on_connection);
     return 0;
   });
 }

@@ -1,0 +1,71 @@
+// examples/serve_connections.h: the example servers' accept loop, apart from their flags and
+// signals (server_main.h), so that a test serves the same loop on a simulated listener
+// (examples/sim_examples_test.cc).
+
+#ifndef WEFT_EXAMPLES_SERVE_CONNECTIONS_H_
+#define WEFT_EXAMPLES_SERVE_CONNECTIONS_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <system_error>
+#include <utility>
+
+#include "weft/api/weft.h"
+
+namespace weft::examples {
+
+// ServeConnections: accepts on `listener` until `stop` is cancelled, running
+// on_connection(stream, token) on a fiber per connection, each a child of one TaskGroup whose
+// token it gets. Then it closes the listener, cancels the group (every connection's pending
+// read or write ends with operation_canceled), waits for the connections to return, and returns
+// how many it drained. Out of fds (EMFILE) is logged and retried after a pause: the server
+// keeps serving the connections it has. `name` prefixes its lines on stderr.
+template <typename OnConnection>
+std::size_t ServeConnections(const char* name, net::TcpListener& listener,
+                             const CancellationToken& stop, OnConnection& on_connection) {
+  // Collect-all: one connection's failure ends only that connection. Outcomes are discarded
+  // as connections close, so the group stays small however long the server runs.
+  TaskGroup<> connections({.policy = GroupPolicy::kCollectAll, .discard_outcomes = true});
+  for (;;) {
+    auto conn = listener.accept({.cancel = &stop});
+    if (conn.ok()) {
+      (void)conn->set_nodelay(true);
+      Result<std::uint64_t> id = connections.spawn(
+          [&on_connection, s = std::move(*conn)](const CancellationToken& token) mutable {
+            on_connection(std::move(s), token);
+          },
+          {.stack_size = 32 << 10, .name = "connection"});
+      if (!id.ok()) {  // out of memory or stacks: this connection is closed, the rest serve on
+        std::fprintf(stderr, "%s: spawn: %s\n", name,
+                     std::make_error_code(id.error()).message().c_str());
+      }
+    } else if (conn.error() == std::errc::operation_canceled) {
+      break;
+    } else if (conn.error() == std::errc::too_many_files_open ||
+               conn.error() == std::errc::too_many_files_open_in_system) {
+      std::fprintf(stderr, "%s: out of fds; pausing accepts\n", name);
+      (void)this_fiber::sleep_for(std::chrono::milliseconds(10), &stop);
+    } else {
+      std::fprintf(stderr, "%s: accept: %s\n", name,
+                   std::make_error_code(conn.error()).message().c_str());
+    }
+  }
+  (void)listener.close();  // no new connections queue up while the others drain
+  const std::size_t open = connections.size();
+  std::fprintf(stderr, "%s: stopping; draining %zu connections\n", name, open);
+  connections.cancel();
+  try {
+    (void)connections.join_all();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: a connection failed: %s\n", name, e.what());
+  }
+  std::fprintf(stderr, "%s: stopped; %zu connections drained\n", name, open);
+  return open;
+}
+
+}  // namespace weft::examples
+
+#endif  // WEFT_EXAMPLES_SERVE_CONNECTIONS_H_
