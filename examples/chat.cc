@@ -10,8 +10,8 @@ namespace weft::examples {
 struct ChatRoom::Client {
   // The source is linked to the connection's token: the server's shutdown cancels the writer's
   // pending write as an eviction does.
-  Client(const CancellationToken& connection, std::size_t outbox_lines, ChatRoom* room)
-      : outbox(outbox_lines), evict(connection), room(room) {}
+  Client(const CancellationToken& connection, std::size_t outbox_lines, ChatRoom* owner)
+      : outbox(outbox_lines), evict(connection), room(owner) {}
   std::uint64_t id = 0;
   Channel<std::shared_ptr<const std::string>> outbox;
   CancellationSource evict;  // cancels the writer's pending write

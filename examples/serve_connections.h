@@ -17,12 +17,20 @@
 
 namespace weft::examples {
 
+// Log: a line on stderr, prefixed "name: " (nothing if name is null).
+template <typename... Args>
+void Log(const char* name, const char* format, Args... args) {
+  if (name == nullptr) return;
+  std::fprintf(stderr, "%s: ", name);
+  std::fprintf(stderr, format, args...);
+}
+
 // ServeConnections: accepts on `listener` until `stop` is cancelled, running
 // on_connection(stream, token) on a fiber per connection, each a child of one TaskGroup whose
 // token it gets. Then it closes the listener, cancels the group (every connection's pending
 // read or write ends with operation_canceled), waits for the connections to return, and returns
 // how many it drained. Out of fds (EMFILE) is logged and retried after a pause: the server
-// keeps serving the connections it has. `name` prefixes its lines on stderr.
+// keeps serving the connections it has. `name` prefixes its lines on stderr (null: no lines).
 template <typename OnConnection>
 std::size_t ServeConnections(const char* name, net::TcpListener& listener,
                              const CancellationToken& stop, OnConnection& on_connection) {
@@ -39,30 +47,28 @@ std::size_t ServeConnections(const char* name, net::TcpListener& listener,
           },
           {.stack_size = 32 << 10, .name = "connection"});
       if (!id.ok()) {  // out of memory or stacks: this connection is closed, the rest serve on
-        std::fprintf(stderr, "%s: spawn: %s\n", name,
-                     std::make_error_code(id.error()).message().c_str());
+        Log(name, "spawn: %s\n", std::make_error_code(id.error()).message().c_str());
       }
     } else if (conn.error() == std::errc::operation_canceled) {
       break;
     } else if (conn.error() == std::errc::too_many_files_open ||
                conn.error() == std::errc::too_many_files_open_in_system) {
-      std::fprintf(stderr, "%s: out of fds; pausing accepts\n", name);
+      Log(name, "out of fds; pausing accepts\n");
       (void)this_fiber::sleep_for(std::chrono::milliseconds(10), &stop);
     } else {
-      std::fprintf(stderr, "%s: accept: %s\n", name,
-                   std::make_error_code(conn.error()).message().c_str());
+      Log(name, "accept: %s\n", std::make_error_code(conn.error()).message().c_str());
     }
   }
   (void)listener.close();  // no new connections queue up while the others drain
   const std::size_t open = connections.size();
-  std::fprintf(stderr, "%s: stopping; draining %zu connections\n", name, open);
+  Log(name, "stopping; draining %zu connections\n", open);
   connections.cancel();
   try {
     (void)connections.join_all();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: a connection failed: %s\n", name, e.what());
+    Log(name, "a connection failed: %s\n", e.what());
   }
-  std::fprintf(stderr, "%s: stopped; %zu connections drained\n", name, open);
+  Log(name, "stopped; %zu connections drained\n", open);
   return open;
 }
 

@@ -52,8 +52,8 @@ net::TcpStream Connect(const char* host, std::uint16_t port, int* attempts) {
 
 struct EchoOutcome {
   std::uint64_t trace_hash = 0;
-  int round_trips = 0;   // exact ones
-  int reconnects = 0;    // connects past each client's first
+  int round_trips = 0;  // exact ones
+  int reconnects = 0;   // connects past each client's first
   sim::NetworkStats net;
 };
 
@@ -95,8 +95,7 @@ void EchoBody(Runtime& rt, EchoOutcome& out) {
           msg.append(static_cast<std::size_t>((i * 977 + k * 131) % 3000), 'a' + (i + k) % 26);
           std::string back(msg.size(), '\0');
           if (s.write_all(msg.data(), msg.size()).ok() &&
-              s.read_exact(back.data(), back.size(), {.deadline = SyncClock::now() + 60s})
-                  .ok()) {
+              s.read_exact(back.data(), back.size(), {.deadline = SyncClock::now() + 60s}).ok()) {
             ASSERT_EQ(back, msg);
             ++out.round_trips;
             ++i;

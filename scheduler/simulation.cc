@@ -8,6 +8,7 @@
 
 #include "internal/simulation.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
@@ -155,11 +156,40 @@ Runtime::Impl::Fiber* Runtime::Impl::SimNext(Worker& w) {
     }
     s.deadlines.erase(it);
   }
-  while (Fiber* f = NextLocal(w)) s.ready.push_back(f);
-  while (std::optional<Fiber*> f = inject.try_pop()) s.ready.push_back(*f);
-  while (Fiber* f = TakeOverflow(w, /*batch=*/false)) s.ready.push_back(f);
+  // Room: the list has room for one more without allocating (push_back below never throws),
+  // or could be given it. Out of memory, gathering stops: the fibers not taken stay queued.
+  auto room = [&s] {
+    if (s.ready.size() < s.ready.capacity()) return true;
+    try {
+      s.ready.reserve(std::max<std::size_t>(64, s.ready.capacity() * 2));
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+    return true;
+  };
+  bool full = false;
+  while (!(full = !room())) {
+    Fiber* f = NextLocal(w);
+    if (f == nullptr) break;
+    s.ready.push_back(f);
+  }
+  while (!full && !(full = !room())) {
+    std::optional<Fiber*> f = inject.try_pop();
+    if (!f) break;
+    s.ready.push_back(*f);
+  }
+  while (!full && !(full = !room())) {
+    Fiber* f = TakeOverflow(w, /*batch=*/false);
+    if (f == nullptr) break;
+    s.ready.push_back(f);
+  }
   const std::size_t n = s.ready.size();
-  if (n == 0) return nullptr;
+  if (n == 0) {
+    // No memory for even one entry: run the next local fiber unchosen (the run stops being
+    // deterministic, but no fiber is lost or left waiting).
+    if (full) return NextLocal(w);
+    return nullptr;
+  }
   const std::size_t pick = static_cast<std::size_t>(s.Next() % n);
   Fiber* f = s.ready[pick];
   s.ready[pick] = s.ready.back();

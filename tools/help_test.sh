@@ -27,6 +27,10 @@ expect 2 "takes no arguments" "$root/tools/test_all.sh" --bogus
 expect 0 "WEFT_SOAK_SCALE" "$root/tools/soak.sh" --help
 expect 0 "pkgconfig" "$root/tools/install.sh" --help
 expect 2 "PREFIX" "$root/tools/install.sh"
+expect 0 "WEFT_SIM_SEED" "$root/tools/sim_explore" --help
+expect 2 "take numbers" "$root/tools/sim_explore" --seeds many /bin/true
+expect 2 "unknown flag" "$root/tools/sim_explore" --bogus /bin/true
+expect 2 "no target" "$root/tools/sim_explore"
 
 driver="$root/examples/load_driver"
 expect 0 "--conns" "$driver" --help
