@@ -159,13 +159,19 @@ struct Network::State {
     if (s != nullptr) s->cv.broadcast();
   }
 
-  // Reset: the connection fails at both ends; bytes in flight are lost.
+  // Reset: the connection fails at both ends. Bytes in flight are lost; bytes that have arrived
+  // stay readable, and the reader gets ECONNRESET after them (as from Linux's receive queue).
   void Reset(Connection& c) {
     if (c.error != 0) return;
     c.error = ECONNRESET;
+    const Nanos now = Now();
+    const bool cut = Cut(c);
     for (Direction& d : c.dir) {
-      d.segments.clear();
-      d.unread = 0;
+      while (!d.segments.empty() && (cut || d.segments.back().due > now)) {
+        d.unread -= d.segments.back().bytes.size() - d.segments.back().offset;
+        d.segments.pop_back();
+      }
+      d.fin = false;
     }
     ++stats.resets;
     scheduler_internal::SimRecordEvent("net.reset", c.id, c.host[0], c.host[1]);
@@ -402,10 +408,21 @@ namespace {
 // order), and every socket between them wakes to see it.
 void Healed(Network::State& st, std::uint32_t x, std::uint32_t y) {
   const Nanos now = Now();
+  // Each connection once, in fd order (deterministic), found from either end or a backlog.
+  std::vector<Connection*> between;
+  std::set<Connection*> seen;
+  auto consider = [&](Connection* c) {
+    if (c == nullptr || !seen.insert(c).second) return;
+    if ((c->host[0] == x && c->host[1] == y) || (c->host[0] == y && c->host[1] == x)) {
+      between.push_back(c);
+    }
+  };
   for (auto& [fd, s] : st.fds) {
-    if (s->conn == nullptr || s->side != 0) continue;  // each connection once, from end 0
-    Connection& c = *s->conn;
-    if (!((c.host[0] == x && c.host[1] == y) || (c.host[0] == y && c.host[1] == x))) continue;
+    consider(s->conn.get());
+    for (auto& q : s->backlog) consider(q->conn.get());
+  }
+  for (Connection* cp : between) {
+    Connection& c = *cp;
     for (Direction& d : c.dir) {
       Nanos floor = now;
       for (Segment& seg : d.segments) {
@@ -803,9 +820,9 @@ Result<std::size_t> Recv(int fd, const IoVec* iov, int iovcnt, int flags,
     if (s->closed) return std::errc::operation_canceled;
     if (s->kind != sim::Socket::Kind::kConnected) return std::errc::not_connected;
     Connection& c = *s->conn;
-    if (c.error != 0) return sim::Errc(c.error);
     if (s->shut_rd) return std::size_t{0};
     Arrival a = Arrived(*st, *s);
+    if (a.bytes == 0 && c.error != 0) return sim::Errc(c.error);  // after what had arrived
     if (a.bytes > 0 && want == 0) return std::size_t{0};
     if (a.bytes > 0) {
       // Copy what has arrived, in order, into the buffers.

@@ -7,9 +7,13 @@
 
 #include "weft/api/sim.h"
 
+#ifdef _WIN32
+#include <winsock2.h>
+#else
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#endif
 
 #include <chrono>
 #include <cstdint>
@@ -275,6 +279,16 @@ TEST(SimNetwork, ResetsFailBothEndsAndLoseBytesInFlight) {
     EXPECT_EQ(p.client.write("a", 1).error(), std::errc::connection_reset);
     EXPECT_EQ(Net().stats().resets, 1u);
 
+    // Bytes that had arrived before a reset stay readable; the reset comes after them.
+    Pair a = Connected();
+    ASSERT_TRUE(a.client.write_all("arrived", 7).ok());
+    ASSERT_TRUE(this_fiber::sleep_for(10ms).ok());
+    ASSERT_TRUE(a.client.write_all("in flight", 9).ok());
+    EXPECT_EQ(*Net().reset("main", "main"), 1u);
+    EXPECT_EQ(*a.server.read(buf, sizeof buf), 7u);
+    EXPECT_EQ(std::string(buf, 7), "arrived");
+    EXPECT_EQ(a.server.read(buf, sizeof buf).error(), std::errc::connection_reset);
+
     // A close with bytes unread resets; the peer's read says so.
     Pair q = Connected();
     ASSERT_TRUE(q.client.write_all("unread", 6).ok());
@@ -328,8 +342,10 @@ TEST(SimNetwork, ASendWaitsForTheWindowToOpen) {
     EXPECT_EQ(*p.client.write(big.data(), big.size()), 1000u);  // a short write: the window
     EXPECT_EQ(p.client.write(big.data(), 1, {.deadline = SyncClock::now() + 1s}).error(),
               std::errc::timed_out);
+#ifdef MSG_DONTWAIT
     EXPECT_EQ(io::send(p.client.fd(), big.data(), 1, MSG_DONTWAIT).error(),
               std::errc::resource_unavailable_try_again);
+#endif
     auto writer = rt.spawn([&] { EXPECT_TRUE(p.client.write_all(big.data() + 1000, 4000).ok()); });
     std::string got(5000, '\0');
     ASSERT_TRUE(p.server.read_exact(got.data(), got.size()).ok());
@@ -423,8 +439,10 @@ TEST(SimNetwork, DeadlinesCancellationAndBadInput) {
     ASSERT_TRUE(later.cancel_at(SyncClock::now() + 3s).ok());
     CancellationToken late = later.token();
     EXPECT_EQ(p.server.read(&c, 1, {.cancel = &late}).error(), std::errc::operation_canceled);
+#ifdef MSG_DONTWAIT
     EXPECT_EQ(io::recv(p.server.fd(), &c, 1, MSG_DONTWAIT).error(),
               std::errc::resource_unavailable_try_again);
+#endif
     EXPECT_EQ(io::read(p.server.fd(), nullptr, 5).error(), std::errc::invalid_argument);
     EXPECT_EQ(*io::read(p.server.fd(), &c, 0), 0u);
     EXPECT_EQ(io::accept(p.server.fd()).error(), std::errc::invalid_argument);  // not listening
@@ -460,6 +478,7 @@ TEST(SimNetwork, DeadlinesCancellationAndBadInput) {
   });
 }
 
+#ifndef _WIN32
 // Real fds are refused in a simulation, and a simulated fd means nothing outside it.
 TEST(SimNetwork, RealFdsAreRefusedAndSimulatedOnesAreUnknownOutside) {
   int fds[2];
@@ -482,6 +501,7 @@ TEST(SimNetwork, RealFdsAreRefusedAndSimulatedOnesAreUnknownOutside) {
   ::close(fds[0]);
   ::close(fds[1]);
 }
+#endif
 
 // Traffic with seeded latency and loss: the same seed gives the same trace hash and the same
 // network figures; the bytes are exact whatever the seed.

@@ -29,7 +29,7 @@ int main() {
     for (auto& h : hs) (void)h.join();
     return value;
   });
-  std::printf("seed %llu: counter %d\n",
-              static_cast<unsigned long long>(rt.simulation()->seed), counter);
+  std::printf("seed %llu: counter %d\n", static_cast<unsigned long long>(rt.simulation()->seed),
+              counter);
   return counter == 2 ? 0 : 1;
 }
