@@ -46,6 +46,18 @@ constexpr std::uint32_t kMaxHosts = 65000;
 constexpr int kMaxBacklog = 4096;
 constexpr std::uint16_t kFirstEphemeral = 32768;  // Linux's ip_local_port_range
 constexpr std::size_t kMaxWindow = std::size_t{1} << 30;
+constexpr int kFdsPerNetwork = 1 << 20;  // 1,024 ranges of these fill [2^30, 2^31)
+constexpr auto kMaxLatency = std::chrono::hours(1);
+constexpr auto kMaxConnectTimeout = std::chrono::hours(24);
+
+// Lower: a host name as looked up (names are case-insensitive, as DNS's).
+std::string Lower(std::string_view name) {
+  std::string out(name);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
 
 // The host's address, in host byte order: 10.0.0.1 for host 0, then up.
 std::uint32_t AddressOf(std::uint32_t host) { return (10u << 24) | (host + 1); }
@@ -57,6 +69,7 @@ struct Segment {
   std::string bytes;
   std::size_t offset = 0;  // read so far
   Nanos due = 0;           // when it arrives
+  bool held = false;       // by a partition (sent across it, or in flight when it began)
 };
 
 struct Socket;
@@ -68,6 +81,7 @@ struct Direction {
   Nanos last_due = 0;      // a segment never arrives before the one sent before it
   bool fin = false;        // the sender shut down writing; arrives at fin_due, after the bytes
   Nanos fin_due = 0;
+  bool fin_held = false;  // by a partition
 };
 
 struct Connection {
@@ -87,12 +101,15 @@ struct Socket {
   std::uint32_t host = 0;
   bool closed = false;
   bool shut_rd = false, shut_wr = false;
+  bool reset_seen = false;  // a call has reported the reset: reads now give 0, writes EPIPE
   sockaddr_in local{}, peer{};
   bool bound = false;
+  std::uint32_t bound_ip = 0;  // host order; 0: every address of the host (INADDR_ANY)
   // Connected: its connection and which end it is.
   std::shared_ptr<Connection> conn;
   int side = 0;
-  Nanos ready_at = 0;  // accepted side: when its SYN arrived (it may be taken from then on)
+  Nanos ready_at =
+      0;  // accepted side: when the handshake's last ACK arrives (then accept takes it)
   // Listening: the connections that arrived, not yet accepted.
   std::deque<std::shared_ptr<Socket>> backlog;
   int backlog_limit = 0;
@@ -111,7 +128,7 @@ struct HostState {
   int fd_limit = 0;
   int open = 0;
   std::uint16_t next_port = kFirstEphemeral;
-  std::map<std::uint16_t, Socket*> ports;  // bound sockets: listeners and bound fresh ones
+  std::multimap<std::uint16_t, Socket*> ports;  // bound sockets, by port (each with its address)
 };
 
 struct Network::State {
@@ -121,10 +138,19 @@ struct Network::State {
   std::map<std::string, std::uint32_t, std::less<>> by_name;
   std::set<std::pair<std::uint32_t, std::uint32_t>> cuts;  // (low, high) host pairs
   std::map<int, std::shared_ptr<Socket>> fds;
+  // fd numbers: from fd_base up, the lowest free first, as the kernel gives them. fd_base is
+  // drawn from the seed, so that a socket kept past its simulation is unknown (EBADF) in the
+  // next simulation rather than the socket there with the same number (but for 1 in 1,024).
+  int fd_base = sim_internal::kFdBase;
+  int next_fd = sim_internal::kFdBase;
+  std::set<int> free_fds;  // below next_fd
   std::uint64_t next_conn = 1;
   NetworkStats stats;
 
   State() {
+    fd_base = sim_internal::kFdBase +
+              static_cast<int>(scheduler_internal::SimRandom() >> 54) * kFdsPerNetwork;
+    next_fd = fd_base;
     HostState main;
     main.name = "main";
     main.fd_limit = options.fd_limit;
@@ -165,9 +191,8 @@ struct Network::State {
     if (c.error != 0) return;
     c.error = ECONNRESET;
     const Nanos now = Now();
-    const bool cut = Cut(c);
     for (Direction& d : c.dir) {
-      while (!d.segments.empty() && (cut || d.segments.back().due > now)) {
+      while (!d.segments.empty() && (d.segments.back().held || d.segments.back().due > now)) {
         d.unread -= d.segments.back().bytes.size() - d.segments.back().offset;
         d.segments.pop_back();
       }
@@ -179,24 +204,31 @@ struct Network::State {
     Wake(c.end[1]);
   }
 
-  // Allocate: the lowest free fd, as the kernel gives.
-  int Allocate() const {
-    int fd = sim_internal::kFdBase;
-    for (const auto& [n, s] : fds) {
-      if (n != fd) break;
-      ++fd;
+  // Allocate: the lowest free fd (-1: all kFdsPerNetwork are open).
+  int Allocate() {
+    if (!free_fds.empty()) {
+      const int fd = *free_fds.begin();
+      free_fds.erase(free_fds.begin());
+      return fd;
     }
-    return fd;
+    if (next_fd - fd_base >= kFdsPerNetwork) return -1;
+    return next_fd++;
+  }
+  void Free(int fd) {
+    try {
+      free_fds.insert(fd);
+    } catch (const std::bad_alloc&) {  // the number is not reused; the others still are
+    }
   }
 
   Result<std::uint32_t> HostNamed(std::string_view name) const {
-    auto it = by_name.find(name);
+    auto it = by_name.find(Lower(name));
     if (it == by_name.end()) return std::errc::no_such_file_or_directory;
     return it->second;
   }
 
   Result<std::uint32_t> MakeHost(std::string_view name) {
-    if (auto it = by_name.find(name); it != by_name.end()) return it->second;
+    if (auto it = by_name.find(Lower(name)); it != by_name.end()) return it->second;
     if (name.empty() || name.size() > 64) return std::errc::invalid_argument;
     bool numeric = true;
     for (char c : name) {
@@ -205,14 +237,14 @@ struct Network::State {
       if (!ok) return std::errc::invalid_argument;
       if (!((c >= '0' && c <= '9') || c == '.')) numeric = false;
     }
-    if (numeric || name == "localhost") return std::errc::invalid_argument;
+    if (numeric || Lower(name) == "localhost") return std::errc::invalid_argument;
     if (hosts.size() >= kMaxHosts) return std::errc::no_space_on_device;
     const auto id = static_cast<std::uint32_t>(hosts.size());
     HostState h;
     h.name = std::string(name);
     h.fd_limit = options.fd_limit;
     hosts.push_back(std::move(h));
-    by_name.emplace(std::string(name), id);
+    by_name.emplace(Lower(name), id);
     ++stats.hosts;
     scheduler_internal::SimRecordEvent("net.host", id, 0, 0);
     return id;
@@ -239,13 +271,64 @@ struct Network::State {
     return std::errc::host_unreachable;
   }
 
-  Result<std::uint16_t> EphemeralPort(HostState& h) {
+  // EphemeralPort: a port no socket of the host has bound; none left: EADDRINUSE (a bind's
+  // error; a connect reports EADDRNOTAVAIL, as Linux).
+  static Result<std::uint16_t> EphemeralPort(HostState& h) {
     for (int tries = 0; tries < 65536 - kFirstEphemeral; ++tries) {
       std::uint16_t p = h.next_port;
       h.next_port = h.next_port == 65535 ? kFirstEphemeral : static_cast<std::uint16_t>(p + 1);
       if (h.ports.count(p) == 0) return p;
     }
     return std::errc::address_in_use;
+  }
+
+  // PortTaken: a socket of the host is bound to port on an address that overlaps ip (either one
+  // INADDR_ANY, or both the same).
+  static bool PortTaken(const HostState& h, std::uint16_t port, std::uint32_t ip) {
+    auto [b, e] = h.ports.equal_range(port);
+    for (auto it = b; it != e; ++it) {
+      if (ip == 0 || it->second->bound_ip == 0 || it->second->bound_ip == ip) return true;
+    }
+    return false;
+  }
+
+  // ListenerFor: the host's listener that a SYN to ip:port reaches (bound to that address or to
+  // INADDR_ANY), or null.
+  static Socket* ListenerFor(const HostState& h, std::uint32_t ip, std::uint16_t port) {
+    auto [b, e] = h.ports.equal_range(port);
+    for (auto it = b; it != e; ++it) {
+      Socket* l = it->second;
+      if (l->kind == Socket::Kind::kListening && (l->bound_ip == 0 || l->bound_ip == ip)) return l;
+    }
+    return nullptr;
+  }
+
+  static void Unbind(HostState& h, Socket* s) {
+    auto [b, e] = h.ports.equal_range(ntohs(s->local.sin_port));
+    for (auto it = b; it != e; ++it) {
+      if (it->second == s) {
+        h.ports.erase(it);
+        return;
+      }
+    }
+  }
+
+  // Between: the connections between hosts x and y (either way; x == y: loopback ones), each
+  // once, in the order of their sockets' fds (then of listeners' backlogs): deterministic.
+  std::vector<Connection*> Between(std::uint32_t x, std::uint32_t y) const {
+    std::vector<Connection*> out;
+    std::set<Connection*> seen;
+    auto consider = [&](Connection* c) {
+      if (c == nullptr || !seen.insert(c).second) return;
+      if ((c->host[0] == x && c->host[1] == y) || (c->host[0] == y && c->host[1] == x)) {
+        out.push_back(c);
+      }
+    };
+    for (const auto& [fd, s] : fds) {
+      consider(s->conn.get());
+      for (const auto& q : s->backlog) consider(q->conn.get());
+    }
+    return out;
   }
 
   Result<int> Install(const std::shared_ptr<Socket>& s) {
@@ -255,7 +338,13 @@ struct Network::State {
       return std::errc::too_many_files_open;
     }
     s->fd = Allocate();
-    fds.emplace(s->fd, s);
+    if (s->fd < 0) return std::errc::too_many_files_open_in_system;
+    try {
+      fds.emplace(s->fd, s);
+    } catch (const std::bad_alloc&) {
+      Free(s->fd);
+      return std::errc::not_enough_memory;
+    }
     ++h.open;
     return s->fd;
   }
@@ -355,13 +444,16 @@ Network* Network::current() {
 }
 
 Result<void> Network::configure(const NetworkOptions& o) {
-  if (o.min_latency.count() < 0 || o.max_latency < o.min_latency || o.retransmit.count() < 0 ||
-      !(o.loss >= 0 && o.loss <= 1) || !(o.reset >= 0 && o.reset <= 1) || o.window == 0 ||
-      o.window > kMaxWindow || o.connect_timeout.count() < 0 || o.fd_limit < 1) {
+  // (The bounds keep every sum of virtual times far from overflow.)
+  if (o.min_latency.count() < 0 || o.max_latency < o.min_latency || o.max_latency > kMaxLatency ||
+      o.retransmit.count() < 0 || o.retransmit > kMaxLatency || !(o.loss >= 0 && o.loss <= 1) ||
+      !(o.reset >= 0 && o.reset <= 1) || o.window == 0 || o.window > kMaxWindow ||
+      o.connect_timeout.count() < 0 || o.connect_timeout > kMaxConnectTimeout || o.fd_limit < 1) {
     return std::errc::invalid_argument;
   }
   Locked lock(*state_);
   state_->options = o;
+  for (auto& [fd, s] : state_->fds) State::Wake(s.get());  // a wider window lets senders on
   return {};
 }
 
@@ -398,39 +490,49 @@ Result<void> Network::partition(std::string_view a, std::string_view b) {
   if (!x.ok()) return x.error();
   if (!y.ok()) return y.error();
   if (*x == *y) return std::errc::invalid_argument;
-  state_->cuts.insert({std::min(*x, *y), std::max(*x, *y)});
+  try {
+    if (!state_->cuts.insert({std::min(*x, *y), std::max(*x, *y)}).second) return {};
+  } catch (const std::bad_alloc&) {
+    return std::errc::not_enough_memory;
+  }
   scheduler_internal::SimRecordEvent("net.partition", *x, *y, 0);
+  // What is in flight between them now waits for the heal; what has arrived stays readable.
+  const Nanos now = Now();
+  for (Connection* c : state_->Between(*x, *y)) {
+    for (Direction& d : c->dir) {
+      for (Segment& seg : d.segments) seg.held = seg.held || seg.due > now;
+      d.fin_held = d.fin_held || (d.fin && d.fin_due > now);
+    }
+  }
   return {};
 }
 
 namespace {
-// Healed: segments held by a partition between x and y leave now, arriving a latency later (in
-// order), and every socket between them wakes to see it.
+// Healed: the segments (and FIN) a partition between x and y held leave now: each direction's
+// arrive one latency later, in order (a retransmission of the window, not one by one). A peer
+// that closed meanwhile answers what it is sent with a reset. Every socket wakes to re-check.
 void Healed(Network::State& st, std::uint32_t x, std::uint32_t y) {
   const Nanos now = Now();
-  // Each connection once, in fd order (deterministic), found from either end or a backlog.
-  std::vector<Connection*> between;
-  std::set<Connection*> seen;
-  auto consider = [&](Connection* c) {
-    if (c == nullptr || !seen.insert(c).second) return;
-    if ((c->host[0] == x && c->host[1] == y) || (c->host[0] == y && c->host[1] == x)) {
-      between.push_back(c);
-    }
-  };
-  for (auto& [fd, s] : st.fds) {
-    consider(s->conn.get());
-    for (auto& q : s->backlog) consider(q->conn.get());
-  }
-  for (Connection* cp : between) {
+  for (Connection* cp : st.Between(x, y)) {
     Connection& c = *cp;
     for (Direction& d : c.dir) {
-      Nanos floor = now;
+      const Nanos arrive = now + st.Latency();
+      Nanos floor = 0;  // the previous segment's arrival: order is kept
       for (Segment& seg : d.segments) {
-        seg.due = std::max(seg.due, floor + st.Latency());
-        floor = seg.due;
+        if (seg.held) {
+          seg.due = std::max(arrive, floor);
+          seg.held = false;
+        }
+        floor = std::max(floor, seg.due);
       }
       d.last_due = std::max(d.last_due, floor);
-      if (d.fin) d.fin_due = std::max(d.fin_due, d.last_due);
+      if (d.fin_held) {
+        d.fin_due = std::max(arrive, d.last_due);
+        d.fin_held = false;
+      }
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (c.end[k] == nullptr && c.dir[1 - k].unread > 0) st.Reset(c);
     }
   }
   // Every socket re-checks (a listener too: a connect's retry is its own timer).
@@ -466,24 +568,14 @@ Result<std::size_t> Network::reset(std::string_view a, std::string_view b) {
   Result<std::uint32_t> x = state_->HostNamed(a), y = state_->HostNamed(b);
   if (!x.ok()) return x.error();
   if (!y.ok()) return y.error();
-  std::vector<std::shared_ptr<Connection>> hit;
-  auto between = [&](const Connection& c) {
-    return (c.host[0] == *x && c.host[1] == *y) || (c.host[0] == *y && c.host[1] == *x);
-  };
-  for (auto& [fd, s] : state_->fds) {
-    if (s->conn != nullptr && s->conn->error == 0 && between(*s->conn) &&
-        std::find(hit.begin(), hit.end(), s->conn) == hit.end()) {
-      hit.push_back(s->conn);
-    }
-    for (auto& q : s->backlog) {  // queued, not yet accepted
-      if (q->conn->error == 0 && between(*q->conn) &&
-          std::find(hit.begin(), hit.end(), q->conn) == hit.end()) {
-        hit.push_back(q->conn);
-      }
+  std::size_t n = 0;
+  for (Connection* c : state_->Between(*x, *y)) {  // (queued, not yet accepted, ones too)
+    if (c->error == 0) {
+      state_->Reset(*c);
+      ++n;
     }
   }
-  for (auto& c : hit) state_->Reset(*c);
-  return hit.size();
+  return n;
 }
 
 Result<void> Network::set_fd_limit(std::string_view host, int limit) {
@@ -552,6 +644,7 @@ void SendOne(State& st, Connection& c, int side, const IoVec* iov, int iovcnt, s
   }
   due = std::max(due, d.last_due);
   seg.due = due;
+  seg.held = st.Cut(c);  // until the heal, which sets its time again
   d.last_due = due;
   d.unread += n;
   d.segments.push_back(std::move(seg));
@@ -563,8 +656,9 @@ void SendOne(State& st, Connection& c, int side, const IoVec* iov, int iovcnt, s
     st.Reset(c);
     return;
   }
-  if (c.end[1 - side] == nullptr) {  // the peer closed: it answers with a reset
-    st.Reset(c);
+  if (c.end[1 - side] == nullptr) {
+    // The peer closed: it answers with a reset (across a partition, once it heals).
+    if (!st.Cut(c)) st.Reset(c);
     return;
   }
   State::Wake(c.end[1 - side]);
@@ -581,16 +675,16 @@ Arrival Arrived(const State& st, const sim::Socket& s) {
   Arrival a;
   const Connection& c = *s.conn;
   const Direction& in = c.dir[1 - s.side];
-  if (st.Cut(c)) return a;  // held by the partition; a heal wakes the reader
   const Nanos now = sim::Now();
   for (const sim::Segment& seg : in.segments) {
+    if (seg.held) return a;  // a heal sets its time and wakes the reader
     if (seg.due > now) {
       a.next = seg.due;
       return a;
     }
     a.bytes += seg.bytes.size() - seg.offset;
   }
-  if (in.fin) {
+  if (in.fin && !in.fin_held) {
     if (in.fin_due <= now) {
       a.eof = true;
     } else {
@@ -650,15 +744,16 @@ Result<void> Bind(int fd, const sockaddr* addr, socklen_t len) {
   sim::HostState& h = st->hosts[s->host];
   std::uint16_t port = ntohs(in.sin_port);
   if (port == 0) {
-    Result<std::uint16_t> p = st->EphemeralPort(h);
+    Result<std::uint16_t> p = State::EphemeralPort(h);
     if (!p.ok()) return p.error();
     port = *p;
-  } else if (h.ports.count(port) != 0) {
+  } else if (State::PortTaken(h, port, ip)) {
     return std::errc::address_in_use;
   }
   h.ports.emplace(port, s.get());
   s->bound = true;
-  s->local = sim::Inet(ip == INADDR_ANY ? sim::AddressOf(s->host) : ip, port);
+  s->bound_ip = ip;
+  s->local = sim::Inet(ip, port);  // 0.0.0.0 for INADDR_ANY, as getsockname says
   return {};
 }
 
@@ -667,11 +762,11 @@ Result<void> Listen(int fd, int backlog) {
   if (s->kind == sim::Socket::Kind::kConnected) return std::errc::invalid_argument;
   if (!s->bound) {  // as Linux: an unbound socket that listens gets a port
     sim::HostState& h = st->hosts[s->host];
-    Result<std::uint16_t> p = st->EphemeralPort(h);
+    Result<std::uint16_t> p = State::EphemeralPort(h);
     if (!p.ok()) return p.error();
     h.ports.emplace(*p, s.get());
     s->bound = true;
-    s->local = sim::Inet(sim::AddressOf(s->host), *p);
+    s->local = sim::Inet(INADDR_ANY, *p);
   }
   s->kind = sim::Socket::Kind::kListening;
   s->backlog_limit = std::clamp(backlog, 1, sim::kMaxBacklog);
@@ -727,11 +822,7 @@ Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOpti
     const Nanos now = sim::Now();
     if (now >= next_try) {
       if (!st->Cut(s->host, *target)) {
-        sim::HostState& th = st->hosts[*target];
-        auto l = th.ports.find(port);
-        sim::Socket* listener =
-            l != th.ports.end() && l->second->kind == sim::Socket::Kind::kListening ? l->second
-                                                                                    : nullptr;
+        sim::Socket* listener = State::ListenerFor(st->hosts[*target], ip, port);
         if (listener == nullptr) {
           // A RST answers the SYN: refused, a round trip later.
           const Nanos back = now + st->Latency() + st->Latency();
@@ -760,39 +851,44 @@ Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOpti
           c->end[0] = s.get();
           if (!s->bound) {
             sim::HostState& h = st->hosts[s->host];
-            Result<std::uint16_t> p = st->EphemeralPort(h);
+            Result<std::uint16_t> p = State::EphemeralPort(h);
             if (!p.ok()) {
               listener->backlog.pop_back();
-              return p.error();
+              return std::errc::address_not_available;  // as Linux, out of ephemeral ports
             }
             h.ports.emplace(*p, s.get());
             s->bound = true;
-            s->local = sim::Inet((ip >> 24) == 127 ? ip : sim::AddressOf(s->host), *p);
+            s->bound_ip = (ip >> 24) == 127 ? ip : sim::AddressOf(s->host);
+            s->local = sim::Inet(s->bound_ip, *p);
           }
           s->peer = to;
           s->conn = c;
           s->side = 0;
           s->kind = sim::Socket::Kind::kConnected;
-          const Nanos syn = st->Latency();
+          // The handshake: SYN, SYN-ACK (the connect returns), ACK (accept may take it).
+          const Nanos syn = st->Latency(), syn_ack = st->Latency(), ack = st->Latency();
           server->kind = sim::Socket::Kind::kConnected;
           server->host = *target;
           server->conn = c;
           server->side = 1;
           server->local = to;
           server->peer = s->local;
-          server->ready_at = now + syn;
+          server->ready_at = now + syn + syn_ack + ack;
           c->end[1] = server.get();
           ++st->stats.connections;
           scheduler_internal::SimRecordEvent("net.connect", c->id, s->host, *target);
           State::Wake(listener);
-          const Nanos established = now + syn + st->Latency();
+          const Nanos established = now + syn + syn_ack;
           while (sim::Now() < established) {
             if (s->closed) return std::errc::operation_canceled;
             if (Result<void> w = sim::Wait(*st, *s, options, established); !w.ok()) {
               return w.error();
             }
           }
-          if (c->error != 0) return sim::Errc(c->error);
+          if (c->error != 0) {
+            s->reset_seen = true;
+            return sim::Errc(c->error);
+          }
           return {};
         }
       }
@@ -820,9 +916,17 @@ Result<std::size_t> Recv(int fd, const IoVec* iov, int iovcnt, int flags,
     if (s->closed) return std::errc::operation_canceled;
     if (s->kind != sim::Socket::Kind::kConnected) return std::errc::not_connected;
     Connection& c = *s->conn;
-    if (s->shut_rd) return std::size_t{0};
     Arrival a = Arrived(*st, *s);
-    if (a.bytes == 0 && c.error != 0) return sim::Errc(c.error);  // after what had arrived
+    if (a.bytes == 0) {
+      // After the bytes that had arrived: a shut-down read side ends (0); a reset is reported
+      // once (ECONNRESET), and then reads end (0), as on Linux.
+      if (s->shut_rd) return std::size_t{0};
+      if (c.error != 0) {
+        if (s->reset_seen) return std::size_t{0};
+        s->reset_seen = true;
+        return sim::Errc(c.error);
+      }
+    }
     if (a.bytes > 0 && want == 0) return std::size_t{0};
     if (a.bytes > 0) {
       // Copy what has arrived, in order, into the buffers.
@@ -877,7 +981,11 @@ Result<std::size_t> Send(int fd, const IoVec* iov, int iovcnt, int flags,
     if (s->closed) return std::errc::operation_canceled;
     if (s->kind != sim::Socket::Kind::kConnected) return std::errc::not_connected;
     Connection& c = *s->conn;
-    if (c.error != 0) return sim::Errc(c.error);
+    if (c.error != 0) {  // reported once as ECONNRESET, then EPIPE
+      if (s->reset_seen) return std::errc::broken_pipe;
+      s->reset_seen = true;
+      return sim::Errc(c.error);
+    }
     if (s->shut_wr) return std::errc::broken_pipe;
     if (want == 0) return std::size_t{0};
     Direction& out = c.dir[s->side];
@@ -918,7 +1026,8 @@ Result<std::uint32_t> Poll(int fd, std::uint32_t events, const WaitOptions& opti
       } else {
         Arrival a = Arrived(*st, *s);
         if (a.bytes > 0 || a.eof || s->shut_rd) ready |= POLLIN;
-        if (a.eof && s->shut_wr) ready |= POLLHUP;
+        // Both directions shut (its own shutdown of both, or a FIN each way): hung up.
+        if (s->shut_wr && (a.eof || s->shut_rd)) ready |= POLLHUP;
         if (!a.bytes && !a.eof) due = a.next;
         if (s->shut_wr || c.dir[s->side].unread < st->options.window) ready |= POLLOUT;
       }
@@ -945,6 +1054,7 @@ Result<void> Shutdown(int fd, int how) {
     Direction& out = c.dir[s->side];
     out.fin = true;
     out.fin_due = std::max(out.last_due, sim::Now() + st->Latency());
+    out.fin_held = st->Cut(c);
     out.last_due = out.fin_due;
     scheduler_internal::SimRecordEvent("net.fin", c.id, static_cast<std::uint64_t>(s->side), 0);
     State::Wake(c.end[1 - s->side]);
@@ -956,12 +1066,10 @@ Result<void> Shutdown(int fd, int how) {
 Result<void> Close(int fd) {
   WEFT_SIM_OPEN(fd);
   st->fds.erase(fd);
+  st->Free(fd);
   sim::HostState& h = st->hosts[s->host];
   --h.open;
-  if (s->bound) {
-    auto p = h.ports.find(ntohs(s->local.sin_port));
-    if (p != h.ports.end() && p->second == s.get()) h.ports.erase(p);
-  }
+  if (s->bound) State::Unbind(h, s.get());
   s->closed = true;
   if (s->kind == sim::Socket::Kind::kListening) {
     // Connections queued and never accepted: reset (their clients see ECONNRESET).
@@ -976,6 +1084,7 @@ Result<void> Close(int fd) {
       Direction& out = c.dir[s->side];
       out.fin = true;
       out.fin_due = std::max(out.last_due, sim::Now() + st->Latency());
+      out.fin_held = st->Cut(c);
       out.last_due = out.fin_due;
       scheduler_internal::SimRecordEvent("net.fin", c.id, static_cast<std::uint64_t>(s->side), 1);
       State::Wake(c.end[1 - s->side]);

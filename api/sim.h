@@ -12,18 +12,23 @@
 // loopback (127.0.0.1 reaches the host itself), its own ports and its own fd limit.
 //
 // What the network does, as TCP would:
-//   - connect: a SYN that finds no listener is refused (ECONNREFUSED) after a round trip; one
-//     that is cut off by a partition or finds the backlog full is retried (1 s, 2 s, 4 s ...)
-//     until NetworkOptions::connect_timeout (ETIMEDOUT) or the call's deadline.
+//   - connect: a SYN that finds no listener (on that address and port) is refused
+//     (ECONNREFUSED) after a round trip; one cut off by a partition or finding the backlog full
+//     is retried (1 s, 2 s, 4 s ...) until NetworkOptions::connect_timeout (ETIMEDOUT) or the
+//     call's deadline. connect returns after SYN and SYN-ACK; accept gets it after the ACK.
 //   - bytes arrive in order, each write after a latency drawn from [min_latency, max_latency];
 //     a lost segment (NetworkOptions::loss) arrives `retransmit` later, as a retransmission
-//     would. A partition holds every segment between its hosts until it heals; then they arrive,
-//     in order, exactly once. (There is no give-up timeout: set deadlines on your reads.)
+//     would. A partition holds every segment in flight between its hosts (bytes that had
+//     arrived stay readable) until it heals; then they arrive one latency later, in order,
+//     exactly once. (There is no give-up timeout: set deadlines on your reads.)
 //   - a send waits while `window` bytes are sent and not yet read: backpressure.
 //   - close with unread data, a write to a closed peer, Network::reset and NetworkOptions::reset
-//     reset a connection: both ends' calls fail with ECONNRESET, and bytes in flight are lost.
+//     reset a connection: bytes in flight are lost; bytes that had arrived are still read, then
+//     one call on each end fails with ECONNRESET, and after it reads give 0 and writes EPIPE.
 //     A plain close or shutdown_write is a FIN: the peer reads what was sent, then 0.
 //   - socket(), accept() past the host's fd limit: EMFILE (a connection stays queued).
+//   - fds are numbered from a base drawn from the seed, the lowest free first; an fd is
+//     meaningful only on its simulation's thread while that runtime lives.
 //
 // Everything here is deterministic given the simulation's seed: its draws come from the same
 // PRNG that picks fibers, and its events (connections, segments, resets, partitions) join the
@@ -45,10 +50,11 @@
 namespace weft::sim {
 
 struct NetworkOptions {
-  // One-way latency of a segment, drawn uniformly from [min_latency, max_latency].
+  // One-way latency of a segment, drawn uniformly from [min_latency, max_latency] (at most 1 h).
   std::chrono::nanoseconds min_latency = std::chrono::microseconds(50);
   std::chrono::nanoseconds max_latency = std::chrono::microseconds(500);
-  // loss: the chance (0..1) that a segment is lost once; it arrives `retransmit` later.
+  // loss: the chance (0..1) that a segment is lost once; it arrives `retransmit` (at most 1 h)
+  // later.
   double loss = 0.0;
   std::chrono::nanoseconds retransmit = std::chrono::milliseconds(200);
   // reset: the chance (0..1) that a segment resets its connection instead of arriving.
@@ -56,7 +62,8 @@ struct NetworkOptions {
   // window: bytes sent on a connection and not yet read by the peer, per direction, past which
   // a send waits (1 .. 1 GiB).
   std::size_t window = std::size_t{256} << 10;
-  // connect_timeout: how long a connect retries a SYN that gets no answer (Linux: about 127 s).
+  // connect_timeout: how long a connect retries a SYN that gets no answer (Linux: about 127 s;
+  // at most 24 h).
   std::chrono::nanoseconds connect_timeout = std::chrono::seconds(127);
   // fd_limit: sockets open at once per host (listeners and connections), past which socket()
   // and accept() fail with EMFILE. Network::set_fd_limit changes one host's.
@@ -88,13 +95,15 @@ class Network {
   // current: this simulation's network, made on first use; null outside a simulated runtime.
   static Network* current();
 
-  // configure: replaces the options (EINVAL: latencies negative or min > max, a chance outside
-  // 0..1, window 0 or above 1 GiB, fd_limit below 1). Applies to segments sent from now on.
+  // configure: replaces the options (EINVAL: a time negative or past its bound, min_latency >
+  // max_latency, a chance outside 0..1, window 0 or above 1 GiB, fd_limit below 1). Applies to
+  // segments sent from now on; a wider window lets waiting senders on at once.
   Result<void> configure(const NetworkOptions& options);
   NetworkOptions options() const;
 
   // host: the host named `name`, made on first use (EINVAL: empty, over 64 bytes, or not letters,
-  // digits, '-', '_', '.'; or a numeric address. ENOSPC past 65,000 hosts).
+  // digits, '-', '_', '.'; or a numeric address. ENOSPC past 65,000 hosts). Names are
+  // case-insensitive, as DNS's.
   Result<Host> host(std::string_view name);
   // enter: the calling fiber now runs on host `name` (made on first use), and so do the fibers
   // it spawns from now on. Its sockets already open stay on the host that opened them.

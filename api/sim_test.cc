@@ -76,7 +76,7 @@ TEST(SimNetwork, EchoBetweenTwoHostsByName) {
     auto server = OnHost(rt, "server", [&] {
       Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(7000));
       ASSERT_TRUE(l.ok());
-      EXPECT_EQ(l->local_address()->to_string(), "10.0.0.2:7000");
+      EXPECT_EQ(l->local_address()->to_string(), "0.0.0.0:7000");  // as bound
       listening.set();
       EchoOnce(*l);
     });
@@ -288,6 +288,9 @@ TEST(SimNetwork, ResetsFailBothEndsAndLoseBytesInFlight) {
     EXPECT_EQ(*a.server.read(buf, sizeof buf), 7u);
     EXPECT_EQ(std::string(buf, 7), "arrived");
     EXPECT_EQ(a.server.read(buf, sizeof buf).error(), std::errc::connection_reset);
+    // Reported once: then reads end and writes are EPIPE, as on Linux.
+    EXPECT_EQ(*a.server.read(buf, sizeof buf), 0u);
+    EXPECT_EQ(a.server.write("x", 1).error(), std::errc::broken_pipe);
 
     // A close with bytes unread resets; the peer's read says so.
     Pair q = Connected();
@@ -565,6 +568,181 @@ TEST(SimNetwork, SeededLossAndLatencyReplayToTheSameTrace) {
   EXPECT_EQ(a.segments, b.segments);
   EXPECT_GT(a.lost, 0u);
   EXPECT_NE(h1, h3);
+}
+
+TEST(SimNetwork, APartitionHoldsWhatIsInFlightNotWhatHasArrived) {
+  Runtime rt(Sim(13));
+  rt.block_on([&] {
+    ASSERT_TRUE(Net().host("far").ok());
+    Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(80));
+    ASSERT_TRUE(l.ok());
+    net::TcpStream far;
+    auto client = OnHost(rt, "far", [&] {
+      Result<net::TcpStream> s = net::TcpStream::connect("main", 80);
+      ASSERT_TRUE(s.ok());
+      far = std::move(*s);
+    });
+    EXPECT_TRUE(client.join().ok());
+    Result<net::TcpStream> s = l->accept();
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE(far.write_all("hello", 5).ok());
+    ASSERT_TRUE(far.shutdown_write().ok());
+    ASSERT_TRUE(this_fiber::sleep_for(100ms).ok());  // the bytes and the FIN have arrived
+    ASSERT_TRUE(Net().partition("far", "main").ok());
+    char buf[16];
+    EXPECT_EQ(*s->read(buf, sizeof buf, {.deadline = SyncClock::now() + 1s}), 5u);
+    EXPECT_EQ(*s->read(buf, sizeof buf, {.deadline = SyncClock::now() + 1s}), 0u);
+    Net().heal_all();
+  });
+}
+
+// Segments held by a partition leave together at the heal: a thousand writes arrive one latency
+// after it, not a thousand latencies.
+TEST(SimNetwork, AHealDeliversTheHeldSegmentsOneLatencyLaterTogether) {
+  Runtime rt(Sim(14));
+  rt.block_on([&] {
+    sim::NetworkOptions o;
+    o.min_latency = o.max_latency = 10ms;
+    ASSERT_TRUE(Net().configure(o).ok());
+    ASSERT_TRUE(Net().host("far").ok());
+    Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(80));
+    ASSERT_TRUE(l.ok());
+    SyncClock::time_point healed_at;
+    auto client = OnHost(rt, "far", [&] {
+      Result<net::TcpStream> s = net::TcpStream::connect("main", 80);
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE(Net().partition("far", "main").ok());
+      for (int i = 0; i < 1000; ++i) ASSERT_TRUE(s->write_all("x", 1).ok());
+      ASSERT_TRUE(this_fiber::sleep_for(1s).ok());
+      healed_at = SyncClock::now();
+      Net().heal_all();
+      ASSERT_TRUE(s->shutdown_write().ok());
+      char c;
+      EXPECT_EQ(*s->read(&c, 1), 0u);
+    });
+    Result<net::TcpStream> s = l->accept();
+    ASSERT_TRUE(s.ok());
+    std::string got(1000, '\0');
+    ASSERT_TRUE(s->read_exact(got.data(), got.size()).ok());
+    EXPECT_EQ(got, std::string(1000, 'x'));
+    // All of it within one latency of the heal (one by one, it would take 10 s).
+    EXPECT_LE(SyncClock::now() - healed_at, 11ms);
+    ASSERT_TRUE(s->close().ok());
+    EXPECT_TRUE(client.join().ok());
+  });
+}
+
+TEST(SimNetwork, AListenersAddressDecidesWhoReachesIt) {
+  Runtime rt(Sim(15));
+  rt.block_on([&] {
+    // Loopback only: the host itself reaches it, another host is refused.
+    Result<net::TcpListener> local =
+        net::TcpListener::bind(*net::SocketAddress::parse("127.0.0.1:9000"));
+    ASSERT_TRUE(local.ok());
+    EXPECT_TRUE(net::TcpStream::connect("localhost", 9000).ok());
+    auto other = OnHost(rt, "other", [&] {
+      EXPECT_EQ(net::TcpStream::connect("main", 9000).error(), std::errc::connection_refused);
+    });
+    EXPECT_TRUE(other.join().ok());
+    // The same port on the host's own address is another socket; on INADDR_ANY it overlaps.
+    Result<net::TcpListener> own =
+        net::TcpListener::bind(*net::SocketAddress::parse("10.0.0.1:9000"));
+    EXPECT_TRUE(own.ok());
+    EXPECT_EQ(net::TcpListener::bind(net::SocketAddress::ipv4_any(9000)).error(),
+              std::errc::address_in_use);
+    // A closed listener's port is free again.
+    ASSERT_TRUE(local->close().ok());
+    EXPECT_TRUE(net::TcpListener::bind(*net::SocketAddress::parse("127.0.0.1:9000")).ok());
+  });
+}
+
+TEST(SimNetwork, ShutdownStillReturnsTheBytesThatHadArrivedAndPollSaysHangUp) {
+  Runtime rt(Sim(16));
+  rt.block_on([&] {
+    Pair p = Connected();
+    ASSERT_TRUE(p.client.write_all("kept", 4).ok());
+    ASSERT_TRUE(this_fiber::sleep_for(10ms).ok());
+    ASSERT_TRUE(p.server.shutdown().ok());
+    char buf[8];
+    EXPECT_EQ(*p.server.read(buf, sizeof buf), 4u);
+    EXPECT_EQ(*p.server.read(buf, sizeof buf), 0u);
+    const std::uint32_t ev = *io::poll(p.server.fd(), POLLIN);
+    EXPECT_NE(ev & POLLHUP, 0u);
+  });
+}
+
+TEST(SimNetwork, HugeOptionsAreRefusedNotOverflowed) {
+  Runtime rt(Sim(17));
+  rt.block_on([&] {
+    sim::NetworkOptions o;
+    o.connect_timeout = std::chrono::nanoseconds::max();
+    EXPECT_EQ(Net().configure(o).error(), std::errc::invalid_argument);
+    o = {};
+    o.max_latency = std::chrono::nanoseconds::max();
+    EXPECT_EQ(Net().configure(o).error(), std::errc::invalid_argument);
+    o = {};
+    o.retransmit = std::chrono::hours(2);
+    EXPECT_EQ(Net().configure(o).error(), std::errc::invalid_argument);
+    o = {};
+    o.connect_timeout = std::chrono::hours(24);
+    o.max_latency = std::chrono::hours(1);
+    EXPECT_TRUE(Net().configure(o).ok());
+    // The largest bounds work: a connect across a partition gives up after a day.
+    ASSERT_TRUE(Net().host("far").ok());
+    Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(80));
+    ASSERT_TRUE(l.ok());
+    ASSERT_TRUE(Net().partition("far", "main").ok());
+    auto c = OnHost(rt, "far", [&] {
+      EXPECT_EQ(net::TcpStream::connect("main", 80).error(), std::errc::timed_out);
+    });
+    EXPECT_TRUE(c.join().ok());
+    EXPECT_EQ(Net().host("MAIN")->id, 0u);  // names are case-insensitive
+  });
+}
+
+// A socket kept past its simulation is unknown in the next one (their fd bases differ), so a
+// close there cannot take that simulation's socket.
+TEST(SimNetwork, ASocketKeptPastItsSimulationIsUnknownInTheNext) {
+  net::TcpStream stale;
+  {
+    Runtime a(Sim(106));
+    a.block_on([&] {
+      Pair p = Connected();
+      stale = std::move(p.client);
+    });
+  }
+  Runtime b(Sim(107));
+  b.block_on([&] {
+    Pair p = Connected();
+    EXPECT_EQ(stale.close().error(), std::errc::bad_file_descriptor);
+    EXPECT_TRUE(p.client.write_all("ok", 2).ok());
+  });
+}
+
+// Many sockets: numbering stays cheap (the lowest free number, from a set).
+TEST(SimNetwork, ThousandsOfConnectionsOnOneHost) {
+  Runtime rt(Sim(18));
+  rt.block_on([&] {
+    ASSERT_TRUE(Net().set_fd_limit("main", 20000).ok());
+    Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
+    ASSERT_TRUE(l.ok());
+    const auto addr = *l->local_address();
+    std::vector<net::TcpStream> all;
+    for (int i = 0; i < 4000; ++i) {
+      Result<net::TcpStream> c = net::TcpStream::connect(addr);
+      ASSERT_TRUE(c.ok());
+      Result<net::TcpStream> s = l->accept();
+      ASSERT_TRUE(s.ok());
+      all.push_back(std::move(*c));
+      all.push_back(std::move(*s));
+    }
+    EXPECT_EQ(*Net().open_fds("main"), 8001);
+    const int reused = all[10].fd();
+    ASSERT_TRUE(all[10].close().ok());
+    Result<net::TcpStream> again = net::TcpStream::connect(addr);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->fd(), reused);  // the lowest free number
+  });
 }
 
 }  // namespace

@@ -42,7 +42,9 @@ SimState::SimState(const SimulationOptions& options, std::uint64_t seed_in_use)
 Result<void> SimState::Arm(std::weak_ptr<sync_internal::CancelState> state,
                            SyncClock::time_point at, bool force) {
   try {
-    deadlines.emplace(at.time_since_epoch().count(), Deadline{std::move(state), force});
+    Fiber* armer = CurrentFiber();
+    deadlines.emplace(at.time_since_epoch().count(),
+                      Deadline{std::move(state), force, armer != nullptr ? armer->sim_host : 0});
   } catch (const std::bad_alloc&) {
     return std::errc::not_enough_memory;
   }
@@ -144,7 +146,8 @@ Runtime::Impl::Fiber* Runtime::Impl::SimNext(Worker& w) {
     const SyncClock::time_point at{SyncClock::duration(it->first)};
     try {
       self->spawn(
-              [state = it->second.state, at, force = it->second.force] {
+              [state = it->second.state, at, force = it->second.force, host = it->second.host] {
+                SetSimHost(host);
                 if (std::shared_ptr<sync_internal::CancelState> cancel = state.lock()) {
                   sync_internal::FireDeadline(cancel.get(), at, force);
                 }

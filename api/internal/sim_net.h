@@ -28,7 +28,8 @@ namespace weft::sim_internal {
 inline constexpr int kFdBase = 0x40000000;
 inline bool IsSimFd(int fd) { return fd >= kFdBase; }
 
-// A simulated fd outside its simulation's thread (or after it ended) is EBADF in every call.
+// A simulated fd outside its simulation's thread (or after it ended) is EBADF in every call;
+// in another simulation it is too, unless that one drew the same fd base (1 in 1,024).
 Result<int> Socket(int family);  // EAFNOSUPPORT for anything but AF_INET; EMFILE
 Result<void> Bind(int fd, const sockaddr* addr, socklen_t len);
 Result<void> Listen(int fd, int backlog);

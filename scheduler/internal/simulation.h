@@ -62,6 +62,7 @@ struct SimState final : sync_internal::DeadlineService {
   struct Deadline {
     std::weak_ptr<sync_internal::CancelState> state;
     bool force;
+    std::uint32_t host;  // the simulated host of the fiber that armed it: its callbacks run there
   };
   std::multimap<std::int64_t, Deadline> deadlines;
   Result<void> Arm(std::weak_ptr<sync_internal::CancelState> state, SyncClock::time_point at,
