@@ -92,6 +92,10 @@ struct Connection {
   // that end is closed.
   Socket* end[2] = {nullptr, nullptr};
   int error = 0;  // ECONNRESET once reset
+  // When the connecting end's SYN-ACK arrives. Closed before then, the handshake never ends:
+  // its final ACK is never sent, and the accepting side drops it unaccepted.
+  Nanos established_at = 0;
+  bool aborted = false;
 };
 
 struct Socket {
@@ -263,7 +267,7 @@ struct Network::State {
 
   // HostOfAddress: the host an IPv4 address (host order) names, from host `from`.
   Result<std::uint32_t> HostOfAddress(std::uint32_t addr, std::uint32_t from) const {
-    if ((addr >> 24) == 127) return from;
+    if ((addr >> 24) == 127 || addr == 0) return from;  // (0.0.0.0: this host, as Linux)
     if ((addr >> 16) == (10u << 8)) {
       const std::uint32_t n = addr & 0xffff;
       if (n >= 1 && n - 1 < hosts.size()) return n - 1;
@@ -783,6 +787,10 @@ Result<int> Accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions
     std::optional<Nanos> due;
     if (!s->backlog.empty()) {
       std::shared_ptr<sim::Socket> q = s->backlog.front();
+      if (q->conn->aborted) {  // its connecting end closed mid-handshake
+        s->backlog.pop_front();
+        continue;
+      }
       if (q->ready_at <= sim::Now()) {
         Result<int> nfd = st->Install(q);
         if (!nfd.ok()) return nfd.error();  // EMFILE: it stays queued
@@ -808,7 +816,11 @@ Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOpti
   if (sim::Cancelled(options)) return std::errc::operation_canceled;
   sockaddr_in to;
   std::memcpy(&to, addr, sizeof to);
-  const std::uint32_t ip = ntohl(to.sin_addr.s_addr);
+  std::uint32_t ip = ntohl(to.sin_addr.s_addr);
+  if (ip == INADDR_ANY) {  // 0.0.0.0 means this host, as on Linux
+    ip = sim::kLoopback;
+    to.sin_addr.s_addr = htonl(ip);
+  }
   const std::uint16_t port = ntohs(to.sin_port);
   Result<std::uint32_t> target = st->HostOfAddress(ip, s->host);
   if (!target.ok()) return target.error();
@@ -879,6 +891,7 @@ Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOpti
           scheduler_internal::SimRecordEvent("net.connect", c->id, s->host, *target);
           State::Wake(listener);
           const Nanos established = now + syn + syn_ack;
+          c->established_at = established;
           while (sim::Now() < established) {
             if (s->closed) return std::errc::operation_canceled;
             if (Result<void> w = sim::Wait(*st, *s, options, established); !w.ok()) {
@@ -1078,6 +1091,9 @@ Result<void> Close(int fd) {
   } else if (s->kind == sim::Socket::Kind::kConnected) {
     Connection& c = *s->conn;
     c.end[s->side] = nullptr;
+    if (s->side == 0 && sim::Now() < c.established_at) {
+      c.aborted = true;  // no final ACK: the listener drops it
+    }
     if (c.dir[1 - s->side].unread > 0) {
       st->Reset(c);  // closed with bytes unread: a RST, as Linux sends
     } else if (!s->shut_wr && c.error == 0) {

@@ -745,5 +745,26 @@ TEST(SimNetwork, ThousandsOfConnectionsOnOneHost) {
   });
 }
 
+// A connect given up before its SYN-ACK (the caller's deadline) and then closed never completes
+// the handshake: the listener never hands it out.
+TEST(SimNetwork, AConnectAbandonedMidHandshakeIsNeverAccepted) {
+  Runtime rt(Sim(19));
+  rt.block_on([&] {
+    sim::NetworkOptions o;
+    o.min_latency = o.max_latency = 10ms;
+    ASSERT_TRUE(Net().configure(o).ok());
+    Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(80));
+    ASSERT_TRUE(l.ok());
+    // 0.0.0.0 is this host, as on Linux: the address getsockname gives a wildcard listener.
+    EXPECT_EQ(
+        net::TcpStream::connect(*l->local_address(), {.deadline = SyncClock::now() + 5ms}).error(),
+        std::errc::timed_out);  // and the stream is closed as connect returns
+    EXPECT_EQ(l->accept({.deadline = SyncClock::now() + 1s}).error(), std::errc::timed_out);
+    Result<net::TcpStream> c = net::TcpStream::connect(*l->local_address());
+    ASSERT_TRUE(c.ok());
+    EXPECT_TRUE(l->accept().ok());
+  });
+}
+
 }  // namespace
 }  // namespace weft
