@@ -149,6 +149,34 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
       "io send"));
 }
 
+Result<std::size_t> recvmsg(int fd, MsgHdr* msg, int flags, const WaitOptions& options) {
+  // (The simulated network has no datagrams.)
+  if (sim_internal::IsSimFd(fd)) return std::errc::not_supported;
+  return Size(RunAbsorbing(
+      ForFlags(flags), fd, [&](Reactor& r, IoOp& op) { r.recvmsg(op, fd, msg, flags); }, options,
+      "io recvmsg"));
+}
+
+Result<std::size_t> sendmsg(int fd, const MsgHdr* msg, int flags, const WaitOptions& options) {
+  if (sim_internal::IsSimFd(fd)) return std::errc::not_supported;
+#ifndef _WIN32
+  // As send: a datagram's send seldom waits, so it is first tried without the reactor.
+  if (BadMsg(msg)) return std::errc::invalid_argument;
+  if ((options.cancel == nullptr || !options.cancel->is_cancelled()) &&
+      scheduler_internal::TakeDirectIoTurn() &&
+      !fault::Inject(fault::Site::kIo, fault::Kind::kEagain)) {
+    ssize_t n = ::sendmsg(fd, msg, flags | kNoSignal | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return static_cast<std::errc>(errno);
+    }
+  }
+#endif
+  return Size(RunAbsorbing(
+      ForFlags(flags), fd, [&](Reactor& r, IoOp& op) { r.sendmsg(op, fd, msg, flags | kNoSignal); },
+      options, "io sendmsg"));
+}
+
 namespace {
 // WriteAll: repeats one writing operation until len bytes went out.
 template <typename WriteOp>

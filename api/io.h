@@ -4,8 +4,8 @@
 // and a cancellation token (std::errc::operation_canceled); a runtime shutting down cancels too.
 // Errors are the errno values of the underlying operation, as std::errc.
 //
-// Defines: weft::io::read, write, readv, writev, recv, send, write_all, send_all, read_exact,
-// accept, connect, poll, close, make_nonblocking.
+// Defines: weft::io::read, write, readv, writev, recv, send, recvmsg, sendmsg, write_all,
+// send_all, read_exact, accept, connect, poll, close, make_nonblocking.
 //
 // On Windows an fd is a SOCKET cast to int (see reactor/reactor.h), and the calls are for sockets.
 //
@@ -46,6 +46,13 @@ Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags = 0,
                          const WaitOptions& options = {});
 Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags = 0,
                          const WaitOptions& options = {});
+
+// recvmsg / sendmsg: one datagram with its peer address (msg's buffers and name; recvmsg sets
+// msg_namelen, and kMsgTruncated in msg_flags when the datagram was longer than the buffers).
+// EMSGSIZE from sendmsg for a datagram larger than the protocol allows.
+Result<std::size_t> recvmsg(int fd, MsgHdr* msg, int flags = 0, const WaitOptions& options = {});
+Result<std::size_t> sendmsg(int fd, const MsgHdr* msg, int flags = 0,
+                            const WaitOptions& options = {});
 
 // write_all: writes all len bytes (several operations if need be). On an error after a partial
 // write the error is returned; the bytes written so far are lost to the caller, as with a stream

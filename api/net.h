@@ -3,7 +3,7 @@
 // thread, and takes WaitOptions).
 //
 // Defines: weft::net::SocketAddress, weft::net::resolve, weft::net::TcpListener,
-// weft::net::TcpStream.
+// weft::net::TcpStream, weft::net::UdpSocket.
 
 #ifndef WEFT_API_NET_H_
 #define WEFT_API_NET_H_
@@ -118,6 +118,60 @@ class TcpListener {
   Result<void> close();
 
  private:
+  int fd_ = -1;
+};
+
+// UdpSocket: datagrams, IPv4 or IPv6. Every call that can wait parks a fiber (or blocks a plain
+// thread) and takes WaitOptions, as the TCP types' do. A datagram is sent whole or not at all,
+// and received whole: one longer than the buffer is cut (Datagram::truncated) and the rest of it
+// is lost, as the system's recvfrom does. Not in a simulated runtime (not_supported): the
+// simulated network has no datagrams.
+class UdpSocket {
+ public:
+  UdpSocket() = default;
+  ~UdpSocket() { (void)close(); }
+  UdpSocket(UdpSocket&& other) noexcept : fd_(other.release()) {}
+  UdpSocket& operator=(UdpSocket&& other) noexcept;
+  UdpSocket(const UdpSocket&) = delete;
+  UdpSocket& operator=(const UdpSocket&) = delete;
+
+  // bind: a socket bound to addr (port 0: a free one, see local_address()). open: an unbound
+  // one of the family (AF_INET, AF_INET6), which its first send_to binds to a free port.
+  static Result<UdpSocket> bind(const SocketAddress& addr);
+  static Result<UdpSocket> open(int family = AF_INET);
+
+  struct Datagram {
+    std::size_t size = 0;    // bytes received into the buffer
+    SocketAddress from;      // the sender
+    bool truncated = false;  // the datagram was longer than the buffer; the rest is lost
+  };
+  // send_to: one datagram of len bytes to `to`; EMSGSIZE above what the protocol allows (65,507
+  // bytes over IPv4). recv_from: the next datagram, into buf.
+  Result<std::size_t> send_to(const void* buf, std::size_t len, const SocketAddress& to,
+                              const WaitOptions& options = {});
+  Result<Datagram> recv_from(void* buf, std::size_t len, const WaitOptions& options = {});
+
+  // connect: a default peer: send and recv then exchange datagrams with it alone (others are
+  // dropped by the system), and an ICMP "port unreachable" from it may fail a later call with
+  // connection_refused.
+  Result<void> connect(const SocketAddress& peer);
+  Result<std::size_t> send(const void* buf, std::size_t len, const WaitOptions& options = {});
+  Result<std::size_t> recv(void* buf, std::size_t len, const WaitOptions& options = {});
+
+  Result<SocketAddress> local_address() const;
+  Result<void> set_broadcast(bool on);
+
+  bool is_open() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  Result<void> close();  // fails this fd's pending operations, then closes; idempotent
+
+ private:
+  explicit UdpSocket(int fd) : fd_(fd) {}
   int fd_ = -1;
 };
 

@@ -2,12 +2,14 @@
 // through callbacks, with one backend per OS behind one interface. Usable alone as an event loop;
 // the scheduler parks fibers on it.
 //
-// Defines: weft::IoOp, weft::ReactorBackend, weft::ReactorOptions, weft::Reactor.
+// Defines: weft::IoVec, weft::MsgHdr, weft::IoOp, weft::ReactorBackend, weft::ReactorOptions,
+// weft::Reactor.
 //
 // Two faces:
 //   - the seam a scheduler needs: poll(deadline) runs completions until the deadline (or until
 //     at least one completion), and wake(), callable from any thread, makes a blocked poll return;
-//   - the operations API: read, write, readv, writev, recv, send, accept (also multishot),
+//   - the operations API: read, write, readv, writev, recv, send, recvmsg and sendmsg (datagrams
+//     with their addresses), accept (also multishot),
 //     connect, poll for readiness, a timeout, cancel, and close (which fails the fd's pending
 //     operations first).
 //
@@ -73,6 +75,26 @@ struct IoVec {
 using IoVec = ::iovec;
 #endif
 
+// MsgHdr: the buffers, peer address and flags of one datagram for recvmsg / sendmsg: POSIX's
+// struct msghdr; on Windows, which has none, a struct with the fields weft uses (no control
+// data there). kMsgTruncated in msg_flags after a recvmsg: the datagram was longer than the
+// buffers, and the rest of it is lost.
+#ifdef _WIN32
+struct MsgHdr {
+  void* msg_name;
+  socklen_t msg_namelen;
+  IoVec* msg_iov;
+  std::size_t msg_iovlen;
+  void* msg_control;
+  std::size_t msg_controllen;
+  int msg_flags;
+};
+inline constexpr int kMsgTruncated = 0x0100;  // ws2def.h's MSG_TRUNC
+#else
+using MsgHdr = ::msghdr;
+inline constexpr int kMsgTruncated = MSG_TRUNC;
+#endif
+
 // IoOp: one operation in flight. Owned by the caller (typically on a fiber's stack); must stay
 // alive and unmoved from submission until its (final) completion.
 struct IoOp {
@@ -97,6 +119,8 @@ struct IoOp {
     kConnect,
     kPollIn,
     kTimeout,
+    kRecvMsg,
+    kSendMsg,
     kClose
   };
   Kind kind = Kind::kNone;
@@ -162,6 +186,12 @@ inline bool BadAcceptAddress(const sockaddr* addr, const socklen_t* addrlen) {
          (addrlen == nullptr || static_cast<std::uint64_t>(*addrlen) > 0x7fffffffu);
 }
 
+// BadMsg: the argument check every backend makes for a recvmsg / sendmsg.
+inline bool BadMsg(const MsgHdr* msg) {
+  return msg == nullptr || msg->msg_iovlen > 1024 ||
+         (msg->msg_iovlen > 0 && msg->msg_iov == nullptr);
+}
+
 class Reactor {
  public:
   // create: EINVAL for a backend that is not compiled in; ENOSYS/EPERM/ENOMEM/... from the
@@ -192,6 +222,13 @@ class Reactor {
   virtual void writev(IoOp& op, int fd, const IoVec* iov, int iovcnt) = 0;
   virtual void recv(IoOp& op, int fd, void* buf, std::size_t len, int flags = 0) = 0;
   virtual void send(IoOp& op, int fd, const void* buf, std::size_t len, int flags = 0) = 0;
+  // recvmsg / sendmsg: one datagram (on a stream socket: some bytes) with its peer address.
+  // msg, its buffers and its address must stay valid until the completion; recvmsg sets
+  // msg_namelen and msg_flags (kMsgTruncated) as the system call does. The result is the
+  // datagram's bytes received (at most the buffers' size) or sent. msg null, or more than 1,024
+  // buffers: -EINVAL.
+  virtual void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags = 0) = 0;
+  virtual void sendmsg(IoOp& op, int fd, const MsgHdr* msg, int flags = 0) = 0;
   // accept: result is the new fd (close-on-exec, non-blocking). addr with a null addrlen:
   // -EINVAL, and no connection is taken.
   virtual void accept(IoOp& op, int fd, sockaddr* addr = nullptr, socklen_t* addrlen = nullptr) = 0;

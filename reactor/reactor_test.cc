@@ -157,6 +157,23 @@ class ReactorTest : public ::testing::TestWithParam<ReactorBackend> {
     fds_.push_back(fd);
     return fd;
   }
+  // Udp: a datagram socket bound to a free loopback port (its address in *addr).
+  int Udp(sockaddr_in* addr) {
+#ifdef _WIN32
+    int fd = static_cast<int>(socket(AF_INET, SOCK_DGRAM, IPPROTO_UDP));
+#else
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+#endif
+    EXPECT_GE(fd, 0);
+    *addr = sockaddr_in{};
+    addr->sin_family = AF_INET;
+    addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(NativeSocket(fd), reinterpret_cast<sockaddr*>(addr), sizeof *addr), 0);
+    socklen_t len = sizeof *addr;
+    EXPECT_EQ(getsockname(NativeSocket(fd), reinterpret_cast<sockaddr*>(addr), &len), 0);
+    fds_.push_back(fd);
+    return fd;
+  }
 
   std::unique_ptr<Reactor> reactor_;
   std::vector<int> fds_;
@@ -612,6 +629,105 @@ TEST_P(ReactorTest, BadFdsAndArgumentsAreErrors) {
   EXPECT_EQ(c.last, -EINVAL);
   EXPECT_EQ(d.last, -EINVAL);
   EXPECT_EQ(e.last, -EINVAL);
+}
+
+// recvmsg / sendmsg: whole datagrams with their addresses; one longer than the buffer is cut
+// and flagged; every op completes once.
+TEST_P(ReactorTest, DatagramsWithTheirAddresses) {
+  sockaddr_in a_addr, b_addr;
+  int a = Udp(&a_addr);
+  int b = Udp(&b_addr);
+  char out[] = "datagram one";
+  IoVec ov{out, sizeof out};
+  MsgHdr sm{};
+  sm.msg_name = &b_addr;
+  sm.msg_namelen = sizeof b_addr;
+  sm.msg_iov = &ov;
+  sm.msg_iovlen = 1;
+  Op s1, s2;
+  reactor_->sendmsg(s1, a, &sm);
+  RunUntil([&] { return s1.done(); });
+  ASSERT_EQ(s1.last, static_cast<std::int64_t>(sizeof out));
+  char in[64] = {};
+  sockaddr_in from{};
+  IoVec iv{in, sizeof in};
+  MsgHdr rm{};
+  rm.msg_name = &from;
+  rm.msg_namelen = sizeof from;
+  rm.msg_iov = &iv;
+  rm.msg_iovlen = 1;
+  Op r1;
+  reactor_->recvmsg(r1, b, &rm);
+  RunUntil([&] { return r1.done(); });
+  ASSERT_EQ(r1.last, static_cast<std::int64_t>(sizeof out));
+  EXPECT_EQ(r1.completions, 1);
+  EXPECT_STREQ(in, out);
+  EXPECT_EQ(rm.msg_namelen, static_cast<socklen_t>(sizeof from));
+  EXPECT_EQ(from.sin_port, a_addr.sin_port);
+  EXPECT_EQ(rm.msg_flags & kMsgTruncated, 0);
+  // Longer than the buffer: the first 4 bytes, flagged; the rest is gone (the next datagram
+  // is whole).
+  reactor_->sendmsg(s2, a, &sm);
+  RunUntil([&] { return s2.done(); });
+  Op r2, r3;
+  char small[4];
+  IoVec sv{small, sizeof small};
+  rm.msg_iov = &sv;
+  rm.msg_namelen = sizeof from;
+  reactor_->recvmsg(r2, b, &rm);
+  RunUntil([&] { return r2.done(); });
+  EXPECT_EQ(r2.last, 4);
+  EXPECT_NE(rm.msg_flags & kMsgTruncated, 0);
+  EXPECT_EQ(std::string(small, 4), "data");
+  Op s3;
+  reactor_->sendmsg(s3, a, &sm);
+  rm.msg_iov = &iv;
+  rm.msg_namelen = sizeof from;
+  reactor_->recvmsg(r3, b, &rm);
+  RunUntil([&] { return s3.done() && r3.done(); });
+  EXPECT_EQ(r3.last, static_cast<std::int64_t>(sizeof out));
+  EXPECT_EQ(rm.msg_flags & kMsgTruncated, 0);
+}
+
+TEST_P(ReactorTest, DatagramCancelDeadlineCloseAndBadInput) {
+  sockaddr_in addr;
+  int u = Udp(&addr);
+  char buf[16];
+  IoVec v{buf, sizeof buf};
+  MsgHdr m1{}, m2{}, m3{};
+  for (MsgHdr* m : {&m1, &m2, &m3}) {
+    m->msg_iov = &v;
+    m->msg_iovlen = 1;
+  }
+  Op cancelled, timed, bad_msg, bad_fd, too_many;
+  reactor_->recvmsg(cancelled, u, &m1);
+  timed.deadline = ReactorClock::now() + 20ms;
+  reactor_->recvmsg(timed, u, &m2);
+  ASSERT_TRUE(reactor_->poll(ReactorClock::now()).ok());
+  reactor_->cancel(cancelled);
+  reactor_->cancel(cancelled);
+  reactor_->recvmsg(bad_msg, u, nullptr);
+  reactor_->sendmsg(bad_fd, -1, &m3);
+  MsgHdr huge = m3;
+  huge.msg_iovlen = 5000;
+  reactor_->sendmsg(too_many, u, &huge);
+  RunUntil([&] {
+    return cancelled.done() && timed.done() && bad_msg.done() && bad_fd.done() && too_many.done();
+  });
+  EXPECT_EQ(cancelled.last, -ECANCELED);
+  EXPECT_EQ(cancelled.completions, 1);
+  EXPECT_EQ(timed.last, -ETIMEDOUT);
+  EXPECT_EQ(bad_msg.last, -EINVAL);
+  EXPECT_EQ(bad_fd.last, -EBADF);
+  EXPECT_EQ(too_many.last, -EINVAL);
+  // A close fails a receive in flight.
+  Op closed;
+  reactor_->recvmsg(closed, u, &m1);
+  ASSERT_TRUE(reactor_->poll(ReactorClock::now()).ok());
+  reactor_->close(u);
+  fds_.erase(std::find(fds_.begin(), fds_.end(), u));
+  RunUntil([&] { return closed.done(); });
+  EXPECT_EQ(closed.last, -ECANCELED);
 }
 
 TEST_P(ReactorTest, MultishotAccept) {

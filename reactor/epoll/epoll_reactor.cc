@@ -43,6 +43,7 @@ bool IsWriteSide(const IoOp& op) {
     case Kind::kWrite:
     case Kind::kWritev:
     case Kind::kSend:
+    case Kind::kSendMsg:
     case Kind::kConnect:
       return true;
     case Kind::kPollIn:
@@ -114,6 +115,18 @@ class EpollReactor final : public Reactor {
     op.len = ClampIoLength(len);
     op.msg_flags = flags | MSG_NOSIGNAL;
     Submit(op, fd, BadIoRequest(buf, len));
+  }
+  void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags) override {
+    op.kind = Kind::kRecvMsg;
+    op.buf = msg;
+    op.msg_flags = flags;
+    Submit(op, fd, BadMsg(msg));
+  }
+  void sendmsg(IoOp& op, int fd, const MsgHdr* msg, int flags) override {
+    op.kind = Kind::kSendMsg;
+    op.buf = const_cast<MsgHdr*>(msg);
+    op.msg_flags = flags | MSG_NOSIGNAL;
+    Submit(op, fd, BadMsg(msg));
   }
   void accept(IoOp& op, int fd, sockaddr* addr, socklen_t* addrlen) override {
     op.kind = Kind::kAccept;
@@ -360,6 +373,12 @@ class EpollReactor final : public Reactor {
         break;
       case Kind::kSend:
         r = ::send(op.fd, op.buf, op.len, op.msg_flags);
+        break;
+      case Kind::kRecvMsg:
+        r = ::recvmsg(op.fd, static_cast<msghdr*>(op.buf), op.msg_flags);
+        break;
+      case Kind::kSendMsg:
+        r = ::sendmsg(op.fd, static_cast<const msghdr*>(op.buf), op.msg_flags);
         break;
       case Kind::kAccept:
       case Kind::kAcceptMulti:

@@ -1,7 +1,7 @@
 // reactor/internal/faulty_reactor.cc: a Reactor that wraps a backend and injects the faults
-// base/fault.h describes (site kIo: read, write, readv, writev, recv, send; site kAccept:
-// accept). Reactor::create wraps every backend in one while faults are on (WEFT_FAULTS); with
-// them off it does not exist, so it costs nothing.
+// base/fault.h describes (site kIo: read, write, readv, writev, recv, send, recvmsg, sendmsg;
+// site kAccept: accept). Reactor::create wraps every backend in one while faults are on
+// (WEFT_FAULTS); with them off it does not exist, so it costs nothing.
 //
 // A fault either shortens the operation before it reaches the backend (a short transfer: a
 // shorter length, or fewer buffers of a readv or writev, which the kernel may always do), or
@@ -62,6 +62,12 @@ class FaultyReactor final : public Reactor {
   }
   void writev(IoOp& op, int fd, const IoVec* iov, int iovcnt) override {
     if (Vector(op, fd, iov, iovcnt, /*writes=*/true)) inner_->writev(op, fd, iov, iovcnt);
+  }
+  void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags) override {
+    if (Datagram(op, fd, msg)) inner_->recvmsg(op, fd, msg, flags);
+  }
+  void sendmsg(IoOp& op, int fd, const MsgHdr* msg, int flags) override {
+    if (Datagram(op, fd, msg)) inner_->sendmsg(op, fd, msg, flags);
   }
   void accept(IoOp& op, int fd, sockaddr* addr, socklen_t* addrlen) override {
     if (fd >= 0 && fault::Hit(Site::kAccept)) {
@@ -140,6 +146,18 @@ class FaultyReactor final : public Reactor {
     if (!Data(op, fd, iov, buffers, writes)) return false;
     iovcnt = static_cast<int>(buffers);
     return true;
+  }
+
+  // Datagram: a fault for a recvmsg or sendmsg: EINTR or EAGAIN (a datagram is never cut
+  // short, and a datagram socket has no connection to reset).
+  bool Datagram(IoOp& op, int fd, const MsgHdr* msg) {
+    if (fd < 0 || BadMsg(msg) || !fault::Hit(Site::kIo)) return true;
+    if (fault::Random() % 2 == 0) {
+      Fail(op, -EINTR, Kind::kEintr);
+    } else {
+      Fail(op, -EAGAIN, Kind::kEagain);
+    }
+    return false;
   }
 
   void Fail(IoOp& op, std::int64_t result, Kind kind) {

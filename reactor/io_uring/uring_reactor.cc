@@ -123,6 +123,16 @@ class UringReactor final : public Reactor {
     op.msg_flags = flags | MSG_NOSIGNAL;
     if (Begin(op, Kind::kSend, fd, BadIoRequest(buf, len))) Enqueue(op);
   }
+  void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags) override {
+    op.buf = msg;
+    op.msg_flags = flags;
+    if (Begin(op, Kind::kRecvMsg, fd, BadMsg(msg))) Enqueue(op);
+  }
+  void sendmsg(IoOp& op, int fd, const MsgHdr* msg, int flags) override {
+    op.buf = const_cast<MsgHdr*>(msg);
+    op.msg_flags = flags | MSG_NOSIGNAL;
+    if (Begin(op, Kind::kSendMsg, fd, BadMsg(msg))) Enqueue(op);
+  }
   void accept(IoOp& op, int fd, sockaddr* addr, socklen_t* addrlen) override {
     op.addr = addr;
     op.addrlen = addrlen;
@@ -296,6 +306,14 @@ class UringReactor final : public Reactor {
         break;
       case Kind::kSend:
         io_uring_prep_send(sqe, op.fd, op.buf, op.len, op.msg_flags);
+        break;
+      case Kind::kRecvMsg:
+        io_uring_prep_recvmsg(sqe, op.fd, static_cast<msghdr*>(op.buf),
+                              static_cast<unsigned>(op.msg_flags));
+        break;
+      case Kind::kSendMsg:
+        io_uring_prep_sendmsg(sqe, op.fd, static_cast<const msghdr*>(op.buf),
+                              static_cast<unsigned>(op.msg_flags));
         break;
       case Kind::kAccept:
         io_uring_prep_accept(sqe, op.fd, op.addr, op.addrlen, SOCK_CLOEXEC | SOCK_NONBLOCK);

@@ -150,6 +150,18 @@ struct AcceptState {
   char buf[2 * kAddrLen];
 };
 
+// MsgState: what an overlapped WSARecvFrom or WSASendTo reads and writes until it completes:
+// its buffers, the address length and the flags.
+struct MsgState {
+  INT namelen = 0;
+  DWORD flags = 0;
+  WSABUF* bufs = nullptr;
+  MsgState() = default;
+  MsgState(const MsgState&) = delete;
+  MsgState& operator=(const MsgState&) = delete;
+  ~MsgState() { delete[] bufs; }
+};
+
 class IocpReactor final : public Reactor {
  public:
   explicit IocpReactor(HANDLE port) : port_(port) {}
@@ -232,6 +244,18 @@ class IocpReactor final : public Reactor {
     int r = WSASend(NativeSocket(fd), &b, 1, nullptr, static_cast<DWORD>(flags), &op.overlapped,
                     nullptr);
     Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
+  }
+  void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags) override {
+    op.kind = Kind::kRecvMsg;
+    op.buf = msg;
+    op.msg_flags = flags;
+    Datagram(op, fd, /*send=*/false);
+  }
+  void sendmsg(IoOp& op, int fd, const MsgHdr* msg, int flags) override {
+    op.kind = Kind::kSendMsg;
+    op.buf = const_cast<MsgHdr*>(msg);
+    op.msg_flags = flags;
+    Datagram(op, fd, /*send=*/true);
   }
   void accept(IoOp& op, int fd, sockaddr* addr, socklen_t* addrlen) override {
     op.kind = Kind::kAccept;
@@ -477,6 +501,43 @@ class IocpReactor final : public Reactor {
     Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
   }
 
+  // Datagram: recvmsg and sendmsg as WSARecvFrom and WSASendTo.
+  void Datagram(IoOp& op, int fd, bool send) {
+    auto* msg = static_cast<MsgHdr*>(op.buf);
+    if (!Begin(op, fd, BadMsg(msg))) return;
+    auto* st = new (std::nothrow) MsgState;
+    if (st == nullptr) return Finish(op, -ENOMEM);
+    const std::size_t n = msg->msg_iovlen;
+    st->bufs = new (std::nothrow) WSABUF[n > 0 ? n : 1];
+    op.backend_extra = st;
+    if (st->bufs == nullptr) {
+      FreeExtra(op);
+      return Finish(op, -ENOMEM);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (msg->msg_iov[i].iov_len > (1u << 30)) {
+        FreeExtra(op);
+        return Finish(op, -EINVAL);
+      }
+      st->bufs[i].len = static_cast<ULONG>(msg->msg_iov[i].iov_len);
+      st->bufs[i].buf = static_cast<char*>(msg->msg_iov[i].iov_base);
+    }
+    st->namelen = static_cast<INT>(msg->msg_namelen);
+    const auto count = static_cast<DWORD>(n);
+    int r;
+    if (send) {
+      r = WSASendTo(NativeSocket(fd), st->bufs, count, nullptr, static_cast<DWORD>(op.msg_flags),
+                    static_cast<const sockaddr*>(msg->msg_name), st->namelen, &op.overlapped,
+                    nullptr);
+    } else {
+      st->flags = static_cast<DWORD>(op.msg_flags);
+      r = WSARecvFrom(NativeSocket(fd), st->bufs, count, nullptr, &st->flags,
+                      static_cast<sockaddr*>(msg->msg_name),
+                      msg->msg_name != nullptr ? &st->namelen : nullptr, &op.overlapped, nullptr);
+    }
+    Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
+  }
+
   void StartAccept(IoOp& op) {
     const Extensions& ext = LoadExtensions();
     if (ext.error != 0) return Finish(op, -ext.error);
@@ -588,6 +649,17 @@ class IocpReactor final : public Reactor {
       error = ERROR_OPERATION_ABORTED;  // a zero-byte probe has nothing to report
     }
     if (op.kind == Kind::kAccept || op.kind == Kind::kAcceptMulti) return AcceptDone(op, error);
+    if (op.kind == Kind::kRecvMsg && op.backend_extra != nullptr) {
+      // The sender's address length, and a datagram longer than the buffers: the bytes that fit,
+      // flagged truncated (as Linux's recvmsg), instead of an error.
+      auto* msg = static_cast<MsgHdr*>(op.buf);
+      msg->msg_namelen = static_cast<socklen_t>(static_cast<MsgState*>(op.backend_extra)->namelen);
+      msg->msg_flags = 0;
+      if (error == WSAEMSGSIZE || error == ERROR_MORE_DATA) {
+        msg->msg_flags = kMsgTruncated;
+        error = 0;
+      }
+    }
     FreeExtra(op);
     if (error != 0) {
       if (ReadEndOfStream(op, error)) return Finish(op, 0);
@@ -659,6 +731,8 @@ class IocpReactor final : public Reactor {
     if (op.backend_extra == nullptr) return;
     if (op.kind == Kind::kAccept || op.kind == Kind::kAcceptMulti) {
       delete static_cast<AcceptState*>(op.backend_extra);
+    } else if (op.kind == Kind::kRecvMsg || op.kind == Kind::kSendMsg) {
+      delete static_cast<MsgState*>(op.backend_extra);
     } else {
       delete[] static_cast<WSABUF*>(op.backend_extra);
     }

@@ -1,0 +1,184 @@
+// api/udp_test.cc: UdpSocket on fibers and on plain threads: datagrams with their senders,
+// truncation, request/response between many senders and one server with every reply checked,
+// connected sockets, deadlines, cancellation, a close from another execution, oversized and bad
+// input, and refusal in a simulated runtime.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "weft/api/io.h"
+#include "weft/api/net.h"
+#include "weft/api/testing/dual_mode.h"
+#include "weft/base/stress_scale.h"
+#include "weft/scheduler/runtime.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Mode;
+
+class UdpTest : public testing::DualModeTest {
+ protected:
+  UdpTest() : DualModeTest(2) {}
+};
+
+net::UdpSocket Bound() {
+  Result<net::UdpSocket> s = net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(0));
+  EXPECT_TRUE(s.ok());
+  return std::move(*s);
+}
+
+TEST_P(UdpTest, DatagramsArriveWholeWithTheirSender) {
+  Run([&] {
+    net::UdpSocket a = Bound(), b = Bound();
+    const net::SocketAddress b_addr = *b.local_address();
+    ASSERT_EQ(*a.send_to("ping", 4, b_addr), 4u);
+    ASSERT_EQ(*a.send_to("pong!", 5, b_addr), 5u);
+    char buf[64];
+    Result<net::UdpSocket::Datagram> d = b.recv_from(buf, sizeof buf);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(std::string(buf, d->size), "ping");  // one datagram per receive, never merged
+    EXPECT_EQ(d->from.to_string(), a.local_address()->to_string());
+    EXPECT_FALSE(d->truncated);
+    d = b.recv_from(buf, sizeof buf);
+    EXPECT_EQ(std::string(buf, d->size), "pong!");
+    // Longer than the buffer: cut, flagged, the rest lost.
+    ASSERT_TRUE(a.send_to("0123456789", 10, b_addr).ok());
+    ASSERT_TRUE(a.send_to("next", 4, b_addr).ok());
+    d = b.recv_from(buf, 3);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->size, 3u);
+    EXPECT_TRUE(d->truncated);
+    EXPECT_EQ(std::string(buf, 3), "012");
+    d = b.recv_from(buf, sizeof buf);
+    EXPECT_EQ(std::string(buf, d->size), "next");
+    // An empty datagram is a datagram.
+    ASSERT_EQ(*a.send_to(buf, 0, b_addr), 0u);
+    d = b.recv_from(buf, sizeof buf);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->size, 0u);
+  });
+}
+
+// Request/response: clients on other executions each send numbered requests and wait for each
+// reply; the server answers every one to its sender. Every reply is checked.
+TEST_P(UdpTest, ManyClientsOneServerEveryReplyChecked) {
+  const int clients = 4, requests = 100 * testing::StressScale();
+  Run([&] {
+    net::UdpSocket server = Bound();
+    const net::SocketAddress addr = *server.local_address();
+    std::atomic<int> replies{0};
+    std::vector<Other> others;
+    for (int c = 0; c < clients; ++c) {
+      others.push_back(Concurrently([&, c] {
+        net::UdpSocket me = Bound();
+        char buf[64];
+        for (int i = 0; i < requests; ++i) {
+          const std::string req = std::to_string(c) + ":" + std::to_string(i);
+          ASSERT_TRUE(me.send_to(req.data(), req.size(), addr).ok());
+          Result<net::UdpSocket::Datagram> d = me.recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 10s});
+          ASSERT_TRUE(d.ok()) << "client " << c << " request " << i;
+          ASSERT_EQ(std::string(buf, d->size), "re " + req);
+          replies.fetch_add(1);
+        }
+      }));
+    }
+    char buf[64];
+    for (int n = 0; n < clients * requests; ++n) {
+      Result<net::UdpSocket::Datagram> d =
+          server.recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 10s});
+      ASSERT_TRUE(d.ok());
+      const std::string reply = "re " + std::string(buf, d->size);
+      ASSERT_TRUE(server.send_to(reply.data(), reply.size(), d->from).ok());
+    }
+    for (auto& o : others) o.join();
+    EXPECT_EQ(replies.load(), clients * requests);
+  });
+}
+
+TEST_P(UdpTest, ConnectedSocketsSendAndRecv) {
+  Run([&] {
+    net::UdpSocket a = Bound(), b = Bound();
+    ASSERT_TRUE(a.connect(*b.local_address()).ok());
+    ASSERT_TRUE(b.connect(*a.local_address()).ok());
+    ASSERT_EQ(*a.send("hi", 2), 2u);
+    char buf[8];
+    ASSERT_EQ(*b.recv(buf, sizeof buf), 2u);
+    EXPECT_EQ(std::string(buf, 2), "hi");
+    // An unbound socket is bound by its first send.
+    Result<net::UdpSocket> c = net::UdpSocket::open();
+    ASSERT_TRUE(c.ok());
+    net::UdpSocket free_one = Bound();
+    ASSERT_TRUE(c->send_to("x", 1, *free_one.local_address()).ok());
+    EXPECT_NE(c->local_address()->port(), 0);
+  });
+}
+
+TEST_P(UdpTest, DeadlinesCancellationAndCloseFromAnotherExecution) {
+  Run([&] {
+    net::UdpSocket s = Bound();
+    char buf[8];
+    EXPECT_EQ(s.recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 20ms}).error(),
+              std::errc::timed_out);
+    CancellationSource src;
+    src.cancel();
+    CancellationToken tok = src.token();
+    EXPECT_EQ(s.recv_from(buf, sizeof buf, {.cancel = &tok}).error(),
+              std::errc::operation_canceled);
+    std::atomic<bool> waiting{false};
+    Result<net::UdpSocket::Datagram> got = std::errc::io_error;
+    const int fd = s.fd();
+    Other reader = Concurrently([&] {
+      waiting = true;
+      char b[8];
+      IoVec v{b, sizeof b};
+      MsgHdr m{};
+      m.msg_iov = &v;
+      m.msg_iovlen = 1;
+      Result<std::size_t> n = io::recvmsg(fd, &m);
+      got = n.ok() ? Result<net::UdpSocket::Datagram>(net::UdpSocket::Datagram{})
+                   : Result<net::UdpSocket::Datagram>(n.error());
+    });
+    while (!waiting) ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
+    ASSERT_TRUE(this_fiber::sleep_for(20ms).ok());  // (it is in its receive, or about to be)
+    ASSERT_TRUE(s.close().ok());
+    reader.join();
+    EXPECT_EQ(got.error(), std::errc::operation_canceled);
+  });
+}
+
+TEST_P(UdpTest, OversizedAndBadInputAreErrors) {
+  Run([&] {
+    net::UdpSocket a = Bound(), b = Bound();
+    std::vector<char> huge(70000, 'h');
+    EXPECT_EQ(a.send_to(huge.data(), huge.size(), *b.local_address()).error(),
+              std::errc::message_size);
+    EXPECT_EQ(a.send_to(nullptr, 5, *b.local_address()).error(), std::errc::invalid_argument);
+    EXPECT_EQ(a.send_to("x", 1, net::SocketAddress()).error(), std::errc::invalid_argument);
+    EXPECT_EQ(a.recv_from(nullptr, 5).error(), std::errc::invalid_argument);
+    EXPECT_EQ(io::recvmsg(a.fd(), nullptr).error(), std::errc::invalid_argument);
+    EXPECT_EQ(net::UdpSocket::open(12345).error(), std::errc::address_family_not_supported);
+    net::UdpSocket closed;
+    EXPECT_EQ(closed.send_to("x", 1, *b.local_address()).error(), std::errc::bad_file_descriptor);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(FibersAndThreads, UdpTest, ::testing::Values(Mode::kFibers, Mode::kThreads),
+                         testing::ModeName);
+
+TEST(UdpSimulation, DatagramsAreNotSimulated) {
+  Runtime rt({.simulation = SimulationOptions{.seed = 1}});
+  rt.block_on([] {
+    EXPECT_EQ(net::UdpSocket::open().error(), std::errc::not_supported);
+    EXPECT_EQ(net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(0)).error(),
+              std::errc::not_supported);
+  });
+}
+
+}  // namespace
+}  // namespace weft
