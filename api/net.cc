@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "internal/sim_net.h"
 #include "weft/api/io.h"
@@ -473,6 +474,130 @@ Result<UdpSocket::Datagram> UdpSocket::recv_from(void* buf, std::size_t len,
       SocketAddress::from_sockaddr(reinterpret_cast<const sockaddr*>(&from), msg.msg_namelen);
   if (a.ok()) d.from = *a;
   return d;
+}
+
+namespace {
+// kMaxBatch: datagrams per batch call (Linux's UIO_MAXIOV bounds recvmmsg and sendmmsg too).
+constexpr std::size_t kMaxBatch = 1024;
+
+// FromAddress: the sender recorded in a receive's address buffer.
+SocketAddress FromAddress(const sockaddr_storage& from, socklen_t len) {
+  Result<SocketAddress> a =
+      SocketAddress::from_sockaddr(reinterpret_cast<const sockaddr*>(&from), len);
+  return a.ok() ? *a : SocketAddress();
+}
+}  // namespace
+
+Result<std::size_t> UdpSocket::recv_batch(Buffer* buffers, std::size_t count,
+                                          const WaitOptions& options) {
+  if (count == 0 || buffers == nullptr || count > kMaxBatch) return std::errc::invalid_argument;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (BadIoRequest(buffers[i].data, buffers[i].capacity)) return std::errc::invalid_argument;
+  }
+  // The first: waits (parks a fiber) as recv_from does.
+  Result<Datagram> first = recv_from(buffers[0].data, buffers[0].capacity, options);
+  if (!first.ok()) return first.error();
+  buffers[0].got = *first;
+  std::size_t got = 1;
+#ifdef _WIN32
+  // The rest: what is queued already (the socket is non-blocking: WSAEWOULDBLOCK when none).
+  for (; got < count; ++got) {
+    sockaddr_storage from{};
+    int from_len = sizeof from;
+    WSABUF b{static_cast<ULONG>(ClampIoLength(buffers[got].capacity)),
+             static_cast<char*>(buffers[got].data)};
+    DWORD bytes = 0, flags = 0;
+    if (::WSARecvFrom(NativeSocket(fd_), &b, 1, &bytes, &flags, reinterpret_cast<sockaddr*>(&from),
+                      &from_len, nullptr, nullptr) != 0) {
+      if (::WSAGetLastError() != WSAEMSGSIZE) break;
+      buffers[got].got = Datagram{b.len, FromAddress(from, from_len), true};
+      continue;
+    }
+    buffers[got].got = Datagram{bytes, FromAddress(from, from_len), false};
+  }
+#else
+  // The rest: one recvmmsg that takes what is queued and does not wait.
+  const std::size_t rest = count - 1;
+  std::vector<mmsghdr> msgs(rest);
+  std::vector<iovec> iov(rest);
+  std::vector<sockaddr_storage> from(rest);
+  for (std::size_t i = 0; i < rest; ++i) {
+    iov[i] = {buffers[i + 1].data, buffers[i + 1].capacity};
+    msgs[i].msg_hdr.msg_name = &from[i];
+    msgs[i].msg_hdr.msg_namelen = sizeof from[i];
+    msgs[i].msg_hdr.msg_iov = &iov[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+  }
+  if (rest > 0) {
+    int n;
+    do {
+      n = ::recvmmsg(fd_, msgs.data(), static_cast<unsigned>(rest), MSG_DONTWAIT, nullptr);
+    } while (n < 0 && errno == EINTR);
+    for (int i = 0; i < n; ++i) {
+      const mmsghdr& m = msgs[static_cast<std::size_t>(i)];
+      buffers[got++].got =
+          Datagram{m.msg_len, FromAddress(from[static_cast<std::size_t>(i)], m.msg_hdr.msg_namelen),
+                   (m.msg_hdr.msg_flags & MSG_TRUNC) != 0};
+    }
+  }
+#endif
+  return got;
+}
+
+Result<std::size_t> UdpSocket::send_batch(const Outgoing* datagrams, std::size_t count,
+                                          const WaitOptions& options) {
+  if (count == 0 || datagrams == nullptr || count > kMaxBatch) return std::errc::invalid_argument;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (BadIoRequest(datagrams[i].data, datagrams[i].size) || datagrams[i].to.size() == 0) {
+      return std::errc::invalid_argument;
+    }
+  }
+  std::size_t sent = 0;
+#ifndef _WIN32
+  // All of them in one sendmmsg, without waiting.
+  std::vector<mmsghdr> msgs(count);
+  std::vector<iovec> iov(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    iov[i] = {const_cast<void*>(datagrams[i].data), datagrams[i].size};
+    msgs[i].msg_hdr.msg_name = const_cast<sockaddr*>(datagrams[i].to.data());
+    msgs[i].msg_hdr.msg_namelen = datagrams[i].to.size();
+    msgs[i].msg_hdr.msg_iov = &iov[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+  }
+  if (options.cancel != nullptr && options.cancel->is_cancelled()) {
+    return std::errc::operation_canceled;
+  }
+  // (A fiber past its budget of direct turns goes through the reactor below, and so parks.)
+  if (!scheduler_internal::InSimulation() && scheduler_internal::TakeDirectIoTurn()) {
+    int n;
+    do {
+      n = ::sendmmsg(fd_, msgs.data(), static_cast<unsigned>(count), MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) return static_cast<std::size_t>(n);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return LastErrc();
+  }
+#endif
+  // The first waits for room (parks a fiber); the rest go while they need not wait.
+  Result<std::size_t> first =
+      send_to(datagrams[0].data, datagrams[0].size, datagrams[0].to, options);
+  if (!first.ok()) return first.error();
+  sent = 1;
+  for (; sent < count; ++sent) {
+    const Outgoing& d = datagrams[sent];
+#ifdef _WIN32
+    WSABUF b{static_cast<ULONG>(d.size), static_cast<char*>(const_cast<void*>(d.data))};
+    DWORD bytes = 0;
+    if (::WSASendTo(NativeSocket(fd_), &b, 1, &bytes, 0, d.to.data(), d.to.size(), nullptr,
+                    nullptr) != 0) {
+      break;
+    }
+#else
+    if (::sendto(fd_, d.data, d.size, MSG_DONTWAIT | MSG_NOSIGNAL, d.to.data(), d.to.size()) < 0) {
+      break;
+    }
+#endif
+  }
+  return sent;
 }
 
 Result<void> UdpSocket::connect(const SocketAddress& peer) {

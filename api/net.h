@@ -151,6 +151,28 @@ class UdpSocket {
                               const WaitOptions& options = {});
   Result<Datagram> recv_from(void* buf, std::size_t len, const WaitOptions& options = {});
 
+  // Batches: many datagrams for one wake-up and one system call where the system has one
+  // (Linux's recvmmsg and sendmmsg; a loop of non-blocking calls on Windows).
+  //   recv_batch: waits for one datagram as recv_from does, then takes the ones already queued,
+  //     without waiting, into the next buffers; returns how many buffers were filled (>= 1).
+  //   send_batch: sends the datagrams in order; waits only while the first cannot go; returns
+  //     how many went (fewer than asked when the socket's buffer filled: send the rest again).
+  //     An error on a later datagram ends the batch there, reported by the count.
+  struct Buffer {
+    void* data = nullptr;
+    std::size_t capacity = 0;
+    Datagram got;  // what recv_batch received into it
+  };
+  struct Outgoing {
+    const void* data = nullptr;
+    std::size_t size = 0;
+    SocketAddress to;
+  };
+  Result<std::size_t> recv_batch(Buffer* buffers, std::size_t count,
+                                 const WaitOptions& options = {});
+  Result<std::size_t> send_batch(const Outgoing* datagrams, std::size_t count,
+                                 const WaitOptions& options = {});
+
   // connect: a default peer: send and recv then exchange datagrams with it alone (others are
   // dropped by the system), and an ICMP "port unreachable" from it may fail a later call with
   // connection_refused.

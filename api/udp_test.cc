@@ -81,7 +81,8 @@ TEST_P(UdpTest, ManyClientsOneServerEveryReplyChecked) {
         for (int i = 0; i < requests; ++i) {
           const std::string req = std::to_string(c) + ":" + std::to_string(i);
           ASSERT_TRUE(me.send_to(req.data(), req.size(), addr).ok());
-          Result<net::UdpSocket::Datagram> d = me.recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 10s});
+          Result<net::UdpSocket::Datagram> d =
+              me.recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 10s});
           ASSERT_TRUE(d.ok()) << "client " << c << " request " << i;
           ASSERT_EQ(std::string(buf, d->size), "re " + req);
           replies.fetch_add(1);
@@ -168,8 +169,52 @@ TEST_P(UdpTest, OversizedAndBadInputAreErrors) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(FibersAndThreads, UdpTest, ::testing::Values(Mode::kFibers, Mode::kThreads),
-                         testing::ModeName);
+// Batches: a send_batch of many datagrams, then recv_batch calls that each take one wake-up and
+// as many datagrams as are queued; every datagram arrives once, whole, in order (loopback).
+TEST_P(UdpTest, BatchesSendAndReceiveManyDatagramsPerCall) {
+  Run([&] {
+    net::UdpSocket a = Bound(), b = Bound();
+    const net::SocketAddress to = *b.local_address();
+    constexpr int kCount = 64;
+    std::vector<std::string> payload(kCount);
+    std::vector<net::UdpSocket::Outgoing> out(kCount);
+    for (int i = 0; i < kCount; ++i) {
+      payload[i] = "datagram " + std::to_string(i);
+      out[i] = {payload[i].data(), payload[i].size(), to};
+    }
+    std::size_t sent = 0;
+    while (sent < out.size()) {
+      Result<std::size_t> n = a.send_batch(out.data() + sent, out.size() - sent);
+      ASSERT_TRUE(n.ok());
+      ASSERT_GE(*n, 1u);
+      sent += *n;
+    }
+    std::vector<std::string> storage(16, std::string(64, '\0'));
+    std::vector<net::UdpSocket::Buffer> bufs(16);
+    for (std::size_t i = 0; i < bufs.size(); ++i)
+      bufs[i] = {storage[i].data(), storage[i].size(), {}};
+    int next = 0, calls = 0;
+    while (next < kCount) {
+      Result<std::size_t> n =
+          b.recv_batch(bufs.data(), bufs.size(), {.deadline = SyncClock::now() + 10s});
+      ASSERT_TRUE(n.ok());
+      ++calls;
+      for (std::size_t i = 0; i < *n; ++i, ++next) {
+        ASSERT_EQ(std::string(storage[i].data(), bufs[i].got.size), payload[next]);
+        EXPECT_EQ(bufs[i].got.from.to_string(), a.local_address()->to_string());
+      }
+    }
+    EXPECT_EQ(next, kCount);
+    EXPECT_LE(calls, kCount);  // (a batch took more than one when they were queued)
+    EXPECT_EQ(a.recv_batch(bufs.data(), 0).error(), std::errc::invalid_argument);
+    EXPECT_EQ(a.send_batch(out.data(), 0).error(), std::errc::invalid_argument);
+    net::UdpSocket::Outgoing bad{nullptr, 3, to};
+    EXPECT_EQ(a.send_batch(&bad, 1).error(), std::errc::invalid_argument);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(FibersAndThreads, UdpTest,
+                         ::testing::Values(Mode::kFibers, Mode::kThreads), testing::ModeName);
 
 TEST(UdpSimulation, DatagramsAreNotSimulated) {
   Runtime rt({.simulation = SimulationOptions{.seed = 1}});

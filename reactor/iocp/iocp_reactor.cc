@@ -458,9 +458,11 @@ class IocpReactor final : public Reactor {
     }
   }
 
-  // Started: after the overlapped call. 0 or ERROR_IO_PENDING: the port will report it.
+  // Started: after the overlapped call. 0 or ERROR_IO_PENDING: the port will report it. So it
+  // will for a receive that failed at once with WSAEMSGSIZE (a datagram longer than the
+  // buffers): that is a warning status, whose completion is queued like a success's.
   void Started(IoOp& op, DWORD error) {
-    if (error == 0 || error == ERROR_IO_PENDING) {
+    if (error == 0 || error == ERROR_IO_PENDING || (error == WSAEMSGSIZE && IsReceive(op))) {
       inflight_.push(&op);
       return;
     }
@@ -471,6 +473,7 @@ class IocpReactor final : public Reactor {
   static bool IsRead(const IoOp& op) {
     return op.kind == Kind::kRead || op.kind == Kind::kReadv || op.kind == Kind::kRecv;
   }
+  static bool IsReceive(const IoOp& op) { return IsRead(op) || op.kind == Kind::kRecvMsg; }
   // ReadEndOfStream: errors that mean "end of file" for a read (pipes report a closed writer as
   // ERROR_BROKEN_PIPE, files their end as ERROR_HANDLE_EOF).
   static bool ReadEndOfStream(const IoOp& op, DWORD error) {
@@ -649,16 +652,15 @@ class IocpReactor final : public Reactor {
       error = ERROR_OPERATION_ABORTED;  // a zero-byte probe has nothing to report
     }
     if (op.kind == Kind::kAccept || op.kind == Kind::kAcceptMulti) return AcceptDone(op, error);
+    // A datagram longer than the buffers: the bytes that fit, as Linux's recv and recvmsg
+    // (which flags it truncated), instead of an error.
+    const bool truncated = (error == WSAEMSGSIZE || error == ERROR_MORE_DATA) && IsReceive(op) &&
+                           !op.cancel_requested && !op.timed_out;
+    if (truncated) error = 0;
     if (op.kind == Kind::kRecvMsg && op.backend_extra != nullptr) {
-      // The sender's address length, and a datagram longer than the buffers: the bytes that fit,
-      // flagged truncated (as Linux's recvmsg), instead of an error.
       auto* msg = static_cast<MsgHdr*>(op.buf);
       msg->msg_namelen = static_cast<socklen_t>(static_cast<MsgState*>(op.backend_extra)->namelen);
-      msg->msg_flags = 0;
-      if (error == WSAEMSGSIZE || error == ERROR_MORE_DATA) {
-        msg->msg_flags = kMsgTruncated;
-        error = 0;
-      }
+      msg->msg_flags = truncated ? kMsgTruncated : 0;
     }
     FreeExtra(op);
     if (error != 0) {
