@@ -607,12 +607,24 @@ Result<void> UdpSocket::connect(const SocketAddress& peer) {
   return {};
 }
 
+// send and recv go through sendmsg and recvmsg without an address: the datagram calls of every
+// backend (on Windows, those check a datagram's size before the overlapped call).
 Result<std::size_t> UdpSocket::send(const void* buf, std::size_t len, const WaitOptions& options) {
-  return io::send(fd_, buf, len, 0, options);
+  if (BadIoRequest(buf, len)) return std::errc::invalid_argument;
+  IoVec v{const_cast<void*>(buf), len};
+  MsgHdr msg{};
+  msg.msg_iov = &v;
+  msg.msg_iovlen = 1;
+  return io::sendmsg(fd_, &msg, 0, options);
 }
 
 Result<std::size_t> UdpSocket::recv(void* buf, std::size_t len, const WaitOptions& options) {
-  return io::recv(fd_, buf, len, 0, options);
+  if (BadIoRequest(buf, len)) return std::errc::invalid_argument;
+  IoVec v{buf, len};
+  MsgHdr msg{};
+  msg.msg_iov = &v;
+  msg.msg_iovlen = 1;
+  return io::recvmsg(fd_, &msg, 0, options);
 }
 
 Result<SocketAddress> UdpSocket::local_address() const {

@@ -527,6 +527,21 @@ class IocpReactor final : public Reactor {
     }
     st->namelen = static_cast<INT>(msg->msg_namelen);
     const auto count = static_cast<DWORD>(n);
+    if (send) {
+      // A datagram larger than the protocol allows is refused before the call: an overlapped
+      // send's WSAEMSGSIZE may or may not queue a completion (Wine queues one), and a stray one
+      // would reach this op after it ended.
+      std::size_t total = 0;
+      for (std::size_t i = 0; i < n; ++i) total += msg->msg_iov[i].iov_len;
+      DWORD max_size = 0;
+      int len = sizeof max_size;
+      if (getsockopt(NativeSocket(fd), SOL_SOCKET, SO_MAX_MSG_SIZE,
+                     reinterpret_cast<char*>(&max_size), &len) == 0 &&
+          total > max_size) {
+        FreeExtra(op);
+        return Finish(op, -EMSGSIZE);
+      }
+    }
     int r;
     if (send) {
       r = WSASendTo(NativeSocket(fd), st->bufs, count, nullptr, static_cast<DWORD>(op.msg_flags),
