@@ -1,11 +1,12 @@
 // api/weft.h: weft's public facade, one include for an application: the runtime (fibers,
 // join handles, task groups, blocking work, fiber-local storage), the sync primitives that park
-// fibers (timers among them), fiber I/O with the TCP types, and signal waits. Bazel target:
-// //api:weft. docs/api.md has the tour.
+// fibers (timers among them), fiber I/O with the TCP and UDP types, files, and signal waits.
+// Bazel target: //api:weft. docs/api.md has the tour.
 
 #ifndef WEFT_API_WEFT_H_
 #define WEFT_API_WEFT_H_
 
+#include "weft/api/fs.h"                // IWYU pragma: export
 #include "weft/api/io.h"                // IWYU pragma: export
 #include "weft/api/net.h"               // IWYU pragma: export
 #include "weft/api/signals.h"           // IWYU pragma: export

@@ -52,6 +52,10 @@
 #include "weft/base/result.h"
 #include "weft/timer/timer_heap.h"
 
+#ifndef _WIN32
+struct statx;  // <sys/stat.h> (Linux): Reactor::statx's result
+#endif
+
 namespace weft {
 
 using ReactorClock = std::chrono::steady_clock;
@@ -121,6 +125,9 @@ struct IoOp {
     kTimeout,
     kRecvMsg,
     kSendMsg,
+    kOpenAt,
+    kFsync,
+    kStatx,
     kClose
   };
   Kind kind = Kind::kNone;
@@ -229,6 +236,18 @@ class Reactor {
   // buffers: -EINVAL.
   virtual void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags = 0) = 0;
   virtual void sendmsg(IoOp& op, int fd, const MsgHdr* msg, int flags = 0) = 0;
+#ifndef _WIN32
+  // File operations, done by the kernel asynchronously where the backend can (io_uring);
+  // -ENOSYS elsewhere (epoll: a regular file is never "ready", so callers run these on a
+  // blocking thread instead, as api/fs.h does).
+  //   openat: result is the new fd (dirfd AT_FDCWD: path is relative to the working directory);
+  //     path must stay valid until the completion. Null path: -EINVAL.
+  //   fsync: datasync true: the data only (fdatasync).
+  //   statx: the basic stats of fd into *out (struct statx, <sys/stat.h>).
+  virtual void openat(IoOp& op, int dirfd, const char* path, int flags, unsigned mode) = 0;
+  virtual void fsync(IoOp& op, int fd, bool datasync) = 0;
+  virtual void statx(IoOp& op, int fd, struct statx* out) = 0;
+#endif
   // accept: result is the new fd (close-on-exec, non-blocking). addr with a null addrlen:
   // -EINVAL, and no connection is taken.
   virtual void accept(IoOp& op, int fd, sockaddr* addr = nullptr, socklen_t* addrlen = nullptr) = 0;

@@ -144,6 +144,15 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
   return by_deadline(req.result);
 }
 
+bool FileIoThroughReactor() {
+  Worker* w = t_worker;
+  if (w != nullptr && w->current != nullptr) {  // a fiber on its worker: the worker's reactor
+    return w->reactor != nullptr && w->reactor->backend() == ReactorBackend::kIoUring;
+  }
+  Reactor* r = ThreadReactorOrNull(nullptr);  // a plain thread, or a fiber in a region
+  return r != nullptr && r->backend() == ReactorBackend::kIoUring;
+}
+
 bool TakeDirectIoTurn() {
   Worker* w = t_worker;
   if (w == nullptr || w->current == nullptr) return true;  // a plain thread: it blocks anyway

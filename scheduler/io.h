@@ -11,6 +11,7 @@
 //
 // Defines: weft::scheduler_internal::RunIo, weft::scheduler_internal::InSimulation, the
 // simulated network's hooks (SimNetworkSlot, SimRandom, SimRecordEvent, SimHost, SetSimHost),
+// weft::scheduler_internal::FileIoThroughReactor,
 // weft::scheduler_internal::TakeDirectIoTurn,
 // weft::scheduler_internal::CloseFd, weft::scheduler_internal::CloseEpoch.
 
@@ -59,6 +60,11 @@ std::uint64_t SimRandom();
 void SimRecordEvent(const char* what, std::uint64_t a, std::uint64_t b, std::uint64_t c);
 std::uint32_t SimHost();
 void SetSimHost(std::uint32_t host);
+
+// FileIoThroughReactor: whether the caller's reactor (its worker's, in a fiber; the thread's
+// own otherwise) does file operations itself (io_uring). Otherwise file calls (api/fs.h) run on
+// a blocking thread (call_blocking): epoll cannot wait for a disk.
+bool FileIoThroughReactor();
 
 // TakeDirectIoTurn: true if the caller may first try its operation as a non-blocking system call
 // (for an operation that seldom waits, such as a send), and use RunIo only when that would block.

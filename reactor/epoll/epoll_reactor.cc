@@ -128,6 +128,24 @@ class EpollReactor final : public Reactor {
     op.msg_flags = flags | MSG_NOSIGNAL;
     Submit(op, fd, BadMsg(msg));
   }
+  // File operations: epoll cannot wait for a regular file (it is always "ready", and a read may
+  // still block on the disk), so they are refused; api/fs.h runs them on a blocking thread.
+  void openat(IoOp& op, int /*dirfd*/, const char* /*path*/, int /*flags*/,
+              unsigned /*mode*/) override {
+    op.kind = Kind::kOpenAt;
+    Begin(op, -1);
+    Finish(op, -ENOSYS);
+  }
+  void fsync(IoOp& op, int fd, bool /*datasync*/) override {
+    op.kind = Kind::kFsync;
+    Begin(op, fd);
+    Finish(op, -ENOSYS);
+  }
+  void statx(IoOp& op, int fd, struct statx* /*out*/) override {
+    op.kind = Kind::kStatx;
+    Begin(op, fd);
+    Finish(op, -ENOSYS);
+  }
   void accept(IoOp& op, int fd, sockaddr* addr, socklen_t* addrlen) override {
     op.kind = Kind::kAccept;
     op.addr = addr;

@@ -69,6 +69,13 @@ class FaultyReactor final : public Reactor {
   void sendmsg(IoOp& op, int fd, const MsgHdr* msg, int flags) override {
     if (Datagram(op, fd, msg)) inner_->sendmsg(op, fd, msg, flags);
   }
+#ifndef _WIN32
+  void openat(IoOp& op, int dirfd, const char* path, int flags, unsigned mode) override {
+    inner_->openat(op, dirfd, path, flags, mode);
+  }
+  void fsync(IoOp& op, int fd, bool datasync) override { inner_->fsync(op, fd, datasync); }
+  void statx(IoOp& op, int fd, struct statx* out) override { inner_->statx(op, fd, out); }
+#endif
   void accept(IoOp& op, int fd, sockaddr* addr, socklen_t* addrlen) override {
     if (fd >= 0 && fault::Hit(Site::kAccept)) {
       // Soft: EINTR, ECONNABORTED (a connection reset before it was taken: accept again);

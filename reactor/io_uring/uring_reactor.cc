@@ -10,9 +10,11 @@
 // pay off for many idle connections with no buffer of their own; that is a later, separate API.
 
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -132,6 +134,20 @@ class UringReactor final : public Reactor {
     op.buf = const_cast<MsgHdr*>(msg);
     op.msg_flags = flags | MSG_NOSIGNAL;
     if (Begin(op, Kind::kSendMsg, fd, BadMsg(msg))) Enqueue(op);
+  }
+  void openat(IoOp& op, int dirfd, const char* path, int flags, unsigned mode) override {
+    op.buf = const_cast<char*>(path);
+    op.msg_flags = flags;
+    op.len = mode;
+    if (Begin(op, Kind::kOpenAt, dirfd, path == nullptr)) Enqueue(op);
+  }
+  void fsync(IoOp& op, int fd, bool datasync) override {
+    op.msg_flags = datasync ? IORING_FSYNC_DATASYNC : 0;
+    if (Begin(op, Kind::kFsync, fd, false)) Enqueue(op);
+  }
+  void statx(IoOp& op, int fd, struct statx* out) override {
+    op.buf = out;
+    if (Begin(op, Kind::kStatx, fd, out == nullptr)) Enqueue(op);
   }
   void accept(IoOp& op, int fd, sockaddr* addr, socklen_t* addrlen) override {
     op.addr = addr;
@@ -315,6 +331,18 @@ class UringReactor final : public Reactor {
         io_uring_prep_sendmsg(sqe, op.fd, static_cast<const msghdr*>(op.buf),
                               static_cast<unsigned>(op.msg_flags));
         break;
+      case Kind::kOpenAt:
+        io_uring_prep_openat(sqe, op.fd, static_cast<const char*>(op.buf), op.msg_flags,
+                             static_cast<mode_t>(op.len));
+        break;
+      case Kind::kFsync:
+        io_uring_prep_fsync(sqe, op.fd, static_cast<unsigned>(op.msg_flags));
+        break;
+      case Kind::kStatx:
+        // The fd itself (AT_EMPTY_PATH with an empty path).
+        io_uring_prep_statx(sqe, op.fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS,
+                            static_cast<struct statx*>(op.buf));
+        break;
       case Kind::kAccept:
         io_uring_prep_accept(sqe, op.fd, op.addr, op.addrlen, SOCK_CLOEXEC | SOCK_NONBLOCK);
         break;
@@ -380,12 +408,15 @@ class UringReactor final : public Reactor {
     StartOp(op, fd);
     op.result = 0;
     ++pending_;
-    if (bad_argument || fd < 0) {
+    // (An open's fd is its directory's: AT_FDCWD is negative, and no close concerns it.)
+    if (bad_argument || (fd < 0 && kind != Kind::kOpenAt)) {
       FinishLater(op, bad_argument ? -EINVAL : -EBADF);
       return false;
     }
     // A timeout has no fd; a close takes fd away from every reactor, ours included.
-    if (kind != Kind::kTimeout && kind != Kind::kClose) closer_.NoteFd(fd);
+    if (kind != Kind::kTimeout && kind != Kind::kClose && kind != Kind::kOpenAt) {
+      closer_.NoteFd(fd);
+    }
     return true;
   }
 

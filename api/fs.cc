@@ -1,0 +1,365 @@
+// api/fs.cc: files (api/fs.h): through the reactor where it is io_uring, else on the blocking
+// threads.
+
+#include "weft/api/fs.h"
+
+#ifdef _WIN32
+#include <windows.h>
+
+#include "weft/base/internal/win_errno.h"
+#else
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#endif
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include "weft/api/io.h"
+#include "weft/base/clock.h"
+#include "weft/reactor/reactor.h"
+#include "weft/scheduler/io.h"
+#include "weft/scheduler/runtime.h"
+
+namespace weft::fs {
+namespace {
+
+constexpr std::uint64_t kMaxOffset = static_cast<std::uint64_t>(INT64_MAX);
+
+// Ready: whether a call may start: not cancelled, not past its deadline, not in a simulation
+// (which touches no real file).
+Result<void> Ready(const WaitOptions& options) {
+  if (scheduler_internal::InSimulation()) return std::errc::not_supported;
+  if (options.cancel != nullptr && options.cancel->is_cancelled()) {
+    return std::errc::operation_canceled;
+  }
+  if (options.deadline && *options.deadline <= SyncClock::now()) return std::errc::timed_out;
+  return {};
+}
+
+bool BadPath(const std::string& path) {
+  return path.empty() || path.find('\0') != std::string::npos;
+}
+
+#ifndef _WIN32
+std::errc Errno() { return static_cast<std::errc>(errno); }
+
+// UringCall: one reactor operation (submit) for a file call, absorbing EINTR and EAGAIN as the
+// io calls do. Returns the result (>= 0) or the error.
+template <typename Submit>
+Result<std::int64_t> UringCall(const Submit& submit, const WaitOptions& options, const char* what,
+                               int fd) {
+  for (int tries = 0;; ++tries) {
+    const std::int64_t r = scheduler_internal::RunIo(submit, options, what, fd);
+    if (r >= 0) return r;
+    if ((r == -EINTR || r == -EAGAIN) && tries < 64) continue;
+    return static_cast<std::errc>(static_cast<int>(-r));
+  }
+}
+
+// Blocking: f() (a system call's result, -1 with errno on failure) on a blocking thread.
+template <typename F>
+Result<std::int64_t> Blocking(F f) {
+  std::int64_t r = 0;
+  int error = 0;
+  call_blocking([&] {
+    do {
+      r = f();
+    } while (r < 0 && errno == EINTR);
+    error = r < 0 ? errno : 0;
+  });
+  if (r < 0) return static_cast<std::errc>(error);
+  return r;
+}
+#endif
+
+}  // namespace
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    (void)close();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+#ifndef _WIN32
+
+Result<File> File::open(const std::string& path, const OpenOptions& o, const WaitOptions& wait) {
+  if (BadPath(path) || ((o.create || o.truncate) && !o.write) || (!o.read && !o.write)) {
+    return std::errc::invalid_argument;
+  }
+  if (Result<void> r = Ready(wait); !r.ok()) return r.error();
+  int flags = O_CLOEXEC | (o.read && o.write ? O_RDWR : o.write ? O_WRONLY : O_RDONLY);
+  if (o.create) flags |= O_CREAT;
+  if (o.truncate) flags |= O_TRUNC;
+  if (o.append) flags |= O_APPEND;
+  if (o.exclusive) flags |= O_EXCL;
+  Result<std::int64_t> fd = std::errc::invalid_argument;
+  if (scheduler_internal::FileIoThroughReactor()) {
+    fd = UringCall([&](Reactor& r, IoOp& op) { r.openat(op, AT_FDCWD, path.c_str(), flags, o.mode); },
+                   wait, "fs open", -1);
+  } else {
+    fd = Blocking([&] { return static_cast<std::int64_t>(::open(path.c_str(), flags, o.mode)); });
+  }
+  if (!fd.ok()) return fd.error();
+  return File(static_cast<int>(*fd));
+}
+
+Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offset,
+                                  const WaitOptions& options) {
+  if (BadIoRequest(buf, len) || offset > kMaxOffset) return std::errc::invalid_argument;
+  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  if (Result<void> r = Ready(options); !r.ok()) return r.error();
+  if (scheduler_internal::FileIoThroughReactor()) {
+    return io::read(fd_, buf, len, options, static_cast<std::int64_t>(offset));
+  }
+  Result<std::int64_t> n = Blocking([&] {
+    return static_cast<std::int64_t>(
+        ::pread(fd_, buf, ClampIoLength(len), static_cast<off_t>(offset)));
+  });
+  if (!n.ok()) return n.error();
+  return static_cast<std::size_t>(*n);
+}
+
+Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64_t offset,
+                                   const WaitOptions& options) {
+  if (BadIoRequest(buf, len) || offset > kMaxOffset) return std::errc::invalid_argument;
+  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  if (Result<void> r = Ready(options); !r.ok()) return r.error();
+  if (scheduler_internal::FileIoThroughReactor()) {
+    return io::write(fd_, buf, len, options, static_cast<std::int64_t>(offset));
+  }
+  Result<std::int64_t> n = Blocking([&] {
+    return static_cast<std::int64_t>(
+        ::pwrite(fd_, buf, ClampIoLength(len), static_cast<off_t>(offset)));
+  });
+  if (!n.ok()) return n.error();
+  return static_cast<std::size_t>(*n);
+}
+
+namespace {
+Result<void> Sync(int fd, bool datasync, const WaitOptions& options) {
+  if (fd < 0) return std::errc::bad_file_descriptor;
+  if (Result<void> r = Ready(options); !r.ok()) return r.error();
+  Result<std::int64_t> r = std::errc::invalid_argument;
+  if (scheduler_internal::FileIoThroughReactor()) {
+    r = UringCall([&](Reactor& re, IoOp& op) { re.fsync(op, fd, datasync); }, options, "fs sync",
+                  fd);
+  } else {
+    r = Blocking([&] { return static_cast<std::int64_t>(datasync ? ::fdatasync(fd) : ::fsync(fd)); });
+  }
+  if (!r.ok()) return r.error();
+  return {};
+}
+}  // namespace
+
+Result<void> File::sync(const WaitOptions& options) { return Sync(fd_, false, options); }
+Result<void> File::sync_data(const WaitOptions& options) { return Sync(fd_, true, options); }
+
+Result<FileStat> File::stat(const WaitOptions& options) {
+  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  if (Result<void> r = Ready(options); !r.ok()) return r.error();
+  FileStat out;
+  if (scheduler_internal::FileIoThroughReactor()) {
+    struct statx sx {};
+    Result<std::int64_t> r =
+        UringCall([&](Reactor& re, IoOp& op) { re.statx(op, fd_, &sx); }, options, "fs stat", fd_);
+    if (!r.ok()) return r.error();
+    out.size = sx.stx_size;
+    out.regular = S_ISREG(sx.stx_mode);
+    out.directory = S_ISDIR(sx.stx_mode);
+    return out;
+  }
+  struct stat st {};
+  Result<std::int64_t> r = Blocking([&] { return static_cast<std::int64_t>(::fstat(fd_, &st)); });
+  if (!r.ok()) return r.error();
+  out.size = static_cast<std::uint64_t>(st.st_size);
+  out.regular = S_ISREG(st.st_mode);
+  out.directory = S_ISDIR(st.st_mode);
+  return out;
+}
+
+Result<void> File::close() {
+  if (fd_ < 0) return {};
+  const int fd = fd_;
+  fd_ = -1;
+  return io::close(fd);  // ends the fd's operations in every reactor first
+}
+
+#else  // _WIN32: every call on a blocking thread, on a handle opened for synchronous I/O
+
+namespace {
+HANDLE H(int fd) { return reinterpret_cast<HANDLE>(static_cast<std::intptr_t>(fd)); }
+std::errc LastError() {
+  return static_cast<std::errc>(base_internal::ErrnoOf(GetLastError()));
+}
+}  // namespace
+
+Result<File> File::open(const std::string& path, const OpenOptions& o, const WaitOptions& wait) {
+  if (BadPath(path) || ((o.create || o.truncate) && !o.write) || (!o.read && !o.write)) {
+    return std::errc::invalid_argument;
+  }
+  if (Result<void> r = Ready(wait); !r.ok()) return r.error();
+  const int wide_len = MultiByteToWideChar(CP_UTF8, 0, path.data(), static_cast<int>(path.size()),
+                                           nullptr, 0);
+  if (wide_len <= 0) return std::errc::invalid_argument;
+  std::wstring wide(static_cast<std::size_t>(wide_len), L'\0');
+  MultiByteToWideChar(CP_UTF8, 0, path.data(), static_cast<int>(path.size()), wide.data(),
+                      wide_len);
+  DWORD access = 0;
+  if (o.read) access |= GENERIC_READ;
+  if (o.write) access |= o.append ? FILE_APPEND_DATA : GENERIC_WRITE;
+  DWORD disposition = OPEN_EXISTING;
+  if (o.create && o.exclusive) {
+    disposition = CREATE_NEW;
+  } else if (o.create && o.truncate) {
+    disposition = CREATE_ALWAYS;
+  } else if (o.create) {
+    disposition = OPEN_ALWAYS;
+  } else if (o.truncate) {
+    disposition = TRUNCATE_EXISTING;
+  }
+  HANDLE h = INVALID_HANDLE_VALUE;
+  std::errc error{};
+  call_blocking([&] {
+    h = CreateFileW(wide.c_str(), access, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+                    nullptr, disposition, FILE_ATTRIBUTE_NORMAL, nullptr);
+    if (h == INVALID_HANDLE_VALUE) error = LastError();
+  });
+  if (h == INVALID_HANDLE_VALUE) return error;
+  return File(static_cast<int>(reinterpret_cast<std::intptr_t>(h)));
+}
+
+Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offset,
+                                  const WaitOptions& options) {
+  if (BadIoRequest(buf, len) || offset > kMaxOffset) return std::errc::invalid_argument;
+  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  if (Result<void> r = Ready(options); !r.ok()) return r.error();
+  DWORD got = 0;
+  std::errc error{};
+  call_blocking([&] {
+    OVERLAPPED at{};
+    at.Offset = static_cast<DWORD>(offset & 0xffffffff);
+    at.OffsetHigh = static_cast<DWORD>(offset >> 32);
+    if (!ReadFile(H(fd_), buf, static_cast<DWORD>(ClampIoLength(len)), &got, &at)) {
+      if (GetLastError() != ERROR_HANDLE_EOF) error = LastError();
+      if (GetLastError() == ERROR_HANDLE_EOF) got = 0;
+    }
+  });
+  if (error != std::errc{}) return error;
+  return static_cast<std::size_t>(got);
+}
+
+Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64_t offset,
+                                   const WaitOptions& options) {
+  if (BadIoRequest(buf, len) || offset > kMaxOffset) return std::errc::invalid_argument;
+  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  if (Result<void> r = Ready(options); !r.ok()) return r.error();
+  DWORD put = 0;
+  std::errc error{};
+  call_blocking([&] {
+    OVERLAPPED at{};
+    at.Offset = static_cast<DWORD>(offset & 0xffffffff);
+    at.OffsetHigh = static_cast<DWORD>(offset >> 32);
+    if (!WriteFile(H(fd_), buf, static_cast<DWORD>(ClampIoLength(len)), &put, &at)) {
+      error = LastError();
+    }
+  });
+  if (error != std::errc{}) return error;
+  return static_cast<std::size_t>(put);
+}
+
+Result<void> File::sync(const WaitOptions& options) {
+  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  if (Result<void> r = Ready(options); !r.ok()) return r.error();
+  std::errc error{};
+  call_blocking([&] {
+    if (!FlushFileBuffers(H(fd_))) error = LastError();
+  });
+  if (error != std::errc{}) return error;
+  return {};
+}
+Result<void> File::sync_data(const WaitOptions& options) { return sync(options); }
+
+Result<FileStat> File::stat(const WaitOptions& options) {
+  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  if (Result<void> r = Ready(options); !r.ok()) return r.error();
+  BY_HANDLE_FILE_INFORMATION info{};
+  std::errc error{};
+  call_blocking([&] {
+    if (!GetFileInformationByHandle(H(fd_), &info)) error = LastError();
+  });
+  if (error != std::errc{}) return error;
+  FileStat out;
+  out.size = (static_cast<std::uint64_t>(info.nFileSizeHigh) << 32) | info.nFileSizeLow;
+  out.directory = (info.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY) != 0;
+  out.regular = !out.directory;
+  return out;
+}
+
+Result<void> File::close() {
+  if (fd_ < 0) return {};
+  const int fd = fd_;
+  fd_ = -1;
+  if (!CloseHandle(H(fd))) return LastError();
+  return {};
+}
+
+#endif
+
+Result<std::size_t> File::read_full_at(void* buf, std::size_t len, std::uint64_t offset,
+                                       const WaitOptions& options) {
+  if (BadIoRequest(buf, len) || offset > kMaxOffset || len > kMaxOffset - offset) {
+    return std::errc::invalid_argument;
+  }
+  std::size_t done = 0;
+  while (done < len) {
+    Result<std::size_t> n =
+        read_at(static_cast<char*>(buf) + done, len - done, offset + done, options);
+    if (!n.ok()) return n.error();
+    if (*n == 0) break;  // the end of the file
+    done += *n;
+  }
+  return done;
+}
+
+Result<void> File::write_all_at(const void* buf, std::size_t len, std::uint64_t offset,
+                                const WaitOptions& options) {
+  if (BadIoRequest(buf, len) || offset > kMaxOffset || len > kMaxOffset - offset) {
+    return std::errc::invalid_argument;
+  }
+  std::size_t done = 0;
+  while (done < len) {
+    Result<std::size_t> n =
+        write_at(static_cast<const char*>(buf) + done, len - done, offset + done, options);
+    if (!n.ok()) return n.error();
+    if (*n == 0) return std::errc::io_error;  // a write that makes no progress
+    done += *n;
+  }
+  return {};
+}
+
+Result<std::string> read_file(const std::string& path, const WaitOptions& options,
+                              std::size_t max_bytes) {
+  Result<File> f = File::open(path, {}, options);
+  if (!f.ok()) return f.error();
+  Result<FileStat> st = f->stat(options);
+  if (!st.ok()) return st.error();
+  if (st->size > max_bytes) return std::errc::file_too_large;
+  std::string out;
+  try {
+    out.resize(static_cast<std::size_t>(st->size));
+  } catch (const std::bad_alloc&) {
+    return std::errc::not_enough_memory;
+  }
+  Result<std::size_t> n = f->read_full_at(out.data(), out.size(), 0, options);
+  if (!n.ok()) return n.error();
+  out.resize(*n);  // (the file may have shrunk meanwhile)
+  return out;
+}
+
+}  // namespace weft::fs

@@ -1,0 +1,167 @@
+// api/fs_test.cc: files (api/fs.h) on fibers and on plain threads: written and read back at
+// offsets in small and large pieces, the end of a file, stat, sync, whole-file reads, many
+// executions reading one file at once, and every kind of bad input. Under the default
+// configuration the calls go through io_uring; under --config=epoll through the blocking threads.
+
+#include "weft/api/fs.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "weft/api/testing/dual_mode.h"
+#include "weft/base/clock.h"
+#include "weft/scheduler/runtime.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Mode;
+
+class FsTest : public testing::DualModeTest {
+ protected:
+  FsTest() : DualModeTest(2) {}
+  // Path: a fresh file name under the test's temporary directory.
+  std::string Path(const std::string& name) {
+    const char* dir = std::getenv("TEST_TMPDIR");
+    static std::atomic<int> n{0};
+    return std::string(dir != nullptr ? dir : "/tmp") + "/" + name + "." +
+           std::to_string(n.fetch_add(1));
+  }
+};
+
+std::string Pattern(std::size_t n, int seed) {
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + seed * 7) % 251);
+  return s;
+}
+
+TEST_P(FsTest, WriteThenReadBackAtOffsets) {
+  const std::string path = Path("rw");
+  Run([&] {
+    Result<fs::File> f = fs::File::open(path, {.write = true, .create = true, .truncate = true});
+    ASSERT_TRUE(f.ok()) << f.error_code().message();
+    const std::string data = Pattern(1 << 20, 1);
+    ASSERT_TRUE(f->write_all_at(data.data(), data.size(), 0).ok());
+    ASSERT_TRUE(f->sync().ok());
+    ASSERT_TRUE(f->sync_data().ok());
+    Result<fs::FileStat> st = f->stat();
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->size, data.size());
+    EXPECT_TRUE(st->regular);
+    EXPECT_FALSE(st->directory);
+    // Back in 4 KiB pieces and in one, and across the end. (A read may return fewer bytes than
+    // asked, as the kernel's may: read_full_at asks again.)
+    std::string back(data.size(), '\0');
+    for (std::size_t off = 0; off < data.size(); off += 4096) {
+      ASSERT_EQ(*f->read_full_at(back.data() + off, 4096, off), 4096u);
+    }
+    EXPECT_EQ(back, data);
+    std::string all(data.size() + 100, '\0');
+    EXPECT_EQ(*f->read_full_at(all.data(), all.size(), 0), data.size());
+    EXPECT_EQ(all.substr(0, data.size()), data);
+    char c;
+    EXPECT_EQ(*f->read_at(&c, 1, data.size()), 0u);        // at the end
+    EXPECT_EQ(*f->read_at(&c, 1, data.size() + 10), 0u);   // past it
+    // A write past the end leaves a hole of zeros.
+    ASSERT_TRUE(f->write_all_at("z", 1, data.size() + 9).ok());
+    EXPECT_EQ(f->stat()->size, data.size() + 10);
+    std::string hole(10, 'x');
+    EXPECT_EQ(*f->read_full_at(hole.data(), 10, data.size()), 10u);
+    EXPECT_EQ(hole, std::string(9, '\0') + "z");
+    ASSERT_TRUE(f->close().ok());
+    ASSERT_TRUE(f->close().ok());  // idempotent
+    Result<std::string> whole = fs::read_file(path);
+    ASSERT_TRUE(whole.ok());
+    EXPECT_EQ(whole->size(), data.size() + 10);
+    EXPECT_EQ(whole->substr(0, data.size()), data);
+    EXPECT_EQ(fs::read_file(path, {}, 1000).error(), std::errc::file_too_large);
+  });
+}
+
+// Executions reading disjoint ranges of one File at once (offsets, no shared position).
+TEST_P(FsTest, ManyReadersShareOneFile) {
+  const std::string path = Path("shared");
+  const std::string data = Pattern(8 * 65536, 2);
+  Run([&] {
+    {
+      Result<fs::File> w = fs::File::open(path, {.write = true, .create = true});
+      ASSERT_TRUE(w.ok());
+      ASSERT_TRUE(w->write_all_at(data.data(), data.size(), 0).ok());
+    }
+    Result<fs::File> f = fs::File::open(path);
+    ASSERT_TRUE(f.ok());
+    std::vector<Other> readers;
+    std::atomic<int> exact{0};
+    for (int k = 0; k < 8; ++k) {
+      readers.push_back(Concurrently([&, k] {
+        std::string part(65536, '\0');
+        for (int round = 0; round < 4; ++round) {
+          ASSERT_EQ(*f->read_full_at(part.data(), part.size(), std::uint64_t(k) * 65536), 65536u);
+          ASSERT_EQ(part, data.substr(std::size_t(k) * 65536, 65536));
+        }
+        exact.fetch_add(1);
+      }));
+    }
+    for (auto& r : readers) r.join();
+    EXPECT_EQ(exact.load(), 8);
+  });
+}
+
+TEST_P(FsTest, BadInputAndMissingFilesAreErrors) {
+  const std::string path = Path("bad");
+  Run([&] {
+    EXPECT_EQ(fs::File::open(path).error(), std::errc::no_such_file_or_directory);
+    EXPECT_EQ(fs::File::open("").error(), std::errc::invalid_argument);
+    EXPECT_EQ(fs::File::open(std::string("a\0b", 3)).error(), std::errc::invalid_argument);
+    EXPECT_EQ(fs::File::open(path, {.create = true}).error(), std::errc::invalid_argument);
+    EXPECT_EQ(fs::File::open(path, {.read = false}).error(), std::errc::invalid_argument);
+    Result<fs::File> f =
+        fs::File::open(path, {.read = false, .write = true, .create = true, .exclusive = true});
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(fs::File::open(path, {.write = true, .create = true, .exclusive = true}).error(),
+              std::errc::file_exists);
+    char c = 0;
+    EXPECT_EQ(f->read_at(nullptr, 5, 0).error(), std::errc::invalid_argument);
+    EXPECT_EQ(f->write_at(&c, 1, std::uint64_t{1} << 63).error(), std::errc::invalid_argument);
+    EXPECT_EQ(f->write_all_at(&c, 10, UINT64_MAX - 5).error(), std::errc::invalid_argument);
+    CancellationSource src;
+    src.cancel();
+    CancellationToken tok = src.token();
+    EXPECT_EQ(f->write_at(&c, 1, 0, {.cancel = &tok}).error(), std::errc::operation_canceled);
+    EXPECT_EQ(f->sync({.deadline = SyncClock::now() - 1s}).error(), std::errc::timed_out);
+    // Write-only: reading it is the system's EBADF.
+    EXPECT_EQ(f->read_at(&c, 1, 0).error(), std::errc::bad_file_descriptor);
+    ASSERT_TRUE(f->close().ok());
+    EXPECT_EQ(f->read_at(&c, 1, 0).error(), std::errc::bad_file_descriptor);
+    EXPECT_EQ(f->stat().error(), std::errc::bad_file_descriptor);
+    fs::File none;
+    EXPECT_EQ(none.sync().error(), std::errc::bad_file_descriptor);
+#ifndef _WIN32
+    Result<fs::File> dir = fs::File::open(std::getenv("TEST_TMPDIR") != nullptr
+                                              ? std::getenv("TEST_TMPDIR")
+                                              : "/tmp");
+    ASSERT_TRUE(dir.ok());
+    EXPECT_TRUE(dir->stat()->directory);
+    EXPECT_EQ(dir->read_at(&c, 1, 0).error(), std::errc::is_a_directory);
+#endif
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(FibersAndThreads, FsTest, ::testing::Values(Mode::kFibers, Mode::kThreads),
+                         testing::ModeName);
+
+TEST(FsSimulation, RealFilesAreNotTouched) {
+  Runtime rt({.simulation = SimulationOptions{.seed = 1}});
+  rt.block_on([] {
+    EXPECT_EQ(fs::File::open("/etc/hostname").error(), std::errc::not_supported);
+    EXPECT_EQ(fs::read_file("/etc/hostname").error(), std::errc::not_supported);
+  });
+}
+
+}  // namespace
+}  // namespace weft
