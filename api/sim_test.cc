@@ -576,17 +576,17 @@ TEST(SimNetwork, APartitionHoldsWhatIsInFlightNotWhatHasArrived) {
     ASSERT_TRUE(Net().host("far").ok());
     Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(80));
     ASSERT_TRUE(l.ok());
-    net::TcpStream far;
+    net::TcpStream remote;
     auto client = OnHost(rt, "far", [&] {
       Result<net::TcpStream> s = net::TcpStream::connect("main", 80);
       ASSERT_TRUE(s.ok());
-      far = std::move(*s);
+      remote = std::move(*s);
     });
     EXPECT_TRUE(client.join().ok());
     Result<net::TcpStream> s = l->accept();
     ASSERT_TRUE(s.ok());
-    ASSERT_TRUE(far.write_all("hello", 5).ok());
-    ASSERT_TRUE(far.shutdown_write().ok());
+    ASSERT_TRUE(remote.write_all("hello", 5).ok());
+    ASSERT_TRUE(remote.shutdown_write().ok());
     ASSERT_TRUE(this_fiber::sleep_for(100ms).ok());  // the bytes and the FIN have arrived
     ASSERT_TRUE(Net().partition("far", "main").ok());
     char buf[16];
