@@ -100,8 +100,9 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
   if (o.exclusive) flags |= O_EXCL;
   Result<std::int64_t> fd = std::errc::invalid_argument;
   if (scheduler_internal::FileIoThroughReactor()) {
-    fd = UringCall([&](Reactor& r, IoOp& op) { r.openat(op, AT_FDCWD, path.c_str(), flags, o.mode); },
-                   wait, "fs open", -1);
+    fd = UringCall(
+        [&](Reactor& r, IoOp& op) { r.openat(op, AT_FDCWD, path.c_str(), flags, o.mode); }, wait,
+        "fs open", -1);
   } else {
     fd = Blocking([&] { return static_cast<std::int64_t>(::open(path.c_str(), flags, o.mode)); });
   }
@@ -150,7 +151,8 @@ Result<void> Sync(int fd, bool datasync, const WaitOptions& options) {
     r = UringCall([&](Reactor& re, IoOp& op) { re.fsync(op, fd, datasync); }, options, "fs sync",
                   fd);
   } else {
-    r = Blocking([&] { return static_cast<std::int64_t>(datasync ? ::fdatasync(fd) : ::fsync(fd)); });
+    r = Blocking(
+        [&] { return static_cast<std::int64_t>(datasync ? ::fdatasync(fd) : ::fsync(fd)); });
   }
   if (!r.ok()) return r.error();
   return {};
@@ -194,9 +196,7 @@ Result<void> File::close() {
 
 namespace {
 HANDLE H(int fd) { return reinterpret_cast<HANDLE>(static_cast<std::intptr_t>(fd)); }
-std::errc LastError() {
-  return static_cast<std::errc>(base_internal::ErrnoOf(GetLastError()));
-}
+std::errc LastError() { return static_cast<std::errc>(base_internal::ErrnoOf(GetLastError())); }
 }  // namespace
 
 Result<File> File::open(const std::string& path, const OpenOptions& o, const WaitOptions& wait) {
@@ -204,8 +204,8 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
     return std::errc::invalid_argument;
   }
   if (Result<void> r = Ready(wait); !r.ok()) return r.error();
-  const int wide_len = MultiByteToWideChar(CP_UTF8, 0, path.data(), static_cast<int>(path.size()),
-                                           nullptr, 0);
+  const int wide_len =
+      MultiByteToWideChar(CP_UTF8, 0, path.data(), static_cast<int>(path.size()), nullptr, 0);
   if (wide_len <= 0) return std::errc::invalid_argument;
   std::wstring wide(static_cast<std::size_t>(wide_len), L'\0');
   MultiByteToWideChar(CP_UTF8, 0, path.data(), static_cast<int>(path.size()), wide.data(),
@@ -246,8 +246,14 @@ Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offs
     at.Offset = static_cast<DWORD>(offset & 0xffffffff);
     at.OffsetHigh = static_cast<DWORD>(offset >> 32);
     if (!ReadFile(H(fd_), buf, static_cast<DWORD>(ClampIoLength(len)), &got, &at)) {
-      if (GetLastError() != ERROR_HANDLE_EOF) error = LastError();
-      if (GetLastError() == ERROR_HANDLE_EOF) got = 0;
+      const DWORD e = GetLastError();
+      if (e == ERROR_HANDLE_EOF) {
+        got = 0;  // at or past the end
+      } else if (e == ERROR_ACCESS_DENIED) {
+        error = std::errc::bad_file_descriptor;  // not open for reading, as POSIX says it
+      } else {
+        error = static_cast<std::errc>(base_internal::ErrnoOf(e));
+      }
     }
   });
   if (error != std::errc{}) return error;
@@ -266,7 +272,9 @@ Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64
     at.Offset = static_cast<DWORD>(offset & 0xffffffff);
     at.OffsetHigh = static_cast<DWORD>(offset >> 32);
     if (!WriteFile(H(fd_), buf, static_cast<DWORD>(ClampIoLength(len)), &put, &at)) {
-      error = LastError();
+      const DWORD e = GetLastError();
+      error = e == ERROR_ACCESS_DENIED ? std::errc::bad_file_descriptor  // not open for writing
+                                       : static_cast<std::errc>(base_internal::ErrnoOf(e));
     }
   });
   if (error != std::errc{}) return error;

@@ -65,8 +65,8 @@ TEST_P(FsTest, WriteThenReadBackAtOffsets) {
     EXPECT_EQ(*f->read_full_at(all.data(), all.size(), 0), data.size());
     EXPECT_EQ(all.substr(0, data.size()), data);
     char c;
-    EXPECT_EQ(*f->read_at(&c, 1, data.size()), 0u);        // at the end
-    EXPECT_EQ(*f->read_at(&c, 1, data.size() + 10), 0u);   // past it
+    EXPECT_EQ(*f->read_at(&c, 1, data.size()), 0u);       // at the end
+    EXPECT_EQ(*f->read_at(&c, 1, data.size() + 10), 0u);  // past it
     // A write past the end leaves a hole of zeros.
     ASSERT_TRUE(f->write_all_at("z", 1, data.size() + 9).ok());
     EXPECT_EQ(f->stat()->size, data.size() + 10);
@@ -142,9 +142,8 @@ TEST_P(FsTest, BadInputAndMissingFilesAreErrors) {
     fs::File none;
     EXPECT_EQ(none.sync().error(), std::errc::bad_file_descriptor);
 #ifndef _WIN32
-    Result<fs::File> dir = fs::File::open(std::getenv("TEST_TMPDIR") != nullptr
-                                              ? std::getenv("TEST_TMPDIR")
-                                              : "/tmp");
+    Result<fs::File> dir =
+        fs::File::open(std::getenv("TEST_TMPDIR") != nullptr ? std::getenv("TEST_TMPDIR") : "/tmp");
     ASSERT_TRUE(dir.ok());
     EXPECT_TRUE(dir->stat()->directory);
     EXPECT_EQ(dir->read_at(&c, 1, 0).error(), std::errc::is_a_directory);

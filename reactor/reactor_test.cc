@@ -13,11 +13,13 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #endif
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -729,6 +731,49 @@ TEST_P(ReactorTest, DatagramCancelDeadlineCloseAndBadInput) {
   RunUntil([&] { return closed.done(); });
   EXPECT_EQ(closed.last, -ECANCELED);
 }
+
+#ifndef _WIN32
+// openat, fsync, statx: done by io_uring (each completes once, a read at an offset between
+// them), refused by epoll with -ENOSYS (once each too); a null path or buffer is -EINVAL.
+TEST_P(ReactorTest, FileOperationsCompleteOnceOrAreRefused) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/reactor_file_ops";
+  {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::write(fd, "0123456789", 10), 10);
+    ::close(fd);
+  }
+  Op open_op, bad_open, bad_statx;
+  reactor_->openat(open_op, AT_FDCWD, path.c_str(), O_RDWR | O_CLOEXEC, 0);
+  reactor_->openat(bad_open, AT_FDCWD, nullptr, O_RDONLY, 0);
+  RunUntil([&] { return open_op.done() && bad_open.done(); });
+  EXPECT_EQ(open_op.completions, 1);
+  EXPECT_EQ(bad_open.last, reactor_->backend() == ReactorBackend::kIoUring ? -EINVAL : -ENOSYS);
+  if (reactor_->backend() != ReactorBackend::kIoUring) {
+    EXPECT_EQ(open_op.last, -ENOSYS);
+    return;
+  }
+  ASSERT_GE(open_op.last, 0);
+  const int fd = static_cast<int>(open_op.last);
+  fds_.push_back(fd);
+  Op read_op, sync_op, stat_op;
+  char buf[4] = {};
+  reactor_->read(read_op, fd, buf, 4, 3);
+  reactor_->fsync(sync_op, fd, /*datasync=*/true);
+  struct statx sx {};
+  reactor_->statx(stat_op, fd, &sx);
+  reactor_->statx(bad_statx, fd, nullptr);
+  RunUntil([&] { return read_op.done() && sync_op.done() && stat_op.done() && bad_statx.done(); });
+  EXPECT_EQ(read_op.last, 4);
+  EXPECT_EQ(std::string(buf, 4), "3456");
+  EXPECT_EQ(sync_op.last, 0);
+  EXPECT_EQ(stat_op.last, 0);
+  EXPECT_EQ(sx.stx_size, 10u);
+  EXPECT_EQ(bad_statx.last, -EINVAL);
+  EXPECT_EQ(read_op.completions + sync_op.completions + stat_op.completions, 3);
+}
+#endif
 
 TEST_P(ReactorTest, MultishotAccept) {
   sockaddr_in addr;

@@ -72,6 +72,19 @@ inline int ErrnoOf(DWORD e) {
       return EMSGSIZE;
     case WSAEAFNOSUPPORT:
       return EAFNOSUPPORT;
+    case ERROR_FILE_NOT_FOUND:
+    case ERROR_PATH_NOT_FOUND:
+    case ERROR_INVALID_NAME:
+      return ENOENT;
+    case ERROR_FILE_EXISTS:
+    case ERROR_ALREADY_EXISTS:
+      return EEXIST;
+    case ERROR_ACCESS_DENIED:
+    case ERROR_SHARING_VIOLATION:
+      return EACCES;
+    case ERROR_DISK_FULL:
+    case ERROR_HANDLE_DISK_FULL:
+      return ENOSPC;
     case WSAEOPNOTSUPP:
       return EOPNOTSUPP;
     default:
