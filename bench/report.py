@@ -49,6 +49,8 @@ METRICS = [
     ("mutex_contended", "ns_per_op", "ns/lock", False, "W7 mutex"),
     ("park_many", "release_ms", "release ms", False, "W8 release"),
     ("park_many", "rss_kb_per_task", "KiB/task", False, "W8 RSS"),
+    ("file_read_4k", "mib_per_s", "MiB/s", True, "W10 file 4 KiB"),
+    ("file_read_1m", "mib_per_s", "MiB/s", True, "W10 file 1 MiB"),
 ]
 PEER_ORDER = ["go", "tokio", "boost_fiber", "tbb"]
 # Said wherever a workload's ratios are shown, on the same line or group (WORKLOADS.md allows each
@@ -347,7 +349,7 @@ def spread(r, field):
     samples, wall = r.get("samples_ms"), r.get("wall_ms")
     if not samples or not wall or field == "rss_kb_per_task" or r.get(field) is None:
         return None
-    if field == "msgs_per_s":
+    if field in ("msgs_per_s", "mib_per_s"):
         vals = [r[field] * wall / x for x in samples if x > 0]
     else:
         vals = [r[field] * x / wall for x in samples]
@@ -449,7 +451,7 @@ def cmd_dashboard(args):
     m = newest[-1].get("machine") or {}
     tools = ", ".join("%s %s" % (k, m[k]) for k in ("cxx", "go", "rustc", "tokio", "boost", "tbb") if m.get(k))
     body = ["<h1>weft: standard workloads</h1>",
-            "<p>Workloads W1..W8 of WORKLOADS.md, run by <code>bench/run_workloads.sh</code>: weft and each "
+            "<p>Workloads W1..W8 and W10 of WORKLOADS.md, run by <code>bench/run_workloads.sh</code>: weft and each "
             "peer interleaved, the same worker count, the median of repeated runs after a warm-up. Newest run: "
             "<b>%s</b>%s (%d runs on this machine in the history shown). A ratio above 1 means weft is ahead.</p>"
             % (html.escape(runs[-1]), " <b>(uncommitted changes)</b>" if runs[-1] in dirty_runs else "",
@@ -553,7 +555,7 @@ def load_samples(path, runtime):
         for workload, field, unit, higher, label in METRICS:
             if r.get("workload") != workload:
                 continue
-            if field in ("ns_per_op", "wall_ms", "release_ms", "msgs_per_s") and r.get("samples_ms"):
+            if field in ("ns_per_op", "wall_ms", "release_ms", "msgs_per_s", "mib_per_s") and r.get("samples_ms"):
                 # Every timed metric is a fixed amount of work over a wall: compare the walls.
                 name = "%s (wall ms)%s" % (workload, suffix)
                 out.setdefault(name, ([], False))[0].extend(float(s) for s in r["samples_ms"])

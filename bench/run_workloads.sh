@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run_workloads.sh: the standard workloads W1..W8 (../shared/WORKLOADS.md) on weft and on the
+# bench/run_workloads.sh: the standard workloads W1..W8 and W10 (../shared/WORKLOADS.md) on weft and on the
 # runtimes users would pick instead (Go, Tokio, Boost.Fiber, oneTBB), side by side in one run on
 # this machine. Builds everything first (installing a peer's Debian packages when missing and
 # possible, else skipping that peer with a note), then runs workload by workload, each runtime in
@@ -26,7 +26,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 reps=5
 workers=2
-only="W1,W2,W3,W4,W5,W6,W7,W8"
+only="W1,W2,W3,W4,W5,W6,W7,W8,W10"
 want_peers="go,tokio,boost_fiber,tbb"
 history=1
 check=""
@@ -52,6 +52,8 @@ done
 }
 
 note() { echo "note: $*" >&2; }
+# W10's 1 GiB file, made by the first runtime that reads it, then shared by all of them.
+export WEFT_W10_FILE="${WEFT_W10_FILE:-${TMPDIR:-/tmp}/weft_w10.dat}"
 # Debian's Python has python3-scipy (report.py compare's statistics); another python3 first on
 # PATH (pyenv, a venv) may not.
 python=python3
@@ -124,7 +126,7 @@ peer_has() {
   case "$1:$2" in
     tbb:W2 | tbb:W4) return 0 ;;
     tbb:*) return 1 ;;
-    boost_fiber:W6) return 1 ;;
+    boost_fiber:W6 | boost_fiber:W10) return 1 ;;
     *) return 0 ;;
   esac
 }

@@ -1,12 +1,14 @@
-// bench/weft_workloads.cc: the standard workloads W1..W8 of ../shared/WORKLOADS.md on weft's
-// public API (api/weft.h), one JSON line per workload in the format of bench/workload_common.h.
-// Each workload runs once as a warm-up, then --reps times (default 5); the line reports the
-// median and the samples. Usage: weft_workloads [--reps N] [--workers N] [--only W1,W4,...]
+// bench/weft_workloads.cc: the standard workloads W1..W8 and W10 of ../shared/WORKLOADS.md on
+// weft's public API (api/weft.h), one JSON line per workload in the format of
+// bench/workload_common.h. Each workload runs once as a warm-up, then --reps times (default 5); the
+// line reports the median and the samples. Usage: weft_workloads [--reps N] [--workers N] [--only
+// W1,W4,...]
 //
 //   ./bazelw run -c opt //bench:weft_workloads
 //
 // Extra fields: W4 adds "seq_ms" (sequential fib(30) in the same process) and "ns_per_task";
-// W6 adds "msgs_per_s"; W8 adds "release_ms" (ns_per_op is then unused) and "rss_kb_per_task".
+// W6 adds "msgs_per_s"; W8 adds "release_ms" (ns_per_op is then unused) and "rss_kb_per_task";
+// W10 (file_read_4k, file_read_1m) adds "mib_per_s".
 
 #include <atomic>
 #include <cstdint>
@@ -265,6 +267,55 @@ void W8(const Options& o, unsigned workers) {
   Emit("park_many", kN, rt.workers(), 0, s, extra);
 }
 
+// ---- W10: 16 fibers read a warm 1 GiB file, each its sixteenth, in 4 KiB and 1 MiB chunks -------
+void W10(const Options& o, unsigned workers) {
+  constexpr int kTasks = 16;
+  const std::string path = bench::W10File();
+  if (path.empty()) {
+    std::fprintf(stderr, "W10: cannot make the file\n");
+    std::exit(1);
+  }
+  Runtime rt({.workers = workers});
+  for (std::size_t chunk : {std::size_t{4096}, std::size_t{1} << 20}) {
+    auto s = Repeat(o, [&] {
+      auto start = Clock::now();
+      bool ok = rt.block_on([&] {
+        auto f = fs::File::open(path);
+        if (!f.ok()) return false;
+        std::atomic<std::uint64_t> bytes{0};
+        const std::uint64_t part = bench::kW10Bytes / kTasks;
+        std::vector<JoinHandle<void>> hs;
+        for (int k = 0; k < kTasks; ++k) {
+          hs.push_back(rt.spawn([&, k] {
+            std::vector<char> buf(chunk);
+            std::uint64_t got = 0;
+            for (std::uint64_t off = k * part; off < (k + 1) * part; off += chunk) {
+              auto n = f->read_full_at(buf.data(), chunk, off);
+              if (!n.ok() || *n != chunk) return;
+              got += *n;
+            }
+            bytes.fetch_add(got, std::memory_order_relaxed);
+          }));
+        }
+        for (auto& h : hs) (void)h.join();
+        return bytes.load() == bench::kW10Bytes;
+      });
+      if (!ok) {
+        std::fprintf(stderr, "W10: a read failed or came short\n");
+        std::exit(1);
+      }
+      return Ms(Clock::now() - start);
+    });
+    const double wall = bench::Median(s);
+    char extra[64];
+    std::snprintf(extra, sizeof extra, ",\"mib_per_s\":%.0f",
+                  static_cast<double>(bench::kW10Bytes >> 20) / (wall / 1000.0));
+    const long reads = static_cast<long>(bench::kW10Bytes / chunk);
+    Emit(chunk == 4096 ? "file_read_4k" : "file_read_1m", reads, rt.workers(), wall * 1e6 / reads,
+         s, extra);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -279,5 +330,6 @@ int main(int argc, char** argv) {
   if (o.wants("W6")) W6(o, o.workers);
   if (o.wants("W7")) W7(o, o.workers);
   if (o.wants("W8")) W8(o, o.workers);
+  if (o.wants("W10")) W10(o, o.workers);
   return 0;
 }

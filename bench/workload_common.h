@@ -128,6 +128,12 @@ inline void EmitFib(const char* runtime, const Options& o, unsigned workers,
   Emit(runtime, "fib", kFibN, workers, wall * 1e6, samples, extra);
 }
 
+// W10's file: 1 GiB at $WEFT_W10_FILE (bench/run_workloads.sh makes it once for every runtime),
+// or ${TMPDIR:-/tmp}/weft_w10.dat; made here (zeros) if missing or of another size, then read
+// once so that the page cache holds it. Returns the path, or "" if it cannot be made.
+inline constexpr std::uint64_t kW10Bytes = std::uint64_t{1} << 30;
+std::string W10File();
+
 }  // namespace weft::bench
 
 #endif  // WEFT_BENCH_WORKLOAD_COMMON_H_

@@ -1,4 +1,4 @@
-// bench/peers/go: the standard workloads W1..W8 of ../../../../shared/WORKLOADS.md written for Go,
+// bench/peers/go: the standard workloads W1..W8 and W10 of ../../../../shared/WORKLOADS.md written for Go,
 // printing the same JSON lines as //bench:weft_workloads ("runtime":"go"). Standard library only,
 // so it builds offline. Run through bench/run_workloads.sh, or:
 //
@@ -48,6 +48,7 @@ type line struct {
 	SeqMs        *float64 `json:"seq_ms,omitempty"`
 	NsPerTask    *float64 `json:"ns_per_task,omitempty"`
 	MsgsPerS     *float64 `json:"msgs_per_s,omitempty"`
+	MibPerS      *float64 `json:"mib_per_s,omitempty"`
 	ReleaseMs    *float64 `json:"release_ms,omitempty"`
 	RssKbPerTask *float64 `json:"rss_kb_per_task,omitempty"`
 }
@@ -315,6 +316,97 @@ func w6(reps, workers int) {
 		MsgsPerS: f64(ops / (wall / 1000))})
 }
 
+// w10File: W10's 1 GiB file, at $WEFT_W10_FILE or $TMPDIR/weft_w10.dat (made, as zeros, if
+// missing or of another size; bench/run_workloads.sh makes it once for every runtime), read
+// once so that the page cache holds it.
+const w10Bytes = 1 << 30
+
+func w10File() string {
+	path := os.Getenv("WEFT_W10_FILE")
+	if path == "" {
+		dir := os.Getenv("TMPDIR")
+		if dir == "" {
+			dir = "/tmp"
+		}
+		path = dir + "/weft_w10.dat"
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() != w10Bytes {
+		f, err := os.Create(path)
+		if err != nil {
+			panic(err)
+		}
+		zeros := make([]byte, 1<<20)
+		for off := int64(0); off < w10Bytes; off += int64(len(zeros)) {
+			if _, err := f.WriteAt(zeros, off); err != nil {
+				panic(err)
+			}
+		}
+		f.Close()
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		panic(err)
+	}
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < w10Bytes; off += int64(len(buf)) {
+		f.ReadAt(buf, off)
+	}
+	f.Close()
+	return path
+}
+
+// w10: 16 goroutines, each ReadAt over its sixteenth of one os.File (the idiom: ReadAt takes an
+// offset, so goroutines share the File).
+func w10(reps, workers int) {
+	const tasks = 16
+	path := w10File()
+	for _, chunk := range []int{4096, 1 << 20} {
+		walls := repeat(reps, func() float64 {
+			start := time.Now()
+			f, err := os.Open(path)
+			if err != nil {
+				panic(err)
+			}
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			total := int64(0)
+			part := int64(w10Bytes / tasks)
+			for k := 0; k < tasks; k++ {
+				wg.Add(1)
+				go func(k int) {
+					defer wg.Done()
+					buf := make([]byte, chunk)
+					got := int64(0)
+					for off := int64(k) * part; off < int64(k+1)*part; off += int64(chunk) {
+						n, err := f.ReadAt(buf, off)
+						if err != nil || n != chunk {
+							return
+						}
+						got += int64(n)
+					}
+					mu.Lock()
+					total += got
+					mu.Unlock()
+				}(k)
+			}
+			wg.Wait()
+			f.Close()
+			if total != w10Bytes {
+				panic("W10: a read failed or came short")
+			}
+			return ms(time.Since(start))
+		})
+		wall := median(walls)
+		reads := float64(w10Bytes / chunk)
+		name := "file_read_4k"
+		if chunk != 4096 {
+			name = "file_read_1m"
+		}
+		emit(line{SamplesMs: walls, Workload: name, N: int64(reads), Workers: workers, NsPerOp: wall * 1e6 / reads,
+			WallMs: wall, MibPerS: f64(float64(w10Bytes>>20) / (wall / 1000))})
+	}
+}
+
 func w7(reps, workers int) {
 	const fibers, ops = 1000, 1000
 	walls := repeat(reps, func() float64 {
@@ -414,5 +506,8 @@ func main() {
 	}
 	if want("W8") {
 		w8(*reps, w)
+	}
+	if want("W10") {
+		w10(*reps, w)
 	}
 }

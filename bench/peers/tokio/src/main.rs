@@ -1,4 +1,4 @@
-// bench/peers/tokio: the standard workloads W1..W8 of ../../../../shared/WORKLOADS.md written for
+// bench/peers/tokio: the standard workloads W1..W8 and W10 of ../../../../shared/WORKLOADS.md written for
 // Tokio, printing the same JSON lines as //bench:weft_workloads ("runtime":"tokio"). Built offline
 // against Debian's librust-tokio-dev. Run through bench/run_workloads.sh, or:
 //
@@ -19,6 +19,9 @@
 //     "std_mutex" (`std::sync::Mutex`, which Tokio's docs recommend for short sections that never
 //     hold the lock across an await; it blocks the worker thread while contended).
 //   - W8: tasks park on a `Semaphore` with no permits; release adds one permit per task.
+//   - W10: two variants: "tokio_fs" (each task its own `tokio::fs::File`, a seek to its range,
+//     then `read_exact` per chunk: each read is a blocking-pool job) and "spawn_blocking_read_at"
+//     (one `std::fs::File` shared, each chunk a `spawn_blocking` of `FileExt::read_at`).
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -453,6 +456,110 @@ fn w8(rt: &Runtime, reps: usize, workers: usize) {
     });
 }
 
+// W10's 1 GiB file, at $WEFT_W10_FILE or $TMPDIR/weft_w10.dat (made, as zeros, if missing or of
+// another size; bench/run_workloads.sh makes it once for every runtime), read once so that the
+// page cache holds it.
+const W10_BYTES: u64 = 1 << 30;
+
+fn w10_file() -> String {
+    use std::os::unix::fs::FileExt;
+    let path = std::env::var("WEFT_W10_FILE").unwrap_or_else(|_| {
+        format!("{}/weft_w10.dat", std::env::var("TMPDIR").unwrap_or_else(|_| "/tmp".into()))
+    });
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if size != W10_BYTES {
+        let f = std::fs::File::create(&path).expect("create the W10 file");
+        let zeros = vec![0u8; 1 << 20];
+        let mut off = 0;
+        while off < W10_BYTES {
+            f.write_all_at(&zeros, off).expect("write the W10 file");
+            off += zeros.len() as u64;
+        }
+    }
+    let f = std::fs::File::open(&path).expect("open the W10 file");
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0;
+    while off < W10_BYTES {
+        let _ = f.read_at(&mut buf, off);
+        off += buf.len() as u64;
+    }
+    path
+}
+
+fn w10(rt: &Runtime, reps: usize, workers: usize) {
+    use std::os::unix::fs::FileExt;
+    use tokio::io::AsyncSeekExt;
+    const TASKS: u64 = 16;
+    let path = Arc::new(w10_file());
+    for chunk in [4096usize, 1 << 20] {
+        for variant in ["tokio_fs", "spawn_blocking_read_at"] {
+            let path = path.clone();
+            let samples = repeat(reps, || {
+                let path = path.clone();
+                root(rt, async move {
+                    let start = Instant::now();
+                    let part = W10_BYTES / TASKS;
+                    let total = Arc::new(AtomicUsize::new(0));
+                    let shared = Arc::new(std::fs::File::open(&*path).expect("open"));
+                    let tasks: Vec<_> = (0..TASKS)
+                        .map(|k| {
+                            let (path, total, shared) = (path.clone(), total.clone(), shared.clone());
+                            tokio::spawn(async move {
+                                let mut got = 0usize;
+                                if variant == "tokio_fs" {
+                                    let mut f = tokio::fs::File::open(&*path).await.expect("open");
+                                    f.seek(std::io::SeekFrom::Start(k * part)).await.expect("seek");
+                                    let mut buf = vec![0u8; chunk];
+                                    let mut off = k * part;
+                                    while off < (k + 1) * part {
+                                        f.read_exact(&mut buf).await.expect("read");
+                                        got += chunk;
+                                        off += chunk as u64;
+                                    }
+                                } else {
+                                    let mut off = k * part;
+                                    while off < (k + 1) * part {
+                                        let f = shared.clone();
+                                        let n = tokio::task::spawn_blocking(move || {
+                                            let mut buf = vec![0u8; chunk];
+                                            f.read_at(&mut buf, off).unwrap_or(0)
+                                        })
+                                        .await
+                                        .unwrap();
+                                        if n != chunk {
+                                            break;
+                                        }
+                                        got += n;
+                                        off += chunk as u64;
+                                    }
+                                }
+                                total.fetch_add(got, Ordering::Relaxed);
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                    assert_eq!(total.load(Ordering::Relaxed) as u64, W10_BYTES, "W10: a short read");
+                    ms(start.elapsed())
+                })
+            });
+            let wall = median(&samples);
+            let reads = (W10_BYTES / chunk as u64) as f64;
+            emit(Line {
+                samples,
+                workload: if chunk == 4096 { "file_read_4k" } else { "file_read_1m" },
+                variant,
+                n: reads as u64,
+                workers,
+                ns_per_op: wall * 1e6 / reads,
+                wall_ms: wall,
+                extra: vec![("mib_per_s", (W10_BYTES >> 20) as f64 / (wall / 1000.0))],
+            });
+        }
+    }
+}
+
 fn main() {
     const USAGE: &str = "usage: tokio_workloads [--reps N (5)] [--workers N (0: all cores)] [--only W1,W2]\n\
                          the standard workloads W1..W8 (WORKLOADS.md) on Tokio, one JSON line each";
@@ -500,7 +607,7 @@ fn main() {
         w1(reps);
     }
     let rt = multi(workers);
-    let suites: [(&str, fn(&Runtime, usize, usize)); 7] = [
+    let suites: [(&str, fn(&Runtime, usize, usize)); 8] = [
         ("W2", w2),
         ("W3", w3),
         ("W4", w4),
@@ -508,6 +615,7 @@ fn main() {
         ("W6", w6),
         ("W7", w7),
         ("W8", w8),
+        ("W10", w10),
     ];
     for (id, run) in suites {
         if want(id) {
