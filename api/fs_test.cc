@@ -5,6 +5,10 @@
 
 #include "weft/api/fs.h"
 
+#ifdef __linux__
+#include <fcntl.h>
+#endif
+
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -150,6 +154,28 @@ TEST_P(FsTest, BadInputAndMissingFilesAreErrors) {
 #endif
   });
 }
+
+#ifdef __linux__
+// A read of what the page cache does not hold: the first try (preadv2, RWF_NOWAIT) says EAGAIN
+// and the read goes through the ring or a blocking thread; the bytes are the same.
+TEST_P(FsTest, AReadTheCacheCannotServeStillReturnsTheBytes) {
+  const std::string path = Path("cold");
+  const std::string data = Pattern(1 << 20, 3);
+  Run([&] {
+    Result<fs::File> f = fs::File::open(path, {.write = true, .create = true});
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(f->write_all_at(data.data(), data.size(), 0).ok());
+    ASSERT_TRUE(f->sync().ok());
+    // Clean pages can be dropped: ask the kernel to (it may keep some; either way is tested).
+    ASSERT_EQ(::posix_fadvise(f->fd(), 0, 0, POSIX_FADV_DONTNEED), 0);
+    std::string back(data.size(), '\0');
+    for (std::size_t off = 0; off < data.size(); off += 4096) {
+      ASSERT_EQ(*f->read_full_at(back.data() + off, 4096, off), 4096u);
+    }
+    EXPECT_EQ(back, data);
+  });
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(FibersAndThreads, FsTest, ::testing::Values(Mode::kFibers, Mode::kThreads),
                          testing::ModeName);
