@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "internal/sim_net.h"
@@ -516,11 +517,19 @@ Result<std::size_t> UdpSocket::recv_batch(Buffer* buffers, std::size_t count,
     buffers[got].got = Datagram{bytes, FromAddress(from, from_len), false};
   }
 #else
-  // The rest: one recvmmsg that takes what is queued and does not wait.
+  // The rest: one recvmmsg that takes what is queued and does not wait. (Without memory for
+  // its vectors, the one datagram received is the batch.)
   const std::size_t rest = count - 1;
-  std::vector<mmsghdr> msgs(rest);
-  std::vector<iovec> iov(rest);
-  std::vector<sockaddr_storage> from(rest);
+  std::vector<mmsghdr> msgs;
+  std::vector<iovec> iov;
+  std::vector<sockaddr_storage> from;
+  try {
+    msgs.resize(rest);
+    iov.resize(rest);
+    from.resize(rest);
+  } catch (const std::bad_alloc&) {
+    return got;
+  }
   for (std::size_t i = 0; i < rest; ++i) {
     iov[i] = {buffers[i + 1].data, buffers[i + 1].capacity};
     msgs[i].msg_hdr.msg_name = &from[i];
@@ -555,8 +564,14 @@ Result<std::size_t> UdpSocket::send_batch(const Outgoing* datagrams, std::size_t
   std::size_t sent = 0;
 #ifndef _WIN32
   // All of them in one sendmmsg, without waiting.
-  std::vector<mmsghdr> msgs(count);
-  std::vector<iovec> iov(count);
+  std::vector<mmsghdr> msgs;
+  std::vector<iovec> iov;
+  try {
+    msgs.resize(count);
+    iov.resize(count);
+  } catch (const std::bad_alloc&) {
+    return std::errc::not_enough_memory;
+  }
   for (std::size_t i = 0; i < count; ++i) {
     iov[i] = {const_cast<void*>(datagrams[i].data), datagrams[i].size};
     msgs[i].msg_hdr.msg_name = const_cast<sockaddr*>(datagrams[i].to.data());
