@@ -125,6 +125,16 @@ Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags,
 Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
                          const WaitOptions& options) {
   if (sim_internal::IsSimFd(fd)) return SimSend(fd, buf, len, flags, options);
+#ifdef MSG_ZEROCOPY
+  if ((flags & MSG_ZEROCOPY) != 0) {
+    // Zero-copy (io_uring's SEND_ZC): the call returns once the kernel no longer needs buf.
+    // Never tried directly: a direct send copies.
+    const int rest = (flags & ~MSG_ZEROCOPY) | kNoSignal;
+    return Size(RunAbsorbing(
+        ForFlags(flags), fd, [&](Reactor& r, IoOp& op) { r.send_zerocopy(op, fd, buf, len, rest); },
+        options, "io send zerocopy"));
+  }
+#endif
 #ifndef _WIN32
   // A send seldom waits: the socket's buffer usually has room. So try it as a non-blocking call
   // first; that spares the fiber a park, a reactor round and a wake-up (W6 in docs/bench.md).

@@ -58,6 +58,11 @@ Result<std::size_t> sendmsg(int fd, const MsgHdr* msg, int flags = 0,
 // write the error is returned; the bytes written so far are lost to the caller, as with a stream
 // that broke.
 Result<void> write_all(int fd, const void* buf, std::size_t len, const WaitOptions& options = {});
+// send with MSG_ZEROCOPY in flags (Linux): the kernel sends from buf without copying it
+// (io_uring's SEND_ZC), and the call returns once it no longer needs buf; elsewhere, or where the
+// kernel or socket cannot, a plain send. It pays only for large sends to a network device: on
+// loopback it is slower (docs/reactor.md).
+//
 // send_all: write_all for sockets, through send (MSG_NOSIGNAL: a closed peer is EPIPE, not a
 // SIGPIPE).
 Result<void> send_all(int fd, const void* buf, std::size_t len, const WaitOptions& options = {});

@@ -128,6 +128,7 @@ struct IoOp {
     kOpenAt,
     kFsync,
     kStatx,
+    kSendZc,
     kClose
   };
   Kind kind = Kind::kNone;
@@ -229,6 +230,12 @@ class Reactor {
   virtual void writev(IoOp& op, int fd, const IoVec* iov, int iovcnt) = 0;
   virtual void recv(IoOp& op, int fd, void* buf, std::size_t len, int flags = 0) = 0;
   virtual void send(IoOp& op, int fd, const void* buf, std::size_t len, int flags = 0) = 0;
+  // send_zerocopy: a send that does not copy buf (io_uring's IORING_OP_SEND_ZC): the kernel
+  // sends from buf itself, and the op completes (with the bytes sent) only once it no longer
+  // needs buf. Where the backend, the kernel or the socket cannot (epoll, IOCP, a Unix socket,
+  // Linux before 6.0) it is a plain send. Worth it only for large sends to a real network
+  // device: on loopback the kernel copies anyway (docs/reactor.md has the measurement).
+  virtual void send_zerocopy(IoOp& op, int fd, const void* buf, std::size_t len, int flags = 0) = 0;
   // recvmsg / sendmsg: one datagram (on a stream socket: some bytes) with its peer address.
   // msg, its buffers and its address must stay valid until the completion; recvmsg sets
   // msg_namelen and msg_flags (kMsgTruncated) as the system call does. The result is the

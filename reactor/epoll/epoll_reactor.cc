@@ -116,6 +116,9 @@ class EpollReactor final : public Reactor {
     op.msg_flags = flags | MSG_NOSIGNAL;
     Submit(op, fd, BadIoRequest(buf, len));
   }
+  void send_zerocopy(IoOp& op, int fd, const void* buf, std::size_t len, int flags) override {
+    send(op, fd, buf, len, flags);  // (MSG_ZEROCOPY's error-queue protocol is not used)
+  }
   void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags) override {
     op.kind = Kind::kRecvMsg;
     op.buf = msg;

@@ -63,6 +63,9 @@ class FaultyReactor final : public Reactor {
   void writev(IoOp& op, int fd, const IoVec* iov, int iovcnt) override {
     if (Vector(op, fd, iov, iovcnt, /*writes=*/true)) inner_->writev(op, fd, iov, iovcnt);
   }
+  void send_zerocopy(IoOp& op, int fd, const void* buf, std::size_t len, int flags) override {
+    if (Data(op, fd, buf, len, /*writes=*/true)) inner_->send_zerocopy(op, fd, buf, len, flags);
+  }
   void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags) override {
     if (Datagram(op, fd, msg)) inner_->recvmsg(op, fd, msg, flags);
   }

@@ -125,6 +125,13 @@ class UringReactor final : public Reactor {
     op.msg_flags = flags | MSG_NOSIGNAL;
     if (Begin(op, Kind::kSend, fd, BadIoRequest(buf, len))) Enqueue(op);
   }
+  void send_zerocopy(IoOp& op, int fd, const void* buf, std::size_t len, int flags) override {
+    op.buf = const_cast<void*>(buf);
+    op.len = ClampIoLength(len);
+    op.msg_flags = flags | MSG_NOSIGNAL;
+    const Kind kind = zerocopy_ ? Kind::kSendZc : Kind::kSend;
+    if (Begin(op, kind, fd, BadIoRequest(buf, len))) Enqueue(op);
+  }
   void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags) override {
     op.buf = msg;
     op.msg_flags = flags;
@@ -323,6 +330,10 @@ class UringReactor final : public Reactor {
       case Kind::kSend:
         io_uring_prep_send(sqe, op.fd, op.buf, op.len, op.msg_flags);
         break;
+      case Kind::kSendZc:
+        op.offset = 0;  // the result, once the first CQE gives it
+        io_uring_prep_send_zc(sqe, op.fd, op.buf, op.len, op.msg_flags, 0);
+        break;
       case Kind::kRecvMsg:
         io_uring_prep_recvmsg(sqe, op.fd, static_cast<msghdr*>(op.buf),
                               static_cast<unsigned>(op.msg_flags));
@@ -495,7 +506,20 @@ class UringReactor final : public Reactor {
         // by its own -ECANCELED with a deadline and no cancel asked for.
         if ((data & 1) != 0) continue;
         unsigned flags = (cqes[i]->flags & IORING_CQE_F_MORE) != 0 ? IoOp::kMore : 0;
-        done[k++] = Done{reinterpret_cast<IoOp*>(data), res, flags};
+        auto* op = reinterpret_cast<IoOp*>(data);
+        if (op->kind == Kind::kSendZc) {
+          // A zero-copy send: its result comes first (with F_MORE when a notification follows),
+          // then the notification (F_NOTIF) once the kernel is done with the buffer. The op
+          // completes, with the result, at the notification, or at a result without F_MORE.
+          if ((cqes[i]->flags & IORING_CQE_F_NOTIF) != 0) {
+            res = static_cast<std::int32_t>(op->offset);
+            flags = 0;
+          } else if (flags != 0) {
+            op->offset = res;
+            continue;
+          }
+        }
+        done[k++] = Done{op, res, flags};
       }
       io_uring_cq_advance(&ring_, got);
       for (unsigned i = 0; i < k; ++i) {
@@ -519,6 +543,15 @@ class UringReactor final : public Reactor {
             Enqueue(*op);
             continue;
           }
+          // A zero-copy send the kernel (EINVAL: before 6.0) or the socket (EOPNOTSUPP: a Unix
+          // socket) cannot do: sent again as a plain send; after EINVAL, every one is.
+          if (op->kind == Kind::kSendZc && (res == -EINVAL || res == -EOPNOTSUPP) &&
+              !op->cancel_requested) {
+            if (res == -EINVAL) zerocopy_ = false;
+            op->kind = Kind::kSend;
+            Enqueue(*op);
+            continue;
+          }
           op->pending = false;
           --pending_;
         }
@@ -528,6 +561,7 @@ class UringReactor final : public Reactor {
     }
   }
 
+  bool zerocopy_ = true;  // IORING_OP_SEND_ZC works here (until a send says EINVAL)
   io_uring ring_{};
   bool ring_ready_ = false;
   std::uint64_t wake_value_ = 0;

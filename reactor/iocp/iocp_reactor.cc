@@ -245,6 +245,9 @@ class IocpReactor final : public Reactor {
                     nullptr);
     Started(op, r == 0 ? 0 : static_cast<DWORD>(WSAGetLastError()));
   }
+  void send_zerocopy(IoOp& op, int fd, const void* buf, std::size_t len, int flags) override {
+    send(op, fd, buf, len, flags);  // an overlapped send already reads the caller's buffer
+  }
   void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags) override {
     op.kind = Kind::kRecvMsg;
     op.buf = msg;
