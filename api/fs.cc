@@ -14,6 +14,7 @@
 #include <unistd.h>
 #endif
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -82,8 +83,8 @@ Result<std::int64_t> Blocking(F f) {
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
     (void)close();
-    fd_ = other.fd_;
-    other.fd_ = -1;
+    epoch_ = other.epoch_;
+    fd_ = other.fd_.exchange(-1);
   }
   return *this;
 }
@@ -105,60 +106,114 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
     fd = UringCall(
         [&](Reactor& r, IoOp& op) { r.openat(op, AT_FDCWD, path.c_str(), flags, o.mode); }, wait,
         "fs open", -1);
-  } else {
+  }
+  // ENXIO through the ring: a FIFO opened for writing with no reader (io_uring opens without
+  // waiting): on a blocking thread, which waits for the reader as open(2) does.
+  if (!scheduler_internal::FileIoThroughReactor() ||
+      (!fd.ok() && fd.error() == std::errc::no_such_device_or_address)) {
     fd = Blocking([&] { return static_cast<std::int64_t>(::open(path.c_str(), flags, o.mode)); });
   }
   if (!fd.ok()) return fd.error();
-  return File(static_cast<int>(*fd));
+  File f(static_cast<int>(*fd));
+  f.epoch_ = scheduler_internal::CloseEpoch(f.fd_);
+  return f;
 }
+
+// Each call takes fd_ once, and checks after its system call that the number still names the
+// file this File opened (its close epoch, scheduler/io.h, is the one noted at open): a File
+// closed by another fiber meanwhile, its number perhaps reused by another file, never hands
+// back that file's bytes (operation_canceled instead). A write cannot be taken back: closing a
+// File while another fiber writes through it is the caller's race (api/fs.h).
+namespace {
+bool StillOurs(int fd, std::uint32_t epoch) { return scheduler_internal::CloseEpoch(fd) == epoch; }
+
+// Clamp: len so that offset + len stays within the largest offset (the kernel refuses more).
+std::size_t Clamp(std::size_t len, std::uint64_t offset) {
+  return static_cast<std::size_t>(std::min<std::uint64_t>(len, kMaxOffset - offset));
+}
+}  // namespace
 
 Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offset,
                                   const WaitOptions& options) {
   if (BadIoRequest(buf, len) || offset > kMaxOffset) return std::errc::invalid_argument;
-  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  const int fd = fd_;
+  if (fd < 0) return std::errc::bad_file_descriptor;
   if (Result<void> r = Ready(options); !r.ok()) return r.error();
+  len = Clamp(len, offset);
+  if (len == 0) return std::size_t{0};
+  Result<std::size_t> out = std::size_t{0};
   // First, what the page cache holds, without waiting: preadv2 with RWF_NOWAIT never waits for
   // the disk (EAGAIN instead), so it is safe on a worker. A read the cache serves then costs one
   // system call, not a park and a completion (W10 in docs/bench.md). A fiber past its budget of
   // direct turns goes through the reactor, as a send does, so the others of its worker run.
   // (Up to 128 KiB: a larger read is a long copy, which would hold the worker for long across
   // a budget of direct turns; through the ring it costs about the same.)
-  if (len > 0 && len <= kMaxDirectRead && scheduler_internal::TakeDirectIoTurn()) {
+  bool done = false;
+  if (len <= kMaxDirectRead && scheduler_internal::TakeDirectIoTurn()) {
     iovec v{buf, ClampIoLength(len)};
-    const ssize_t n = ::preadv2(fd_, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT);
-    if (n >= 0) return static_cast<std::size_t>(n);
-    if (errno != EAGAIN && errno != EOPNOTSUPP && errno != EINTR) return Errno();
-    // EOPNOTSUPP: a kernel or file system without RWF_NOWAIT: the usual way.
+    ssize_t n = ::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT);
+    if (n < 0 && errno == ESPIPE) n = ::preadv2(fd, &v, 1, -1, RWF_NOWAIT);  // a pipe: no offset
+    if (n >= 0) {
+      out = static_cast<std::size_t>(n);
+      done = true;
+    } else if (errno != EAGAIN && errno != EOPNOTSUPP && errno != EINTR) {
+      out = Errno();
+      done = true;
+    }
+    // EAGAIN: not (all) cached; EOPNOTSUPP: no RWF_NOWAIT here: the usual way.
   }
-  if (scheduler_internal::FileIoThroughReactor()) {
-    return io::read(fd_, buf, len, options, static_cast<std::int64_t>(offset));
+  if (!done && scheduler_internal::FileIoThroughReactor()) {
+    out = io::read(fd, buf, len, options, static_cast<std::int64_t>(offset));
+  } else if (!done) {
+    Result<std::int64_t> n = Blocking([&] {
+      ssize_t r = ::pread(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
+      if (r < 0 && errno == ESPIPE) r = ::read(fd, buf, ClampIoLength(len));  // as io_uring
+      return static_cast<std::int64_t>(r);
+    });
+    if (n.ok()) {
+      out = static_cast<std::size_t>(*n);
+    } else {
+      out = n.error();
+    }
   }
-  Result<std::int64_t> n = Blocking([&] {
-    return static_cast<std::int64_t>(
-        ::pread(fd_, buf, ClampIoLength(len), static_cast<off_t>(offset)));
-  });
-  if (!n.ok()) return n.error();
-  return static_cast<std::size_t>(*n);
+  if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
+  return out;
 }
 
 Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64_t offset,
                                    const WaitOptions& options) {
   if (BadIoRequest(buf, len) || offset > kMaxOffset) return std::errc::invalid_argument;
-  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  const int fd = fd_;
+  if (fd < 0) return std::errc::bad_file_descriptor;
   if (Result<void> r = Ready(options); !r.ok()) return r.error();
+  if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
+  if (len > 0 && offset == kMaxOffset) return std::errc::file_too_large;
+  len = Clamp(len, offset);
+  Result<std::size_t> out = std::size_t{0};
   if (scheduler_internal::FileIoThroughReactor()) {
-    return io::write(fd_, buf, len, options, static_cast<std::int64_t>(offset));
+    out = io::write(fd, buf, len, options, static_cast<std::int64_t>(offset));
+  } else {
+    Result<std::int64_t> n = Blocking([&] {
+      if (!StillOurs(fd, epoch_)) {  // closed while this waited for a blocking thread
+        errno = ECANCELED;
+        return std::int64_t{-1};
+      }
+      ssize_t r = ::pwrite(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
+      if (r < 0 && errno == ESPIPE) r = ::write(fd, buf, ClampIoLength(len));  // as io_uring
+      return static_cast<std::int64_t>(r);
+    });
+    if (n.ok()) {
+      out = static_cast<std::size_t>(*n);
+    } else {
+      out = n.error();
+    }
   }
-  Result<std::int64_t> n = Blocking([&] {
-    return static_cast<std::int64_t>(
-        ::pwrite(fd_, buf, ClampIoLength(len), static_cast<off_t>(offset)));
-  });
-  if (!n.ok()) return n.error();
-  return static_cast<std::size_t>(*n);
+  if (!out.ok() && !StillOurs(fd, epoch_)) return std::errc::operation_canceled;
+  return out;
 }
 
 namespace {
-Result<void> Sync(int fd, bool datasync, const WaitOptions& options) {
+Result<void> Sync(int fd, std::uint32_t epoch, bool datasync, const WaitOptions& options) {
   if (fd < 0) return std::errc::bad_file_descriptor;
   if (Result<void> r = Ready(options); !r.ok()) return r.error();
   Result<std::int64_t> r = std::errc::invalid_argument;
@@ -166,25 +221,35 @@ Result<void> Sync(int fd, bool datasync, const WaitOptions& options) {
     r = UringCall([&](Reactor& re, IoOp& op) { re.fsync(op, fd, datasync); }, options, "fs sync",
                   fd);
   } else {
-    r = Blocking(
-        [&] { return static_cast<std::int64_t>(datasync ? ::fdatasync(fd) : ::fsync(fd)); });
+    r = Blocking([&] {
+      if (!StillOurs(fd, epoch)) {  // closed while this waited for a blocking thread
+        errno = ECANCELED;
+        return std::int64_t{-1};
+      }
+      return static_cast<std::int64_t>(datasync ? ::fdatasync(fd) : ::fsync(fd));
+    });
   }
+  if (!StillOurs(fd, epoch)) return std::errc::operation_canceled;
   if (!r.ok()) return r.error();
   return {};
 }
 }  // namespace
 
-Result<void> File::sync(const WaitOptions& options) { return Sync(fd_, false, options); }
-Result<void> File::sync_data(const WaitOptions& options) { return Sync(fd_, true, options); }
+Result<void> File::sync(const WaitOptions& options) { return Sync(fd_, epoch_, false, options); }
+Result<void> File::sync_data(const WaitOptions& options) {
+  return Sync(fd_, epoch_, true, options);
+}
 
 Result<FileStat> File::stat(const WaitOptions& options) {
-  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  const int fd = fd_;
+  if (fd < 0) return std::errc::bad_file_descriptor;
   if (Result<void> r = Ready(options); !r.ok()) return r.error();
   FileStat out;
   if (scheduler_internal::FileIoThroughReactor()) {
     struct statx sx {};
     Result<std::int64_t> r =
-        UringCall([&](Reactor& re, IoOp& op) { re.statx(op, fd_, &sx); }, options, "fs stat", fd_);
+        UringCall([&](Reactor& re, IoOp& op) { re.statx(op, fd, &sx); }, options, "fs stat", fd);
+    if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
     if (!r.ok()) return r.error();
     out.size = sx.stx_size;
     out.regular = S_ISREG(sx.stx_mode);
@@ -192,7 +257,8 @@ Result<FileStat> File::stat(const WaitOptions& options) {
     return out;
   }
   struct stat st {};
-  Result<std::int64_t> r = Blocking([&] { return static_cast<std::int64_t>(::fstat(fd_, &st)); });
+  Result<std::int64_t> r = Blocking([&] { return static_cast<std::int64_t>(::fstat(fd, &st)); });
+  if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
   if (!r.ok()) return r.error();
   out.size = static_cast<std::uint64_t>(st.st_size);
   out.regular = S_ISREG(st.st_mode);
@@ -201,9 +267,8 @@ Result<FileStat> File::stat(const WaitOptions& options) {
 }
 
 Result<void> File::close() {
-  if (fd_ < 0) return {};
-  const int fd = fd_;
-  fd_ = -1;
+  const int fd = fd_.exchange(-1);
+  if (fd < 0) return {};
   return io::close(fd);  // ends the fd's operations in every reactor first
 }
 
@@ -325,9 +390,8 @@ Result<FileStat> File::stat(const WaitOptions& options) {
 }
 
 Result<void> File::close() {
-  if (fd_ < 0) return {};
-  const int fd = fd_;
-  fd_ = -1;
+  const int fd = fd_.exchange(-1);
+  if (fd < 0) return {};
   if (!CloseHandle(H(fd))) return LastError();
   return {};
 }
@@ -373,15 +437,34 @@ Result<std::string> read_file(const std::string& path, const WaitOptions& option
   Result<FileStat> st = f->stat(options);
   if (!st.ok()) return st.error();
   if (st->size > max_bytes) return std::errc::file_too_large;
+  // Until a read returns 0: the size stat gives is a first guess (a /proc file says 0, a file
+  // may grow meanwhile).
   std::string out;
+  std::size_t have = 0;
   try {
-    out.resize(static_cast<std::size_t>(st->size));
+    out.resize(
+        std::min(max_bytes, std::max<std::size_t>(static_cast<std::size_t>(st->size), 4096)));
+    for (;;) {
+      if (have == out.size()) {
+        if (out.size() >= max_bytes) {
+          // Full at the limit: one more byte says whether the file goes on.
+          char probe;
+          Result<std::size_t> more = f->read_at(&probe, 1, have, options);
+          if (!more.ok()) return more.error();
+          if (*more != 0) return std::errc::file_too_large;
+          break;
+        }
+        out.resize(std::min(max_bytes, out.size() * 2));
+      }
+      Result<std::size_t> n = f->read_at(out.data() + have, out.size() - have, have, options);
+      if (!n.ok()) return n.error();
+      if (*n == 0) break;
+      have += *n;
+    }
   } catch (const std::bad_alloc&) {
     return std::errc::not_enough_memory;
   }
-  Result<std::size_t> n = f->read_full_at(out.data(), out.size(), 0, options);
-  if (!n.ok()) return n.error();
-  out.resize(*n);  // (the file may have shrunk meanwhile)
+  out.resize(have);
   return out;
 }
 

@@ -15,6 +15,7 @@
 #ifndef WEFT_API_FS_H_
 #define WEFT_API_FS_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -41,12 +42,15 @@ struct FileStat {
 };
 
 // File: an open file; closed by its destructor. Reads and writes take an offset and never move
-// a file position, so fibers may share one File.
+// a file position, so fibers may share one File. A call racing with close() on the same File
+// never returns another file's bytes (operation_canceled), but a write racing with it may reach
+// a file that took the number meanwhile: do not close a File other fibers still write through.
+// On a pipe or FIFO the offset is ignored, as the reactor ignores it (io_uring's rule).
 class File {
  public:
   File() = default;
   ~File() { (void)close(); }
-  File(File&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  File(File&& other) noexcept : fd_(other.fd_.exchange(-1)), epoch_(other.epoch_) {}
   File& operator=(File&& other) noexcept;
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -56,8 +60,9 @@ class File {
                            const WaitOptions& wait = {});
 
   // read_at: up to len bytes at offset; fewer at the end of the file (0 at or past it), and at
-  // most 2 GiB - 4 KiB per call, as the kernel's own read. write_at: some bytes (usually all).
-  // EINVAL for a null buffer with len > 0, or an offset past INT64_MAX.
+  // most 2 GiB - 4 KiB per call, as the kernel's own read. write_at: some bytes (usually all);
+  // file_too_large at INT64_MAX. EINVAL for a null buffer with len > 0, or an offset past
+  // INT64_MAX.
   Result<std::size_t> read_at(void* buf, std::size_t len, std::uint64_t offset,
                               const WaitOptions& options = {});
   Result<std::size_t> write_at(const void* buf, std::size_t len, std::uint64_t offset,
@@ -81,10 +86,13 @@ class File {
 
  private:
   explicit File(int fd) : fd_(fd) {}
-  int fd_ = -1;
+  // Atomic: a close may race with another fiber's call (which then ends operation_canceled).
+  std::atomic<int> fd_{-1};
+  std::uint32_t epoch_ = 0;  // fd_'s close epoch when opened (api/fs.cc)
 };
 
-// read_file: the whole file (file_too_large past max_bytes, 1 GiB by default).
+// read_file: the whole file, read until its end (so a /proc file, whose size says 0, is read
+// whole too); file_too_large past max_bytes (1 GiB by default).
 Result<std::string> read_file(const std::string& path, const WaitOptions& options = {},
                               std::size_t max_bytes = std::size_t{1} << 30);
 

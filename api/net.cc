@@ -660,8 +660,9 @@ Result<void> UdpSocket::set_broadcast(bool on) {
 }
 
 Result<void> UdpSocket::close() {
-  if (fd_ < 0) return {};
-  return io::close(release());
+  const int fd = release();
+  if (fd < 0) return {};
+  return io::close(fd);
 }
 
 }  // namespace weft::net

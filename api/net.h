@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #endif
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -185,16 +186,13 @@ class UdpSocket {
 
   bool is_open() const { return fd_ >= 0; }
   int fd() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
+  int release() { return fd_.exchange(-1); }
   Result<void> close();  // fails this fd's pending operations, then closes; idempotent
 
  private:
   explicit UdpSocket(int fd) : fd_(fd) {}
-  int fd_ = -1;
+  // Atomic: a close may race with another fiber's call (which then ends operation_canceled).
+  std::atomic<int> fd_{-1};
 };
 
 }  // namespace weft::net

@@ -53,6 +53,19 @@ bool IsWriteSide(const IoOp& op) {
   }
 }
 
+// DontWait: a socket call with MSG_DONTWAIT, which fails with EAGAIN instead of waiting.
+bool DontWait(const IoOp& op) {
+  switch (op.kind) {
+    case Kind::kRecv:
+    case Kind::kSend:
+    case Kind::kRecvMsg:
+    case Kind::kSendMsg:
+      return (op.msg_flags & MSG_DONTWAIT) != 0;
+    default:
+      return false;
+  }
+}
+
 struct FdState {
   OpList readers;
   OpList writers;
@@ -443,7 +456,8 @@ class EpollReactor final : public Reactor {
         IoOp* op = list.head;
         if (op == nullptr) break;
         std::int64_t r = Attempt(*op, revents);
-        if (r == -EAGAIN) break;
+        // A receive or send asked not to wait (MSG_DONTWAIT) says EAGAIN, as io_uring's does.
+        if (r == -EAGAIN && !DontWait(*op)) break;
         if (op->kind == Kind::kAcceptMulti && r >= 0) {
           op->on_complete(*op, r, IoOp::kMore);  // stays queued: accept the next one
           ++n;
