@@ -140,8 +140,6 @@ TEST_P(AdvTest, ReadAtOnAFifoAgreesForSmallAndLargeReads) {
   });
 }
 
-
-
 // ---- datagrams ------------------------------------------------------------------------------
 
 TEST_P(AdvTest, Ipv6LoopbackSendRecvAndBatches) {
@@ -189,9 +187,11 @@ TEST_P(AdvTest, RecvBatchTruncationPerBufferAndFewerQueued) {
     ASSERT_TRUE(this_fiber::sleep_for(20ms).ok());  // all queued
     char b0[4], b1[20], b2[4], b3[4];
     char b4[8], b5[8], b6[8], b7[8];
-    std::vector<net::UdpSocket::Buffer> bufs = {{b0, 4, {}}, {b1, 20, {}}, {b2, 4, {}}, {b3, 4, {}},
-                                                {b4, 8, {}}, {b5, 8, {}}, {b6, 8, {}}, {b7, 8, {}}};
-    Result<std::size_t> n = b.recv_batch(bufs.data(), bufs.size(), {.deadline = SyncClock::now() + 5s});
+    std::vector<net::UdpSocket::Buffer> bufs = {{b0, 4, {}}, {b1, 20, {}}, {b2, 4, {}},
+                                                {b3, 4, {}}, {b4, 8, {}},  {b5, 8, {}},
+                                                {b6, 8, {}}, {b7, 8, {}}};
+    Result<std::size_t> n =
+        b.recv_batch(bufs.data(), bufs.size(), {.deadline = SyncClock::now() + 5s});
     ASSERT_TRUE(n.ok());
     ASSERT_EQ(*n, 4u);
     EXPECT_EQ(bufs[0].got.size, 4u);
@@ -439,7 +439,8 @@ TEST_P(AdvTest, DISABLED_SendersOnASocketClosedMeanwhileNeverSendFromTheNextSock
       // drain the sink: every datagram must come from x
       char b[4];
       for (;;) {
-        Result<net::UdpSocket::Datagram> d = sink.recv_from(b, sizeof b, {.deadline = SyncClock::now() + 5ms});
+        Result<net::UdpSocket::Datagram> d =
+            sink.recv_from(b, sizeof b, {.deadline = SyncClock::now() + 5ms});
         if (!d.ok()) break;
         if (d->from.to_string() != xs) wrong.fetch_add(1);
       }
@@ -448,8 +449,8 @@ TEST_P(AdvTest, DISABLED_SendersOnASocketClosedMeanwhileNeverSendFromTheNextSock
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(FibersAndThreads, AdvTest, ::testing::Values(Mode::kFibers, Mode::kThreads),
-                         testing::ModeName);
+INSTANTIATE_TEST_SUITE_P(FibersAndThreads, AdvTest,
+                         ::testing::Values(Mode::kFibers, Mode::kThreads), testing::ModeName);
 
 // Runtime shutdown with a fiber in a file open that waits (a FIFO without a writer).
 TEST(AdvShutdown, ShutdownWithAFiberWaitingInAFileRead) {

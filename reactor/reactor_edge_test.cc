@@ -1,8 +1,6 @@
 // reactor/reactor_edge_test.cc: edge cases on every backend, from an adversarial review:
 // datagrams with several buffers and none, MSG_DONTWAIT, close and cancel after a deadline, file
 // operations with deadlines.
-#include "weft/reactor/reactor.h"
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -19,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "weft/reactor/reactor.h"
 
 namespace weft {
 namespace {
@@ -37,7 +36,9 @@ struct Op : IoOp {
   bool done() const { return completions > 0; }
 };
 
-std::vector<ReactorBackend> Backends() { return {ReactorBackend::kIoUring, ReactorBackend::kEpoll}; }
+std::vector<ReactorBackend> Backends() {
+  return {ReactorBackend::kIoUring, ReactorBackend::kEpoll};
+}
 
 class AdvReactor : public ::testing::TestWithParam<ReactorBackend> {
  protected:
@@ -106,8 +107,6 @@ TEST_P(AdvReactor, SeveralIovecsTruncationAndEmptyDatagrams) {
   EXPECT_NE(e2.msg_flags & kMsgTruncated, 0);  // "xyz" into nothing
   EXPECT_EQ(r1.completions + r2.completions + r3.completions, 3);
 }
-
-
 
 TEST_P(AdvReactor, DontwaitReceiveOnAnEmptySocketIsEagainAtOnce) {
   sockaddr_in ba;
@@ -185,7 +184,8 @@ TEST_P(AdvReactor, FileOpsWithDeadlinesCompleteOnce) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, AdvReactor, ::testing::ValuesIn(Backends()),
                          [](const ::testing::TestParamInfo<ReactorBackend>& i) {
-                           return std::string(ReactorBackendName(i.param) == "epoll" ? "epoll" : "io_uring");
+                           return std::string(ReactorBackendName(i.param) == "epoll" ? "epoll"
+                                                                                     : "io_uring");
                          });
 
 }  // namespace
