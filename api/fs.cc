@@ -276,6 +276,13 @@ Result<void> File::close() {
 
 namespace {
 HANDLE H(int fd) { return reinterpret_cast<HANDLE>(static_cast<std::intptr_t>(fd)); }
+// At: the OVERLAPPED that gives a synchronous ReadFile or WriteFile its offset.
+OVERLAPPED At(std::uint64_t offset) {
+  OVERLAPPED at{};
+  at.Offset = static_cast<DWORD>(offset & 0xffffffff);
+  at.OffsetHigh = static_cast<DWORD>(offset >> 32);
+  return at;
+}
 std::errc LastError() { return static_cast<std::errc>(base_internal::ErrnoOf(GetLastError())); }
 }  // namespace
 
@@ -322,9 +329,7 @@ Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offs
   DWORD got = 0;
   std::errc error{};
   call_blocking([&] {
-    OVERLAPPED at{};
-    at.Offset = static_cast<DWORD>(offset & 0xffffffff);
-    at.OffsetHigh = static_cast<DWORD>(offset >> 32);
+    OVERLAPPED at = At(offset);
     if (!ReadFile(H(fd_), buf, static_cast<DWORD>(ClampIoLength(len)), &got, &at)) {
       const DWORD e = GetLastError();
       if (e == ERROR_HANDLE_EOF) {
@@ -348,9 +353,7 @@ Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64
   DWORD put = 0;
   std::errc error{};
   call_blocking([&] {
-    OVERLAPPED at{};
-    at.Offset = static_cast<DWORD>(offset & 0xffffffff);
-    at.OffsetHigh = static_cast<DWORD>(offset >> 32);
+    OVERLAPPED at = At(offset);
     if (!WriteFile(H(fd_), buf, static_cast<DWORD>(ClampIoLength(len)), &put, &at)) {
       const DWORD e = GetLastError();
       error = e == ERROR_ACCESS_DENIED ? std::errc::bad_file_descriptor  // not open for writing

@@ -11,6 +11,7 @@
 #endif
 
 #include <cerrno>
+#include <optional>
 #include <system_error>
 
 #include "internal/sim_net.h"
@@ -74,6 +75,29 @@ Result<std::size_t> SimSend(int fd, const void* buf, std::size_t len, int flags,
   const IoVec one{const_cast<void*>(buf), len};
   return sim_internal::Send(fd, &one, 1, flags, options);
 }
+
+#ifndef _WIN32
+// TryDirect: call(), a non-blocking system call (ssize_t and errno), for a call that seldom has
+// to wait: its result, or nullopt when it would block, when the caller may not try (a cancelled
+// token must fail the call; past the fiber's budget of direct turns it goes through the reactor
+// so its worker's other fibers run) or when an injected fault (WEFT_FAULTS) says it would block.
+// Then the caller goes through the reactor (RunAbsorbing), which also ends a MSG_DONTWAIT call
+// with EAGAIN.
+template <typename Call>
+std::optional<Result<std::size_t>> TryDirect(const WaitOptions& options, const Call& call) {
+  if ((options.cancel != nullptr && options.cancel->is_cancelled()) ||
+      !scheduler_internal::TakeDirectIoTurn() ||
+      fault::Inject(fault::Site::kIo, fault::Kind::kEagain)) {
+    return std::nullopt;
+  }
+  const ssize_t n = call();
+  if (n >= 0) return Result<std::size_t>(static_cast<std::size_t>(n));
+  if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    return Result<std::size_t>(static_cast<std::errc>(errno));
+  }
+  return std::nullopt;
+}
+#endif
 
 Absorb ForFlags(int flags) {
 #ifdef MSG_DONTWAIT
@@ -141,15 +165,10 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
   // Not when a cancelled token must fail the call, nor past the fiber's budget of direct turns.
   // (A deadline matters only to a send that waits, here as in the reactor.)
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;  // as the reactor says
-  // An injected fault (WEFT_FAULTS) counts as a call that would block.
-  if ((options.cancel == nullptr || !options.cancel->is_cancelled()) &&
-      scheduler_internal::TakeDirectIoTurn() &&
-      !fault::Inject(fault::Site::kIo, fault::Kind::kEagain)) {
-    ssize_t n = ::send(fd, buf, ClampIoLength(len), flags | kNoSignal | MSG_DONTWAIT);
-    if (n >= 0) return static_cast<std::size_t>(n);
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      return static_cast<std::errc>(errno);
-    }
+  if (std::optional<Result<std::size_t>> r = TryDirect(options, [&] {
+        return ::send(fd, buf, ClampIoLength(len), flags | kNoSignal | MSG_DONTWAIT);
+      })) {
+    return *r;
   }
 #endif
   // MSG_NOSIGNAL: a closed peer is an EPIPE error, not a process-killing SIGPIPE.
@@ -166,17 +185,9 @@ Result<std::size_t> recvmsg(int fd, MsgHdr* msg, int flags, const WaitOptions& o
   // A datagram already queued is taken without the reactor (a busy server's receives seldom
   // wait); only when none is does the call park. Within the fiber's budget, as a send.
   if (BadMsg(msg)) return std::errc::invalid_argument;
-  if ((options.cancel == nullptr || !options.cancel->is_cancelled()) &&
-      scheduler_internal::TakeDirectIoTurn() &&
-      !fault::Inject(fault::Site::kIo, fault::Kind::kEagain)) {
-    ssize_t n = ::recvmsg(fd, msg, flags | MSG_DONTWAIT);
-    if (n >= 0) return static_cast<std::size_t>(n);
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      return static_cast<std::errc>(errno);
-    }
-    if ((flags & MSG_DONTWAIT) != 0 && errno != EINTR) {
-      return std::errc::resource_unavailable_try_again;
-    }
+  if (std::optional<Result<std::size_t>> r =
+          TryDirect(options, [&] { return ::recvmsg(fd, msg, flags | MSG_DONTWAIT); })) {
+    return *r;
   }
 #endif
   return Size(RunAbsorbing(
@@ -189,14 +200,9 @@ Result<std::size_t> sendmsg(int fd, const MsgHdr* msg, int flags, const WaitOpti
 #ifndef _WIN32
   // As send: a datagram's send seldom waits, so it is first tried without the reactor.
   if (BadMsg(msg)) return std::errc::invalid_argument;
-  if ((options.cancel == nullptr || !options.cancel->is_cancelled()) &&
-      scheduler_internal::TakeDirectIoTurn() &&
-      !fault::Inject(fault::Site::kIo, fault::Kind::kEagain)) {
-    ssize_t n = ::sendmsg(fd, msg, flags | kNoSignal | MSG_DONTWAIT);
-    if (n >= 0) return static_cast<std::size_t>(n);
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      return static_cast<std::errc>(errno);
-    }
+  if (std::optional<Result<std::size_t>> r = TryDirect(
+          options, [&] { return ::sendmsg(fd, msg, flags | kNoSignal | MSG_DONTWAIT); })) {
+    return *r;
   }
 #endif
   return Size(RunAbsorbing(
