@@ -1,4 +1,4 @@
-// api/io_edge_test.cc: edge cases of the datagram and file calls, from an adversarial review:
+// api/io_edge_test.cc: edge cases of the datagram and file calls:
 // /proc files, FIFOs, the largest offsets, batches, IPv6, a File or socket closed while others
 // use it (never another file's bytes), MSG_DONTWAIT, shutdown mid-call.
 

@@ -1,4 +1,4 @@
-// reactor/reactor_edge_test.cc: edge cases on every backend, from an adversarial review:
+// reactor/reactor_edge_test.cc: edge cases on every backend:
 // datagrams with several buffers and none, MSG_DONTWAIT, close and cancel after a deadline, file
 // operations with deadlines.
 #include <arpa/inet.h>
