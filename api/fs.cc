@@ -19,6 +19,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "internal/io_common.h"
 #include "weft/api/io.h"
 #include "weft/base/clock.h"
 #include "weft/reactor/reactor.h"
@@ -49,17 +50,15 @@ bool BadPath(const std::string& path) {
 #ifndef _WIN32
 std::errc Errno() { return static_cast<std::errc>(errno); }
 
-// UringCall: one reactor operation (submit) for a file call, absorbing EINTR and EAGAIN as the
-// io calls do. Returns the result (>= 0) or the error.
+// UringCall: one reactor operation (submit) for a file call, run again on EINTR and EAGAIN as
+// the io calls are (io_internal::RunAbsorbing). Returns the result (>= 0) or the error.
 template <typename Submit>
 Result<std::int64_t> UringCall(const Submit& submit, const WaitOptions& options, const char* what,
                                int fd) {
-  for (int tries = 0;; ++tries) {
-    const std::int64_t r = scheduler_internal::RunIo(submit, options, what, fd);
-    if (r >= 0) return r;
-    if ((r == -EINTR || r == -EAGAIN) && tries < 64) continue;
-    return static_cast<std::errc>(static_cast<int>(-r));
-  }
+  const std::int64_t r =
+      io_internal::RunAbsorbing(io_internal::Absorb::kEagain, fd, submit, options, what);
+  if (r < 0) return io_internal::ErrcOf(r);
+  return r;
 }
 
 // Blocking: f() (a system call's result, -1 with errno on failure) on a blocking thread.
@@ -75,6 +74,28 @@ Result<std::int64_t> Blocking(F f) {
   });
   if (r < 0) return static_cast<std::errc>(error);
   return r;
+}
+
+bool StillOurs(int fd, std::uint32_t epoch) { return scheduler_internal::CloseEpoch(fd) == epoch; }
+
+// BlockingOn: Blocking for a call on fd, the File's (epoch: its close epoch at open): one that
+// waited for a blocking thread while the File was closed never reaches the number's next file
+// (ECANCELED). Callers check StillOurs again after it, for a close during the call.
+template <typename F>
+Result<std::int64_t> BlockingOn(int fd, std::uint32_t epoch, F f) {
+  return Blocking([&] {
+    if (!StillOurs(fd, epoch)) {
+      errno = ECANCELED;
+      return std::int64_t{-1};
+    }
+    return f();
+  });
+}
+
+// AsSize: a byte count's Result as the calls return it.
+Result<std::size_t> AsSize(const Result<std::int64_t>& n) {
+  if (!n.ok()) return n.error();
+  return static_cast<std::size_t>(*n);
 }
 #endif
 
@@ -101,16 +122,16 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
   if (o.truncate) flags |= O_TRUNC;
   if (o.append) flags |= O_APPEND;
   if (o.exclusive) flags |= O_EXCL;
+  const bool ring = scheduler_internal::FileIoThroughReactor();
   Result<std::int64_t> fd = std::errc::invalid_argument;
-  if (scheduler_internal::FileIoThroughReactor()) {
+  if (ring) {
     fd = UringCall(
         [&](Reactor& r, IoOp& op) { r.openat(op, AT_FDCWD, path.c_str(), flags, o.mode); }, wait,
         "fs open", -1);
   }
   // ENXIO through the ring: a FIFO opened for writing with no reader (io_uring opens without
   // waiting): on a blocking thread, which waits for the reader as open(2) does.
-  if (!scheduler_internal::FileIoThroughReactor() ||
-      (!fd.ok() && fd.error() == std::errc::no_such_device_or_address)) {
+  if (!ring || (!fd.ok() && fd.error() == std::errc::no_such_device_or_address)) {
     fd = Blocking([&] { return static_cast<std::int64_t>(::open(path.c_str(), flags, o.mode)); });
   }
   if (!fd.ok()) return fd.error();
@@ -125,8 +146,6 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
 // back that file's bytes (operation_canceled instead). A write cannot be taken back: closing a
 // File while another fiber writes through it is the caller's race (api/fs.h).
 namespace {
-bool StillOurs(int fd, std::uint32_t epoch) { return scheduler_internal::CloseEpoch(fd) == epoch; }
-
 // Clamp: len so that offset + len stays within the largest offset (the kernel refuses more).
 std::size_t Clamp(std::size_t len, std::uint64_t offset) {
   return static_cast<std::size_t>(std::min<std::uint64_t>(len, kMaxOffset - offset));
@@ -165,16 +184,11 @@ Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offs
   if (!done && scheduler_internal::FileIoThroughReactor()) {
     out = io::read(fd, buf, len, options, static_cast<std::int64_t>(offset));
   } else if (!done) {
-    Result<std::int64_t> n = Blocking([&] {
+    out = AsSize(BlockingOn(fd, epoch_, [&] {
       ssize_t r = ::pread(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
       if (r < 0 && errno == ESPIPE) r = ::read(fd, buf, ClampIoLength(len));  // as io_uring
       return static_cast<std::int64_t>(r);
-    });
-    if (n.ok()) {
-      out = static_cast<std::size_t>(*n);
-    } else {
-      out = n.error();
-    }
+    }));
   }
   if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
   return out;
@@ -193,20 +207,11 @@ Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64
   if (scheduler_internal::FileIoThroughReactor()) {
     out = io::write(fd, buf, len, options, static_cast<std::int64_t>(offset));
   } else {
-    Result<std::int64_t> n = Blocking([&] {
-      if (!StillOurs(fd, epoch_)) {  // closed while this waited for a blocking thread
-        errno = ECANCELED;
-        return std::int64_t{-1};
-      }
+    out = AsSize(BlockingOn(fd, epoch_, [&] {
       ssize_t r = ::pwrite(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
       if (r < 0 && errno == ESPIPE) r = ::write(fd, buf, ClampIoLength(len));  // as io_uring
       return static_cast<std::int64_t>(r);
-    });
-    if (n.ok()) {
-      out = static_cast<std::size_t>(*n);
-    } else {
-      out = n.error();
-    }
+    }));
   }
   if (!out.ok() && !StillOurs(fd, epoch_)) return std::errc::operation_canceled;
   return out;
@@ -221,11 +226,7 @@ Result<void> Sync(int fd, std::uint32_t epoch, bool datasync, const WaitOptions&
     r = UringCall([&](Reactor& re, IoOp& op) { re.fsync(op, fd, datasync); }, options, "fs sync",
                   fd);
   } else {
-    r = Blocking([&] {
-      if (!StillOurs(fd, epoch)) {  // closed while this waited for a blocking thread
-        errno = ECANCELED;
-        return std::int64_t{-1};
-      }
+    r = BlockingOn(fd, epoch, [&] {
       return static_cast<std::int64_t>(datasync ? ::fdatasync(fd) : ::fsync(fd));
     });
   }
@@ -257,7 +258,8 @@ Result<FileStat> File::stat(const WaitOptions& options) {
     return out;
   }
   struct stat st {};
-  Result<std::int64_t> r = Blocking([&] { return static_cast<std::int64_t>(::fstat(fd, &st)); });
+  Result<std::int64_t> r =
+      BlockingOn(fd, epoch_, [&] { return static_cast<std::int64_t>(::fstat(fd, &st)); });
   if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
   if (!r.ok()) return r.error();
   out.size = static_cast<std::uint64_t>(st.st_size);
@@ -422,15 +424,12 @@ Result<void> File::write_all_at(const void* buf, std::size_t len, std::uint64_t 
   if (BadIoRequest(buf, len) || offset > kMaxOffset || len > kMaxOffset - offset) {
     return std::errc::invalid_argument;
   }
-  std::size_t done = 0;
-  while (done < len) {
-    Result<std::size_t> n =
-        write_at(static_cast<const char*>(buf) + done, len - done, offset + done, options);
-    if (!n.ok()) return n.error();
-    if (*n == 0) return std::errc::io_error;  // a write that makes no progress
-    done += *n;
-  }
-  return {};
+  const char* start = static_cast<const char*>(buf);
+  return io_internal::WriteAll(
+      [&](const char* p, std::size_t n) {
+        return write_at(p, n, offset + static_cast<std::uint64_t>(p - start), options);
+      },
+      buf, len);
 }
 
 Result<std::string> read_file(const std::string& path, const WaitOptions& options,

@@ -14,6 +14,7 @@
 #include <optional>
 #include <system_error>
 
+#include "internal/io_common.h"
 #include "internal/sim_net.h"
 #include "weft/base/fault.h"
 #include "weft/scheduler/io.h"
@@ -21,7 +22,15 @@
 namespace weft::io {
 namespace {
 
+using io_internal::Absorb;
+using io_internal::ErrcOf;
+using io_internal::RunAbsorbing;
+using io_internal::Size;
+using io_internal::WriteAll;
 using scheduler_internal::RunIo;
+#ifndef _WIN32
+using io_internal::TryDirect;
+#endif
 
 // kNoSignal: MSG_NOSIGNAL where a closed peer would otherwise raise SIGPIPE (Windows has none).
 #ifdef MSG_NOSIGNAL
@@ -29,40 +38,6 @@ constexpr int kNoSignal = MSG_NOSIGNAL;
 #else
 constexpr int kNoSignal = 0;
 #endif
-
-std::errc ErrcOf(std::int64_t negative_errno) {
-  return static_cast<std::errc>(static_cast<int>(-negative_errno));
-}
-
-Result<std::size_t> Size(std::int64_t r) {
-  if (r < 0) return ErrcOf(r);
-  return static_cast<std::size_t>(r);
-}
-
-// kTransientRetries: how many transient errors in a row a call absorbs before it reports one
-// (a backend that kept failing so would otherwise spin the fiber).
-constexpr int kTransientRetries = 64;
-
-// RunAbsorbing: RunIo(submit) on fd, run again while it fails with an error its caller should
-// never see (as Go's runtime, and SA_RESTART for blocking calls): EINTR (a signal interrupted
-// it, or an injected fault), EAGAIN unless the caller asked not to wait (MSG_DONTWAIT), and for
-// an accept ECONNABORTED (a connection reset before it was taken: take the next one). Not once
-// fd's close has begun (another fiber closed it meanwhile): the number may be a new file's by
-// now; the call ends with ECANCELED, as an operation in flight would.
-enum class Absorb { kEintr, kEagain, kAccept };
-template <typename Submit>
-std::int64_t RunAbsorbing(Absorb what, int fd, const Submit& submit, const WaitOptions& options,
-                          const char* name) {
-  const std::uint32_t epoch = scheduler_internal::CloseEpoch(fd);
-  for (int i = 0;; ++i) {
-    std::int64_t r = RunIo(submit, options, name, fd);
-    bool transient = r == -EINTR ||
-                     (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
-                     (what == Absorb::kAccept && r == -ECONNABORTED);
-    if (!transient || i == kTransientRetries) return r;
-    if (scheduler_internal::CloseEpoch(fd) != epoch) return -ECANCELED;
-  }
-}
 
 // The simulated network's fds (api/sim.h): one buffer as a list of one.
 Result<std::size_t> SimRecv(int fd, void* buf, std::size_t len, int flags,
@@ -75,29 +50,6 @@ Result<std::size_t> SimSend(int fd, const void* buf, std::size_t len, int flags,
   const IoVec one{const_cast<void*>(buf), len};
   return sim_internal::Send(fd, &one, 1, flags, options);
 }
-
-#ifndef _WIN32
-// TryDirect: call(), a non-blocking system call (ssize_t and errno), for a call that seldom has
-// to wait: its result, or nullopt when it would block, when the caller may not try (a cancelled
-// token must fail the call; past the fiber's budget of direct turns it goes through the reactor
-// so its worker's other fibers run) or when an injected fault (WEFT_FAULTS) says it would block.
-// Then the caller goes through the reactor (RunAbsorbing), which also ends a MSG_DONTWAIT call
-// with EAGAIN.
-template <typename Call>
-std::optional<Result<std::size_t>> TryDirect(const WaitOptions& options, const Call& call) {
-  if ((options.cancel != nullptr && options.cancel->is_cancelled()) ||
-      !scheduler_internal::TakeDirectIoTurn() ||
-      fault::Inject(fault::Site::kIo, fault::Kind::kEagain)) {
-    return std::nullopt;
-  }
-  const ssize_t n = call();
-  if (n >= 0) return Result<std::size_t>(static_cast<std::size_t>(n));
-  if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-    return Result<std::size_t>(static_cast<std::errc>(errno));
-  }
-  return std::nullopt;
-}
-#endif
 
 Absorb ForFlags(int flags) {
 #ifdef MSG_DONTWAIT
@@ -209,22 +161,6 @@ Result<std::size_t> sendmsg(int fd, const MsgHdr* msg, int flags, const WaitOpti
       ForFlags(flags), fd, [&](Reactor& r, IoOp& op) { r.sendmsg(op, fd, msg, flags | kNoSignal); },
       options, "io sendmsg"));
 }
-
-namespace {
-// WriteAll: repeats one writing operation until len bytes went out.
-template <typename WriteOp>
-Result<void> WriteAll(WriteOp op, const void* buf, std::size_t len) {
-  const char* p = static_cast<const char*>(buf);
-  while (len != 0) {
-    Result<std::size_t> n = op(p, len);
-    if (!n.ok()) return n.error();
-    if (*n == 0) return std::errc::io_error;  // a write that makes no progress
-    p += *n;
-    len -= *n;
-  }
-  return {};
-}
-}  // namespace
 
 Result<void> write_all(int fd, const void* buf, std::size_t len, const WaitOptions& options) {
   return WriteAll([&](const char* p, std::size_t n) { return write(fd, p, n, options); }, buf, len);

@@ -17,8 +17,10 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <vector>
 
+#include "internal/io_common.h"
 #include "internal/sim_net.h"
 #include "weft/api/io.h"
 #include "weft/scheduler/io.h"
@@ -95,6 +97,40 @@ Result<int> NewSocket(int family, int type = SOCK_STREAM) {
   return fd;
 }
 #endif
+
+// Address: an fd's own address (getsockname) or its peer's (getpeername), the simulated
+// network's for its fds.
+Result<SocketAddress> Address(int fd, bool peer) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  auto* sa = reinterpret_cast<sockaddr*>(&ss);
+  if (sim_internal::IsSimFd(fd)) {
+    Result<void> r =
+        peer ? sim_internal::PeerAddress(fd, sa, &len) : sim_internal::LocalAddress(fd, sa, &len);
+    if (!r.ok()) return r.error();
+  } else if ((peer ? ::getpeername(NativeSocket(fd), sa, &len)
+                   : ::getsockname(NativeSocket(fd), sa, &len)) != 0) {
+    return LastErrc();
+  }
+  return SocketAddress::from_sockaddr(sa, len);
+}
+
+// OneBuffer: a MsgHdr for one buffer and, if name is not null, a peer address.
+MsgHdr OneBuffer(IoVec* v, void* name, socklen_t namelen) {
+  MsgHdr msg{};
+  msg.msg_name = name;
+  msg.msg_namelen = namelen;
+  msg.msg_iov = v;
+  msg.msg_iovlen = 1;
+  return msg;
+}
+
+// FromAddress: the sender recorded in a receive's address buffer (none if it is not one).
+SocketAddress FromAddress(const sockaddr_storage& from, socklen_t len) {
+  Result<SocketAddress> a =
+      SocketAddress::from_sockaddr(reinterpret_cast<const sockaddr*>(&from), len);
+  return a.ok() ? *a : SocketAddress();
+}
 
 }  // namespace
 
@@ -331,27 +367,9 @@ Result<void> TcpStream::set_nodelay(bool on) {
   return {};
 }
 
-Result<SocketAddress> TcpStream::peer_address() const {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (sim_internal::IsSimFd(fd_)) {
-    Result<void> r = sim_internal::PeerAddress(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
-    if (!r.ok()) return r.error();
-  } else if (::getpeername(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
-    return LastErrc();
-  return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
-}
+Result<SocketAddress> TcpStream::peer_address() const { return Address(fd_, /*peer=*/true); }
 
-Result<SocketAddress> TcpStream::local_address() const {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (sim_internal::IsSimFd(fd_)) {
-    Result<void> r = sim_internal::LocalAddress(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
-    if (!r.ok()) return r.error();
-  } else if (::getsockname(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
-    return LastErrc();
-  return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
-}
+Result<SocketAddress> TcpStream::local_address() const { return Address(fd_, /*peer=*/false); }
 
 Result<void> TcpStream::close() {
   if (fd_ < 0) return {};
@@ -400,16 +418,7 @@ Result<TcpStream> TcpListener::accept(const WaitOptions& options) {
   return TcpStream(*fd);
 }
 
-Result<SocketAddress> TcpListener::local_address() const {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (sim_internal::IsSimFd(fd_)) {
-    Result<void> r = sim_internal::LocalAddress(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
-    if (!r.ok()) return r.error();
-  } else if (::getsockname(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
-    return LastErrc();
-  return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
-}
+Result<SocketAddress> TcpListener::local_address() const { return Address(fd_, /*peer=*/false); }
 
 Result<void> TcpListener::close() {
   if (fd_ < 0) return {};
@@ -448,11 +457,7 @@ Result<std::size_t> UdpSocket::send_to(const void* buf, std::size_t len, const S
   if (to.size() == 0) return std::errc::invalid_argument;
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;
   IoVec v{const_cast<void*>(buf), len};
-  MsgHdr msg{};
-  msg.msg_name = const_cast<sockaddr*>(to.data());
-  msg.msg_namelen = to.size();
-  msg.msg_iov = &v;
-  msg.msg_iovlen = 1;
+  const MsgHdr msg = OneBuffer(&v, const_cast<sockaddr*>(to.data()), to.size());
   return io::sendmsg(fd_, &msg, 0, options);
 }
 
@@ -461,32 +466,15 @@ Result<UdpSocket::Datagram> UdpSocket::recv_from(void* buf, std::size_t len,
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;
   sockaddr_storage from{};
   IoVec v{buf, len};
-  MsgHdr msg{};
-  msg.msg_name = &from;
-  msg.msg_namelen = sizeof from;
-  msg.msg_iov = &v;
-  msg.msg_iovlen = 1;
+  MsgHdr msg = OneBuffer(&v, &from, sizeof from);
   Result<std::size_t> n = io::recvmsg(fd_, &msg, 0, options);
   if (!n.ok()) return n.error();
-  Datagram d;
-  d.size = *n;
-  d.truncated = (msg.msg_flags & kMsgTruncated) != 0;
-  Result<SocketAddress> a =
-      SocketAddress::from_sockaddr(reinterpret_cast<const sockaddr*>(&from), msg.msg_namelen);
-  if (a.ok()) d.from = *a;
-  return d;
+  return Datagram{*n, FromAddress(from, msg.msg_namelen), (msg.msg_flags & kMsgTruncated) != 0};
 }
 
 namespace {
 // kMaxBatch: datagrams per batch call (Linux's UIO_MAXIOV bounds recvmmsg and sendmmsg too).
 constexpr std::size_t kMaxBatch = 1024;
-
-// FromAddress: the sender recorded in a receive's address buffer.
-SocketAddress FromAddress(const sockaddr_storage& from, socklen_t len) {
-  Result<SocketAddress> a =
-      SocketAddress::from_sockaddr(reinterpret_cast<const sockaddr*>(&from), len);
-  return a.ok() ? *a : SocketAddress();
-}
 }  // namespace
 
 Result<std::size_t> UdpSocket::recv_batch(Buffer* buffers, std::size_t count,
@@ -579,17 +567,13 @@ Result<std::size_t> UdpSocket::send_batch(const Outgoing* datagrams, std::size_t
     msgs[i].msg_hdr.msg_iov = &iov[i];
     msgs[i].msg_hdr.msg_iovlen = 1;
   }
-  if (options.cancel != nullptr && options.cancel->is_cancelled()) {
-    return std::errc::operation_canceled;
-  }
-  // (A fiber past its budget of direct turns goes through the reactor below, and so parks.)
-  if (!scheduler_internal::InSimulation() && scheduler_internal::TakeDirectIoTurn()) {
-    int n;
-    do {
-      n = ::sendmmsg(fd_, msgs.data(), static_cast<unsigned>(count), MSG_DONTWAIT | MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
-    if (n > 0) return static_cast<std::size_t>(n);
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return LastErrc();
+  // Tried directly, as a send is (io_internal::TryDirect); when it would block, or may not be
+  // tried, the first datagram goes through the reactor below, and so parks.
+  if (std::optional<Result<std::size_t>> r = io_internal::TryDirect(options, [&] {
+        return static_cast<ssize_t>(::sendmmsg(fd_, msgs.data(), static_cast<unsigned>(count),
+                                               MSG_DONTWAIT | MSG_NOSIGNAL));
+      })) {
+    return *r;
   }
 #endif
   // The first waits for room (parks a fiber); the rest go while they need not wait.
@@ -627,28 +611,18 @@ Result<void> UdpSocket::connect(const SocketAddress& peer) {
 Result<std::size_t> UdpSocket::send(const void* buf, std::size_t len, const WaitOptions& options) {
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;
   IoVec v{const_cast<void*>(buf), len};
-  MsgHdr msg{};
-  msg.msg_iov = &v;
-  msg.msg_iovlen = 1;
+  const MsgHdr msg = OneBuffer(&v, nullptr, 0);
   return io::sendmsg(fd_, &msg, 0, options);
 }
 
 Result<std::size_t> UdpSocket::recv(void* buf, std::size_t len, const WaitOptions& options) {
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;
   IoVec v{buf, len};
-  MsgHdr msg{};
-  msg.msg_iov = &v;
-  msg.msg_iovlen = 1;
+  MsgHdr msg = OneBuffer(&v, nullptr, 0);
   return io::recvmsg(fd_, &msg, 0, options);
 }
 
-Result<SocketAddress> UdpSocket::local_address() const {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getsockname(NativeSocket(fd_), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
-    return LastErrc();
-  return SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&ss), len);
-}
+Result<SocketAddress> UdpSocket::local_address() const { return Address(fd_, /*peer=*/false); }
 
 Result<void> UdpSocket::set_broadcast(bool on) {
   int v = on ? 1 : 0;
