@@ -162,9 +162,13 @@ struct Network::State {
     by_name.emplace("main", 0);
   }
 
+  // Key: a host pair as cuts keeps it, the lower id first.
+  static std::pair<std::uint32_t, std::uint32_t> Key(std::uint32_t a, std::uint32_t b) {
+    return {std::min(a, b), std::max(a, b)};
+  }
   bool Cut(std::uint32_t a, std::uint32_t b) const {
     if (a == b || cuts.empty()) return false;
-    return cuts.count({std::min(a, b), std::max(a, b)}) != 0;
+    return cuts.count(Key(a, b)) != 0;
   }
   bool Cut(const Connection& c) const { return Cut(c.host[0], c.host[1]); }
 
@@ -223,6 +227,17 @@ struct Network::State {
       free_fds.insert(fd);
     } catch (const std::bad_alloc&) {  // the number is not reused; the others still are
     }
+  }
+
+  // HostsNamed: the hosts a and b, in that order (ENOENT for a name no host has; EINVAL for one
+  // host twice unless same_ok).
+  Result<std::pair<std::uint32_t, std::uint32_t>> HostsNamed(std::string_view a, std::string_view b,
+                                                             bool same_ok) const {
+    Result<std::uint32_t> x = HostNamed(a), y = HostNamed(b);
+    if (!x.ok()) return x.error();
+    if (!y.ok()) return y.error();
+    if (*x == *y && !same_ok) return std::errc::invalid_argument;
+    return std::pair{*x, *y};
   }
 
   Result<std::uint32_t> HostNamed(std::string_view name) const {
@@ -490,19 +505,18 @@ Host Network::current_host() {
 
 Result<void> Network::partition(std::string_view a, std::string_view b) {
   Locked lock(*state_);
-  Result<std::uint32_t> x = state_->HostNamed(a), y = state_->HostNamed(b);
-  if (!x.ok()) return x.error();
-  if (!y.ok()) return y.error();
-  if (*x == *y) return std::errc::invalid_argument;
+  Result<std::pair<std::uint32_t, std::uint32_t>> hosts = state_->HostsNamed(a, b, false);
+  if (!hosts.ok()) return hosts.error();
+  const auto [x, y] = *hosts;
   try {
-    if (!state_->cuts.insert({std::min(*x, *y), std::max(*x, *y)}).second) return {};
+    if (!state_->cuts.insert(State::Key(x, y)).second) return {};
   } catch (const std::bad_alloc&) {
     return std::errc::not_enough_memory;
   }
-  scheduler_internal::SimRecordEvent("net.partition", *x, *y, 0);
+  scheduler_internal::SimRecordEvent("net.partition", x, y, 0);
   // What is in flight between them now waits for the heal; what has arrived stays readable.
   const Nanos now = Now();
-  for (Connection* c : state_->Between(*x, *y)) {
+  for (Connection* c : state_->Between(x, y)) {
     for (Direction& d : c->dir) {
       for (Segment& seg : d.segments) seg.held = seg.held || seg.due > now;
       d.fin_held = d.fin_held || (d.fin && d.fin_due > now);
@@ -546,13 +560,12 @@ void Healed(Network::State& st, std::uint32_t x, std::uint32_t y) {
 
 Result<void> Network::heal(std::string_view a, std::string_view b) {
   Locked lock(*state_);
-  Result<std::uint32_t> x = state_->HostNamed(a), y = state_->HostNamed(b);
-  if (!x.ok()) return x.error();
-  if (!y.ok()) return y.error();
-  if (*x == *y) return std::errc::invalid_argument;
-  if (state_->cuts.erase({std::min(*x, *y), std::max(*x, *y)}) != 0) {
-    scheduler_internal::SimRecordEvent("net.heal", *x, *y, 0);
-    Healed(*state_, *x, *y);
+  Result<std::pair<std::uint32_t, std::uint32_t>> hosts = state_->HostsNamed(a, b, false);
+  if (!hosts.ok()) return hosts.error();
+  const auto [x, y] = *hosts;
+  if (state_->cuts.erase(State::Key(x, y)) != 0) {
+    scheduler_internal::SimRecordEvent("net.heal", x, y, 0);
+    Healed(*state_, x, y);
   }
   return {};
 }
@@ -569,11 +582,11 @@ void Network::heal_all() {
 
 Result<std::size_t> Network::reset(std::string_view a, std::string_view b) {
   Locked lock(*state_);
-  Result<std::uint32_t> x = state_->HostNamed(a), y = state_->HostNamed(b);
-  if (!x.ok()) return x.error();
-  if (!y.ok()) return y.error();
+  Result<std::pair<std::uint32_t, std::uint32_t>> hosts = state_->HostsNamed(a, b, true);
+  if (!hosts.ok()) return hosts.error();
   std::size_t n = 0;
-  for (Connection* c : state_->Between(*x, *y)) {  // (queued, not yet accepted, ones too)
+  for (Connection* c :
+       state_->Between(hosts->first, hosts->second)) {  // (queued, not yet accepted, ones too)
     if (c->error == 0) {
       state_->Reset(*c);
       ++n;
