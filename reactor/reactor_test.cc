@@ -123,9 +123,8 @@ class ReactorTest : public ::testing::TestWithParam<ReactorBackend> {
     }
     EXPECT_EQ(in, out);
   }
-  // SocketPair: two connected stream sockets (Windows has no socketpair: loopback TCP there).
-  std::pair<int, int> SocketPair() {
-#ifdef _WIN32
+  // TcpPair: a loopback TCP connection: the connecting socket and the accepted one.
+  std::pair<int, int> TcpPair() {
     sockaddr_in addr;
     int l = Listener(&addr);
     int a = Tcp();
@@ -133,6 +132,11 @@ class ReactorTest : public ::testing::TestWithParam<ReactorBackend> {
     int b = static_cast<int>(::accept(NativeSocket(l), nullptr, nullptr));
     fds_.push_back(b);
     return {a, b};
+  }
+  // SocketPair: two connected stream sockets (Windows has no socketpair: loopback TCP there).
+  std::pair<int, int> SocketPair() {
+#ifdef _WIN32
+    return TcpPair();
 #else
     int sv[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
@@ -779,17 +783,8 @@ TEST_P(ReactorTest, FileOperationsCompleteOnceOrAreRefused) {
 // stream socket pair (a Unix socket on Linux: io_uring falls back to a plain send); the bytes
 // arrive whole and each op completes once.
 TEST_P(ReactorTest, ZeroCopySendsCompleteOnceWithTheirBytes) {
-  sockaddr_in addr;
-  int l = Listener(&addr);
-  int c = Tcp();
-  ASSERT_EQ(ConnectBlocking(c, addr), 0);
-#ifdef _WIN32
-  int s = static_cast<int>(::accept(NativeSocket(l), nullptr, nullptr));
-#else
-  int s = ::accept(l, nullptr, nullptr);
-#endif
+  auto [c, s] = TcpPair();
   ASSERT_GE(s, 0);
-  fds_.push_back(s);
   auto [a, b] = SocketPair();
   for (auto [from, to] : {std::pair<int, int>{c, s}, std::pair<int, int>{a, b}}) {
     std::string out(256 << 10, '\0');
