@@ -681,6 +681,19 @@ void SendOne(State& st, Connection& c, int side, const IoVec* iov, int iovcnt, s
   State::Wake(c.end[1 - side]);
 }
 
+// SendFin: end `side` stops writing (a shutdown, or a close): a FIN after the bytes it sent,
+// held as they are by a partition; the peer wakes to see it.
+void SendFin(State& st, Connection& c, int side, bool closed) {
+  Direction& out = c.dir[side];
+  out.fin = true;
+  out.fin_due = std::max(out.last_due, sim::Now() + st.Latency());
+  out.fin_held = st.Cut(c);
+  out.last_due = out.fin_due;
+  scheduler_internal::SimRecordEvent("net.fin", c.id, static_cast<std::uint64_t>(side),
+                                     closed ? 1 : 0);
+  State::Wake(c.end[1 - side]);
+}
+
 // Readable: bytes that have arrived for the socket, or its end of stream.
 struct Arrival {
   std::size_t bytes = 0;      // bytes arrived and unread
@@ -1077,13 +1090,7 @@ Result<void> Shutdown(int fd, int how) {
   }
   if (how != 0 && !s->shut_wr) {  // SHUT_WR, SHUT_RDWR: a FIN after the bytes sent
     s->shut_wr = true;
-    Direction& out = c.dir[s->side];
-    out.fin = true;
-    out.fin_due = std::max(out.last_due, sim::Now() + st->Latency());
-    out.fin_held = st->Cut(c);
-    out.last_due = out.fin_due;
-    scheduler_internal::SimRecordEvent("net.fin", c.id, static_cast<std::uint64_t>(s->side), 0);
-    State::Wake(c.end[1 - s->side]);
+    SendFin(*st, c, s->side, /*closed=*/false);
     State::Wake(s.get());
   }
   return {};
@@ -1110,13 +1117,7 @@ Result<void> Close(int fd) {
     if (c.dir[1 - s->side].unread > 0) {
       st->Reset(c);  // closed with bytes unread: a RST, as Linux sends
     } else if (!s->shut_wr && c.error == 0) {
-      Direction& out = c.dir[s->side];
-      out.fin = true;
-      out.fin_due = std::max(out.last_due, sim::Now() + st->Latency());
-      out.fin_held = st->Cut(c);
-      out.last_due = out.fin_due;
-      scheduler_internal::SimRecordEvent("net.fin", c.id, static_cast<std::uint64_t>(s->side), 1);
-      State::Wake(c.end[1 - s->side]);
+      SendFin(*st, c, s->side, /*closed=*/true);
     }
   }
   State::Wake(s.get());  // this socket's callers end with ECANCELED
