@@ -54,7 +54,7 @@ std::errc Errno() { return static_cast<std::errc>(errno); }
 // the io calls are (io_internal::RunAbsorbing). Returns the result (>= 0) or the error.
 template <typename Submit>
 Result<std::int64_t> UringCall(const Submit& submit, const WaitOptions& options, const char* what,
-                               int fd) {
+                               io_internal::Fd fd) {
   const std::int64_t r =
       io_internal::RunAbsorbing(io_internal::Absorb::kEagain, fd, submit, options, what);
   if (r < 0) return io_internal::ErrcOf(r);
@@ -127,7 +127,7 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
   if (ring) {
     fd = UringCall(
         [&](Reactor& r, IoOp& op) { r.openat(op, AT_FDCWD, path.c_str(), flags, o.mode); }, wait,
-        "fs open", -1);
+        "fs open", {-1, 0});
   }
   // ENXIO through the ring: a FIFO opened for writing with no reader (io_uring opens without
   // waiting): on a blocking thread, which waits for the reader as open(2) does.
@@ -169,6 +169,10 @@ Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offs
   // a budget of direct turns; through the ring it costs about the same.)
   bool done = false;
   if (len <= kMaxDirectRead && scheduler_internal::TakeDirectIoTurn()) {
+    // An FdUse (scheduler/io.h): a close that began since the open refuses it; one that begins
+    // during the read waits for it.
+    scheduler_internal::FdUse use(fd, epoch_);
+    if (use.refused()) return std::errc::operation_canceled;
     iovec v{buf, ClampIoLength(len)};
     ssize_t n = ::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT);
     if (n < 0 && errno == ESPIPE) n = ::preadv2(fd, &v, 1, -1, RWF_NOWAIT);  // a pipe: no offset
@@ -182,7 +186,7 @@ Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offs
     // EAGAIN: not (all) cached; EOPNOTSUPP: no RWF_NOWAIT here: the usual way.
   }
   if (!done && scheduler_internal::FileIoThroughReactor()) {
-    out = io::read(fd, buf, len, options, static_cast<std::int64_t>(offset));
+    out = io_internal::Read({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset));
   } else if (!done) {
     out = AsSize(BlockingOn(fd, epoch_, [&] {
       ssize_t r = ::pread(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
@@ -205,7 +209,7 @@ Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64
   len = Clamp(len, offset);
   Result<std::size_t> out = std::size_t{0};
   if (scheduler_internal::FileIoThroughReactor()) {
-    out = io::write(fd, buf, len, options, static_cast<std::int64_t>(offset));
+    out = io_internal::Write({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset));
   } else {
     out = AsSize(BlockingOn(fd, epoch_, [&] {
       ssize_t r = ::pwrite(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
@@ -224,7 +228,7 @@ Result<void> Sync(int fd, std::uint32_t epoch, bool datasync, const WaitOptions&
   Result<std::int64_t> r = std::errc::invalid_argument;
   if (scheduler_internal::FileIoThroughReactor()) {
     r = UringCall([&](Reactor& re, IoOp& op) { re.fsync(op, fd, datasync); }, options, "fs sync",
-                  fd);
+                  {fd, epoch});
   } else {
     r = BlockingOn(fd, epoch, [&] {
       return static_cast<std::int64_t>(datasync ? ::fdatasync(fd) : ::fsync(fd));
@@ -249,7 +253,8 @@ Result<FileStat> File::stat(const WaitOptions& options) {
   if (scheduler_internal::FileIoThroughReactor()) {
     struct statx sx {};
     Result<std::int64_t> r =
-        UringCall([&](Reactor& re, IoOp& op) { re.statx(op, fd, &sx); }, options, "fs stat", fd);
+        UringCall([&](Reactor& re, IoOp& op) { re.statx(op, fd, &sx); }, options, "fs stat",
+                  {fd, epoch_});
     if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
     if (!r.ok()) return r.error();
     out.size = sx.stx_size;

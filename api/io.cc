@@ -19,18 +19,11 @@
 #include "weft/base/fault.h"
 #include "weft/scheduler/io.h"
 
-namespace weft::io {
+namespace weft {
+namespace io_internal {
 namespace {
 
-using io_internal::Absorb;
-using io_internal::ErrcOf;
-using io_internal::RunAbsorbing;
-using io_internal::Size;
-using io_internal::WriteAll;
 using scheduler_internal::RunIo;
-#ifndef _WIN32
-using io_internal::TryDirect;
-#endif
 
 // kNoSignal: MSG_NOSIGNAL where a closed peer would otherwise raise SIGPIPE (Windows has none).
 #ifdef MSG_NOSIGNAL
@@ -60,46 +53,52 @@ Absorb ForFlags(int flags) {
 
 }  // namespace
 
-Result<std::size_t> read(int fd, void* buf, std::size_t len, const WaitOptions& options,
+Result<std::size_t> Read(Fd at, void* buf, std::size_t len, const WaitOptions& options,
                          std::int64_t offset) {
+  const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) return SimRecv(fd, buf, len, 0, options);
   return Size(RunAbsorbing(
-      Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.read(op, fd, buf, len, offset); }, options,
+      Absorb::kEagain, at, [&](Reactor& r, IoOp& op) { r.read(op, fd, buf, len, offset); }, options,
       "io read"));
 }
 
-Result<std::size_t> write(int fd, const void* buf, std::size_t len, const WaitOptions& options,
+Result<std::size_t> Write(Fd at, const void* buf, std::size_t len, const WaitOptions& options,
                           std::int64_t offset) {
+  const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) return SimSend(fd, buf, len, 0, options);
   return Size(RunAbsorbing(
-      Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.write(op, fd, buf, len, offset); },
+      Absorb::kEagain, at, [&](Reactor& r, IoOp& op) { r.write(op, fd, buf, len, offset); },
       options, "io write"));
 }
 
-Result<std::size_t> readv(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
+Result<std::size_t> Readv(Fd at, const IoVec* iov, int iovcnt, const WaitOptions& options) {
+  const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) return sim_internal::Recv(fd, iov, iovcnt, 0, options);
   return Size(RunAbsorbing(
-      Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.readv(op, fd, iov, iovcnt); }, options,
+      Absorb::kEagain, at, [&](Reactor& r, IoOp& op) { r.readv(op, fd, iov, iovcnt); }, options,
       "io readv"));
 }
 
-Result<std::size_t> writev(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
+Result<std::size_t> Writev(Fd at, const IoVec* iov, int iovcnt, const WaitOptions& options) {
+  const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) return sim_internal::Send(fd, iov, iovcnt, 0, options);
   return Size(RunAbsorbing(
-      Absorb::kEagain, fd, [&](Reactor& r, IoOp& op) { r.writev(op, fd, iov, iovcnt); }, options,
+      Absorb::kEagain, at, [&](Reactor& r, IoOp& op) { r.writev(op, fd, iov, iovcnt); }, options,
       "io writev"));
 }
 
-Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags,
+Result<std::size_t> Recv(Fd at, void* buf, std::size_t len, int flags,
                          const WaitOptions& options) {
+  const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) return SimRecv(fd, buf, len, flags, options);
   return Size(RunAbsorbing(
-      ForFlags(flags), fd, [&](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); }, options,
+      ForFlags(flags), at, [&](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); }, options,
       "io recv"));
 }
 
-Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
+Result<std::size_t> Send(Fd at, const void* buf, std::size_t len, int flags,
                          const WaitOptions& options) {
+  const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) return SimSend(fd, buf, len, flags, options);
 #ifdef MSG_ZEROCOPY
   if ((flags & MSG_ZEROCOPY) != 0) {
@@ -107,7 +106,7 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
     // Never tried directly: a direct send copies.
     const int rest = (flags & ~MSG_ZEROCOPY) | kNoSignal;
     return Size(RunAbsorbing(
-        ForFlags(flags), fd, [&](Reactor& r, IoOp& op) { r.send_zerocopy(op, fd, buf, len, rest); },
+        ForFlags(flags), at, [&](Reactor& r, IoOp& op) { r.send_zerocopy(op, fd, buf, len, rest); },
         options, "io send zerocopy"));
   }
 #endif
@@ -117,7 +116,7 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
   // Not when a cancelled token must fail the call, nor past the fiber's budget of direct turns.
   // (A deadline matters only to a send that waits, here as in the reactor.)
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;  // as the reactor says
-  if (std::optional<Result<std::size_t>> r = TryDirect(options, [&] {
+  if (std::optional<Result<std::size_t>> r = TryDirect(at, options, [&] {
         return ::send(fd, buf, ClampIoLength(len), flags | kNoSignal | MSG_DONTWAIT);
       })) {
     return *r;
@@ -125,12 +124,13 @@ Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
 #endif
   // MSG_NOSIGNAL: a closed peer is an EPIPE error, not a process-killing SIGPIPE.
   return Size(RunAbsorbing(
-      ForFlags(flags), fd,
+      ForFlags(flags), at,
       [&](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | kNoSignal); }, options,
       "io send"));
 }
 
-Result<std::size_t> recvmsg(int fd, MsgHdr* msg, int flags, const WaitOptions& options) {
+Result<std::size_t> RecvMsg(Fd at, MsgHdr* msg, int flags, const WaitOptions& options) {
+  const int fd = at.fd;
   // (The simulated network has no datagrams.)
   if (sim_internal::IsSimFd(fd)) return std::errc::not_supported;
 #ifndef _WIN32
@@ -138,43 +138,44 @@ Result<std::size_t> recvmsg(int fd, MsgHdr* msg, int flags, const WaitOptions& o
   // wait); only when none is does the call park. Within the fiber's budget, as a send.
   if (BadMsg(msg)) return std::errc::invalid_argument;
   if (std::optional<Result<std::size_t>> r =
-          TryDirect(options, [&] { return ::recvmsg(fd, msg, flags | MSG_DONTWAIT); })) {
+          TryDirect(at, options, [&] { return ::recvmsg(fd, msg, flags | MSG_DONTWAIT); })) {
     return *r;
   }
 #endif
   return Size(RunAbsorbing(
-      ForFlags(flags), fd, [&](Reactor& r, IoOp& op) { r.recvmsg(op, fd, msg, flags); }, options,
+      ForFlags(flags), at, [&](Reactor& r, IoOp& op) { r.recvmsg(op, fd, msg, flags); }, options,
       "io recvmsg"));
 }
 
-Result<std::size_t> sendmsg(int fd, const MsgHdr* msg, int flags, const WaitOptions& options) {
+Result<std::size_t> SendMsg(Fd at, const MsgHdr* msg, int flags, const WaitOptions& options) {
+  const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) return std::errc::not_supported;
 #ifndef _WIN32
   // As send: a datagram's send seldom waits, so it is first tried without the reactor.
   if (BadMsg(msg)) return std::errc::invalid_argument;
   if (std::optional<Result<std::size_t>> r = TryDirect(
-          options, [&] { return ::sendmsg(fd, msg, flags | kNoSignal | MSG_DONTWAIT); })) {
+          at, options, [&] { return ::sendmsg(fd, msg, flags | kNoSignal | MSG_DONTWAIT); })) {
     return *r;
   }
 #endif
   return Size(RunAbsorbing(
-      ForFlags(flags), fd, [&](Reactor& r, IoOp& op) { r.sendmsg(op, fd, msg, flags | kNoSignal); },
+      ForFlags(flags), at, [&](Reactor& r, IoOp& op) { r.sendmsg(op, fd, msg, flags | kNoSignal); },
       options, "io sendmsg"));
 }
 
-Result<void> write_all(int fd, const void* buf, std::size_t len, const WaitOptions& options) {
-  return WriteAll([&](const char* p, std::size_t n) { return write(fd, p, n, options); }, buf, len);
+Result<void> WriteAllOn(Fd at, const void* buf, std::size_t len, const WaitOptions& options) {
+  return WriteAll([&](const char* p, std::size_t n) { return Write(at, p, n, options); }, buf, len);
 }
 
-Result<void> send_all(int fd, const void* buf, std::size_t len, const WaitOptions& options) {
-  return WriteAll([&](const char* p, std::size_t n) { return send(fd, p, n, 0, options); }, buf,
+Result<void> SendAll(Fd at, const void* buf, std::size_t len, const WaitOptions& options) {
+  return WriteAll([&](const char* p, std::size_t n) { return Send(at, p, n, 0, options); }, buf,
                   len);
 }
 
-Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& options) {
+Result<void> ReadExact(Fd at, void* buf, std::size_t len, const WaitOptions& options) {
   char* p = static_cast<char*>(buf);
   while (len != 0) {
-    Result<std::size_t> n = read(fd, p, len, options);
+    Result<std::size_t> n = Read(at, p, len, options);
     if (!n.ok()) return n.error();
     if (*n == 0) return std::errc::connection_aborted;
     p += *n;
@@ -183,10 +184,59 @@ Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& o
   return {};
 }
 
+}  // namespace io_internal
+
+namespace io {
+
+using io_internal::Absorb;
+using io_internal::ErrcOf;
+using io_internal::Fd;
+using io_internal::RunAbsorbing;
+using scheduler_internal::RunIo;
+
+// The calls on a bare number: the close epoch is the number's when the call starts.
+Result<std::size_t> read(int fd, void* buf, std::size_t len, const WaitOptions& options,
+                         std::int64_t offset) {
+  return io_internal::Read(Fd::Now(fd), buf, len, options, offset);
+}
+Result<std::size_t> write(int fd, const void* buf, std::size_t len, const WaitOptions& options,
+                          std::int64_t offset) {
+  return io_internal::Write(Fd::Now(fd), buf, len, options, offset);
+}
+Result<std::size_t> readv(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
+  return io_internal::Readv(Fd::Now(fd), iov, iovcnt, options);
+}
+Result<std::size_t> writev(int fd, const IoVec* iov, int iovcnt, const WaitOptions& options) {
+  return io_internal::Writev(Fd::Now(fd), iov, iovcnt, options);
+}
+Result<std::size_t> recv(int fd, void* buf, std::size_t len, int flags,
+                         const WaitOptions& options) {
+  return io_internal::Recv(Fd::Now(fd), buf, len, flags, options);
+}
+Result<std::size_t> send(int fd, const void* buf, std::size_t len, int flags,
+                         const WaitOptions& options) {
+  return io_internal::Send(Fd::Now(fd), buf, len, flags, options);
+}
+Result<std::size_t> recvmsg(int fd, MsgHdr* msg, int flags, const WaitOptions& options) {
+  return io_internal::RecvMsg(Fd::Now(fd), msg, flags, options);
+}
+Result<std::size_t> sendmsg(int fd, const MsgHdr* msg, int flags, const WaitOptions& options) {
+  return io_internal::SendMsg(Fd::Now(fd), msg, flags, options);
+}
+Result<void> write_all(int fd, const void* buf, std::size_t len, const WaitOptions& options) {
+  return io_internal::WriteAllOn(Fd::Now(fd), buf, len, options);
+}
+Result<void> send_all(int fd, const void* buf, std::size_t len, const WaitOptions& options) {
+  return io_internal::SendAll(Fd::Now(fd), buf, len, options);
+}
+Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& options) {
+  return io_internal::ReadExact(Fd::Now(fd), buf, len, options);
+}
+
 Result<int> accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
   if (sim_internal::IsSimFd(fd)) return sim_internal::Accept(fd, addr, addrlen, options);
   std::int64_t r = RunAbsorbing(
-      Absorb::kAccept, fd, [&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); },
+      Absorb::kAccept, Fd::Now(fd), [&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); },
       options, "io accept");
   if (r < 0) return ErrcOf(r);
   return static_cast<int>(r);
@@ -255,4 +305,5 @@ Result<void> make_nonblocking(int fd) {
 }
 #endif
 
-}  // namespace weft::io
+}  // namespace io
+}  // namespace weft

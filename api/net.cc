@@ -297,9 +297,12 @@ Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t 
 
 // ---- TcpStream ------------------------------------------------------------------------------
 
+TcpStream::TcpStream(int fd) : fd_(fd), epoch_(scheduler_internal::CloseEpoch(fd)) {}
+
 TcpStream& TcpStream::operator=(TcpStream&& other) noexcept {
   if (this != &other) {
     (void)close();
+    epoch_ = other.epoch_;
     fd_ = other.release();
   }
   return *this;
@@ -330,19 +333,19 @@ Result<TcpStream> TcpStream::connect(std::string_view host, std::uint16_t port,
 }
 
 Result<std::size_t> TcpStream::read(void* buf, std::size_t len, const WaitOptions& options) {
-  return io::recv(fd_, buf, len, 0, options);
+  return io_internal::Recv({fd_, epoch_}, buf, len, 0, options);
 }
 
 Result<std::size_t> TcpStream::write(const void* buf, std::size_t len, const WaitOptions& options) {
-  return io::send(fd_, buf, len, 0, options);
+  return io_internal::Send({fd_, epoch_}, buf, len, 0, options);
 }
 
 Result<void> TcpStream::write_all(const void* buf, std::size_t len, const WaitOptions& options) {
-  return io::send_all(fd_, buf, len, options);
+  return io_internal::SendAll({fd_, epoch_}, buf, len, options);
 }
 
 Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions& options) {
-  return io::read_exact(fd_, buf, len, options);
+  return io_internal::ReadExact({fd_, epoch_}, buf, len, options);
 }
 
 Result<void> TcpStream::shutdown_write() {
@@ -429,9 +432,12 @@ Result<void> TcpListener::close() {
 
 // ---- UdpSocket ------------------------------------------------------------------------------
 
+UdpSocket::UdpSocket(int fd) : fd_(fd), epoch_(scheduler_internal::CloseEpoch(fd)) {}
+
 UdpSocket& UdpSocket::operator=(UdpSocket&& other) noexcept {
   if (this != &other) {
     (void)close();
+    epoch_ = other.epoch_;
     fd_ = other.release();
   }
   return *this;
@@ -458,7 +464,7 @@ Result<std::size_t> UdpSocket::send_to(const void* buf, std::size_t len, const S
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;
   IoVec v{const_cast<void*>(buf), len};
   const MsgHdr msg = OneBuffer(&v, const_cast<sockaddr*>(to.data()), to.size());
-  return io::sendmsg(fd_, &msg, 0, options);
+  return io_internal::SendMsg({fd_, epoch_}, &msg, 0, options);
 }
 
 Result<UdpSocket::Datagram> UdpSocket::recv_from(void* buf, std::size_t len,
@@ -467,7 +473,7 @@ Result<UdpSocket::Datagram> UdpSocket::recv_from(void* buf, std::size_t len,
   sockaddr_storage from{};
   IoVec v{buf, len};
   MsgHdr msg = OneBuffer(&v, &from, sizeof from);
-  Result<std::size_t> n = io::recvmsg(fd_, &msg, 0, options);
+  Result<std::size_t> n = io_internal::RecvMsg({fd_, epoch_}, &msg, 0, options);
   if (!n.ok()) return n.error();
   return Datagram{*n, FromAddress(from, msg.msg_namelen), (msg.msg_flags & kMsgTruncated) != 0};
 }
@@ -525,10 +531,13 @@ Result<std::size_t> UdpSocket::recv_batch(Buffer* buffers, std::size_t count,
     msgs[i].msg_hdr.msg_iov = &iov[i];
     msgs[i].msg_hdr.msg_iovlen = 1;
   }
-  if (rest > 0) {
+  // An FdUse (scheduler/io.h): not on a number whose close began since the socket opened.
+  const int fd = fd_;
+  scheduler_internal::FdUse use(fd, epoch_);
+  if (rest > 0 && !use.refused()) {
     int n;
     do {
-      n = ::recvmmsg(fd_, msgs.data(), static_cast<unsigned>(rest), MSG_DONTWAIT, nullptr);
+      n = ::recvmmsg(fd, msgs.data(), static_cast<unsigned>(rest), MSG_DONTWAIT, nullptr);
     } while (n < 0 && errno == EINTR);
     for (int i = 0; i < n; ++i) {
       const mmsghdr& m = msgs[static_cast<std::size_t>(i)];
@@ -550,6 +559,7 @@ Result<std::size_t> UdpSocket::send_batch(const Outgoing* datagrams, std::size_t
     }
   }
   std::size_t sent = 0;
+  const int fd = fd_;
 #ifndef _WIN32
   // All of them in one sendmmsg, without waiting.
   std::vector<mmsghdr> msgs;
@@ -569,8 +579,8 @@ Result<std::size_t> UdpSocket::send_batch(const Outgoing* datagrams, std::size_t
   }
   // Tried directly, as a send is (io_internal::TryDirect); when it would block, or may not be
   // tried, the first datagram goes through the reactor below, and so parks.
-  if (std::optional<Result<std::size_t>> r = io_internal::TryDirect(options, [&] {
-        return static_cast<ssize_t>(::sendmmsg(fd_, msgs.data(), static_cast<unsigned>(count),
+  if (std::optional<Result<std::size_t>> r = io_internal::TryDirect({fd, epoch_}, options, [&] {
+        return static_cast<ssize_t>(::sendmmsg(fd, msgs.data(), static_cast<unsigned>(count),
                                                MSG_DONTWAIT | MSG_NOSIGNAL));
       })) {
     return *r;
@@ -581,17 +591,18 @@ Result<std::size_t> UdpSocket::send_batch(const Outgoing* datagrams, std::size_t
       send_to(datagrams[0].data, datagrams[0].size, datagrams[0].to, options);
   if (!first.ok()) return first.error();
   sent = 1;
-  for (; sent < count; ++sent) {
+  scheduler_internal::FdUse use(fd, epoch_);  // as in recv_batch
+  for (; sent < count && !use.refused(); ++sent) {
     const Outgoing& d = datagrams[sent];
 #ifdef _WIN32
     WSABUF b{static_cast<ULONG>(d.size), static_cast<char*>(const_cast<void*>(d.data))};
     DWORD bytes = 0;
-    if (::WSASendTo(NativeSocket(fd_), &b, 1, &bytes, 0, d.to.data(), d.to.size(), nullptr,
+    if (::WSASendTo(NativeSocket(fd), &b, 1, &bytes, 0, d.to.data(), d.to.size(), nullptr,
                     nullptr) != 0) {
       break;
     }
 #else
-    if (::sendto(fd_, d.data, d.size, MSG_DONTWAIT | MSG_NOSIGNAL, d.to.data(), d.to.size()) < 0) {
+    if (::sendto(fd, d.data, d.size, MSG_DONTWAIT | MSG_NOSIGNAL, d.to.data(), d.to.size()) < 0) {
       break;
     }
 #endif
@@ -612,14 +623,14 @@ Result<std::size_t> UdpSocket::send(const void* buf, std::size_t len, const Wait
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;
   IoVec v{const_cast<void*>(buf), len};
   const MsgHdr msg = OneBuffer(&v, nullptr, 0);
-  return io::sendmsg(fd_, &msg, 0, options);
+  return io_internal::SendMsg({fd_, epoch_}, &msg, 0, options);
 }
 
 Result<std::size_t> UdpSocket::recv(void* buf, std::size_t len, const WaitOptions& options) {
   if (BadIoRequest(buf, len)) return std::errc::invalid_argument;
   IoVec v{buf, len};
   MsgHdr msg = OneBuffer(&v, nullptr, 0);
-  return io::recvmsg(fd_, &msg, 0, options);
+  return io_internal::RecvMsg({fd_, epoch_}, &msg, 0, options);
 }
 
 Result<SocketAddress> UdpSocket::local_address() const { return Address(fd_, /*peer=*/false); }

@@ -61,9 +61,9 @@ Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t 
 class TcpStream {
  public:
   TcpStream() = default;
-  explicit TcpStream(int fd) : fd_(fd) {}  // adopts a connected, non-blocking socket
+  explicit TcpStream(int fd);  // adopts a connected, non-blocking socket
   ~TcpStream() { (void)close(); }
-  TcpStream(TcpStream&& other) noexcept : fd_(other.release()) {}
+  TcpStream(TcpStream&& other) noexcept : fd_(other.release()), epoch_(other.epoch_) {}
   TcpStream& operator=(TcpStream&& other) noexcept;
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
@@ -88,15 +88,15 @@ class TcpStream {
 
   bool is_open() const { return fd_ >= 0; }
   int fd() const { return fd_; }
-  int release() {  // gives up ownership of the fd
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
+  int release() { return fd_.exchange(-1); }  // gives up ownership of the fd
   Result<void> close();  // fails this fd's pending operations, then closes; idempotent
 
  private:
-  int fd_ = -1;
+  // Atomic: a close may race with another fiber's call, which then ends operation_canceled
+  // (docs/api.md, "Rules and limits"); epoch_: the fd's close epoch when adopted, which each
+  // call hands on so that it never reaches the number's next file.
+  std::atomic<int> fd_{-1};
+  std::uint32_t epoch_ = 0;
 };
 
 class TcpListener {
@@ -131,7 +131,7 @@ class UdpSocket {
  public:
   UdpSocket() = default;
   ~UdpSocket() { (void)close(); }
-  UdpSocket(UdpSocket&& other) noexcept : fd_(other.release()) {}
+  UdpSocket(UdpSocket&& other) noexcept : fd_(other.release()), epoch_(other.epoch_) {}
   UdpSocket& operator=(UdpSocket&& other) noexcept;
   UdpSocket(const UdpSocket&) = delete;
   UdpSocket& operator=(const UdpSocket&) = delete;
@@ -190,9 +190,10 @@ class UdpSocket {
   Result<void> close();  // fails this fd's pending operations, then closes; idempotent
 
  private:
-  explicit UdpSocket(int fd) : fd_(fd) {}
-  // Atomic: a close may race with another fiber's call (which then ends operation_canceled).
+  explicit UdpSocket(int fd);
+  // As TcpStream's.
   std::atomic<int> fd_{-1};
+  std::uint32_t epoch_ = 0;
 };
 
 }  // namespace weft::net

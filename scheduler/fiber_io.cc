@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "internal/fd_use.h"
 #include "internal/runtime_impl.h"
 #include "weft/base/internal/fd_table.h"
 #include "weft/base/thread_exit.h"
@@ -68,7 +69,7 @@ Reactor* ThreadReactorOrNull(std::errc* error) {
 }  // namespace
 
 std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what,
-                   int fd) {
+                   int fd, std::int64_t epoch) {
   const CancellationToken* token = options.cancel;
   Worker* w = t_worker;
   Fiber* f = w != nullptr ? w->current : nullptr;
@@ -89,7 +90,11 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     if (f->waiter.interrupted()) return -ECANCELED;
     req.waiter = &f->waiter;
     req.owner = w;
-    submit(*w->reactor, req.op, arg);
+    {
+      FdUse use(fd, epoch);
+      if (use.refused()) return -ECANCELED;
+      submit(*w->reactor, req.op, arg);
+    }
     // The token's callback only wakes the fiber; the fiber forwards the cancel to the owner.
     sync_internal::CancelRegistration reg;
     reg.fn = [](void* p) { static_cast<Waiter*>(p)->notify(); };
@@ -126,7 +131,11 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     q->result = result;
     q->finished.store(true, std::memory_order_relaxed);  // same thread
   };
-  submit(*r, req.op, arg);
+  {
+    FdUse use(fd, epoch);
+    if (use.refused()) return -ECANCELED;
+    submit(*r, req.op, arg);
+  }
   sync_internal::CancelRegistration reg;
   reg.fn = [](void* p) { static_cast<Reactor*>(p)->wake(); };
   reg.arg = r;
@@ -165,20 +174,30 @@ bool TakeDirectIoTurn() {
 }
 
 namespace {
-// Close epochs: chunks of 64 Ki counters, made on a first close in their range.
-base_internal::FdTable<std::uint32_t, 16, 1 << 24> g_close_epochs;
+// Per fd, the word of scheduler/internal/fd_use.h: close epoch and uses under way. Chunks of
+// 8 Ki words, made on a first use or close in their range.
+base_internal::FdTable<std::uint64_t, 13, 1 << 24> g_fd_uses;
 }  // namespace
 
 std::uint32_t CloseEpoch(int fd) {
-  std::atomic<std::uint32_t>* e = g_close_epochs.at(fd, /*make=*/false);
-  // seq_cst: pairs with the bump in CloseFd, which comes before the close begins.
-  return e == nullptr ? 0 : e->load(std::memory_order_seq_cst);
+  std::atomic<std::uint64_t>* e = g_fd_uses.at(fd, /*make=*/false);
+  return e == nullptr ? 0 : fd_use::Epoch(*e);
+}
+
+FdUse::FdUse(int fd, std::int64_t epoch) {
+  // make: a use must be counted even before the fd's first close made its chunk (a close that
+  // made it later would not see an uncounted use). Out of memory: untracked, as fds >= 2^24.
+  std::atomic<std::uint64_t>* e = g_fd_uses.at(fd, /*make=*/true);
+  if (e == nullptr) return;
+  if (fd_use::Enter(*e, epoch)) {
+    slot_ = e;
+  } else {
+    refused_ = true;
+  }
 }
 
 void CloseFd(int fd) {
-  if (std::atomic<std::uint32_t>* e = g_close_epochs.at(fd, /*make=*/true)) {
-    e->fetch_add(1, std::memory_order_seq_cst);  // before the close begins: see CloseEpoch
-  }
+  if (std::atomic<std::uint64_t>* e = g_fd_uses.at(fd, /*make=*/true)) fd_use::BeginClose(*e);
   // Through the calling execution's reactor, as an operation: it ends the fd's operations in
   // every reactor (each worker's and each thread's) before the fd is closed, and the caller
   // waits for that (a fiber parks; a thread polls its reactor).

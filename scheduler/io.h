@@ -13,11 +13,13 @@
 // simulated network's hooks (SimNetworkSlot, SimRandom, SimRecordEvent, SimHost, SetSimHost),
 // weft::scheduler_internal::FileIoThroughReactor,
 // weft::scheduler_internal::TakeDirectIoTurn,
-// weft::scheduler_internal::CloseFd, weft::scheduler_internal::CloseEpoch.
+// weft::scheduler_internal::CloseFd, weft::scheduler_internal::CloseEpoch,
+// weft::scheduler_internal::FdUse.
 
 #ifndef WEFT_SCHEDULER_IO_H_
 #define WEFT_SCHEDULER_IO_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -34,13 +36,17 @@ using IoSubmit = void (*)(Reactor& reactor, IoOp& op, void* arg);
 // -ETIMEDOUT past options.deadline, -ECANCELED on cancellation or shutdown, the reactor's
 // creation error (negated) when no reactor could be started. `what` and `fd` name the wait in
 // dumps of parked fibers.
+// With an epoch (>= 0; see CloseEpoch), a close of fd that began since makes it return
+// -ECANCELED without submitting; the submission itself is an FdUse of fd in any case.
+inline constexpr std::int64_t kNoEpoch = -1;
 std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what,
-                   int fd);
+                   int fd, std::int64_t epoch = kNoEpoch);
 
 template <typename F>
-std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what, int fd) {
+std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what, int fd,
+                   std::int64_t epoch = kNoEpoch) {
   return RunIo([](Reactor& r, IoOp& op, void* a) { (*static_cast<const F*>(a))(r, op); },
-               const_cast<F*>(&submit), options, what, fd);
+               const_cast<F*>(&submit), options, what, fd, epoch);
 }
 
 // InSimulation: the calling thread runs a simulated runtime (RuntimeOptions::simulation), whose
@@ -81,10 +87,36 @@ bool TakeDirectIoTurn();
 void CloseFd(int fd);
 
 // CloseEpoch: how many times CloseFd has begun closing fd (0 for fds never closed so, and for
-// fds of 2^24 and above). A call that submits an operation again (api/io.cc, after EINTR)
-// compares it with its value at the call's start: a close that began meanwhile ends the call
-// with -ECANCELED, as it ends an operation in flight, instead of reaching the number's next file.
+// fds of 2^24 and above). A call notes it at its start (an object such as fs::File when it
+// opens) and hands it to FdUse and RunIo: a close that began since ends the call with
+// -ECANCELED, as it ends an operation in flight, instead of letting it reach the number's next
+// file.
 std::uint32_t CloseEpoch(int fd);
+
+// FdUse: registers a system call or a reactor submission on fd with CloseFd for the guard's
+// lifetime. A close that begins meanwhile waits for the use to end before it ends fd's
+// operations and closes fd, so a call that is under way never reaches the number's next file.
+// With an epoch (>= 0), refused() says a close began since it was noted: the caller must not
+// touch fd, and ends with -ECANCELED. Hold one only across calls that do not wait (a
+// non-blocking system call, a submission): a close waits for it.
+//
+// The protocol is scheduler/internal/fd_use.h's, on one 64-bit word per fd below 2^24; fds of
+// 2^24 and above (and the simulated network's) are not tracked.
+class FdUse {
+ public:
+  FdUse(int fd, std::int64_t epoch);
+  FdUse(const FdUse&) = delete;
+  FdUse& operator=(const FdUse&) = delete;
+  ~FdUse() {
+    // release: as fd_use::Leave (scheduler/internal/fd_use.h), which it is, inline.
+    if (slot_ != nullptr) slot_->fetch_sub(1, std::memory_order_release);
+  }
+  bool refused() const { return refused_; }
+
+ private:
+  std::atomic<std::uint64_t>* slot_ = nullptr;
+  bool refused_ = false;
+};
 
 }  // namespace weft::scheduler_internal
 

@@ -23,6 +23,16 @@
 
 namespace weft::io_internal {
 
+// Fd: an fd as a call names it: the number, and its close epoch (scheduler/io.h) when the call
+// started, or when the object that holds it (a TcpStream, a File) opened it. A close that began
+// since ends the call with -ECANCELED before it touches the number, which may be another file's
+// by now.
+struct Fd {
+  int fd;
+  std::uint32_t epoch;
+  static Fd Now(int fd) { return {fd, scheduler_internal::CloseEpoch(fd)}; }
+};
+
 inline std::errc ErrcOf(std::int64_t negative_errno) {
   return static_cast<std::errc>(static_cast<int>(-negative_errno));
 }
@@ -41,19 +51,18 @@ inline constexpr int kTransientRetries = 64;
 // it, or an injected fault), EAGAIN unless the caller asked not to wait (MSG_DONTWAIT), and for
 // an accept ECONNABORTED (a connection reset before it was taken: take the next one). Not once
 // fd's close has begun (another fiber closed it meanwhile): the number may be a new file's by
-// now; the call ends with ECANCELED, as an operation in flight would.
+// now; the call ends with ECANCELED, as an operation in flight would (RunIo checks the epoch
+// for each submission).
 enum class Absorb { kEintr, kEagain, kAccept };
 template <typename Submit>
-std::int64_t RunAbsorbing(Absorb what, int fd, const Submit& submit, const WaitOptions& options,
+std::int64_t RunAbsorbing(Absorb what, Fd fd, const Submit& submit, const WaitOptions& options,
                           const char* name) {
-  const std::uint32_t epoch = scheduler_internal::CloseEpoch(fd);
   for (int i = 0;; ++i) {
-    std::int64_t r = scheduler_internal::RunIo(submit, options, name, fd);
+    std::int64_t r = scheduler_internal::RunIo(submit, options, name, fd.fd, fd.epoch);
     bool transient = r == -EINTR ||
                      (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
                      (what == Absorb::kAccept && r == -ECONNABORTED);
     if (!transient || i == kTransientRetries) return r;
-    if (scheduler_internal::CloseEpoch(fd) != epoch) return -ECANCELED;
   }
 }
 
@@ -64,13 +73,19 @@ std::int64_t RunAbsorbing(Absorb what, int fd, const Submit& submit, const WaitO
 // so its worker's other fibers run) or when an injected fault (WEFT_FAULTS) says it would block.
 // Then the caller goes through the reactor (RunAbsorbing), which also ends a MSG_DONTWAIT call
 // with EAGAIN.
+//
+// The call is an FdUse of fd (scheduler/io.h): a close that began since fd.epoch ends it with
+// ECANCELED first, and one that begins during the call waits for it to end, so it never reaches
+// the number's next file.
 template <typename Call>
-std::optional<Result<std::size_t>> TryDirect(const WaitOptions& options, const Call& call) {
+std::optional<Result<std::size_t>> TryDirect(Fd fd, const WaitOptions& options, const Call& call) {
   if ((options.cancel != nullptr && options.cancel->is_cancelled()) ||
       !scheduler_internal::TakeDirectIoTurn() ||
       fault::Inject(fault::Site::kIo, fault::Kind::kEagain)) {
     return std::nullopt;
   }
+  scheduler_internal::FdUse use(fd.fd, fd.epoch);
+  if (use.refused()) return Result<std::size_t>(std::errc::operation_canceled);
   const ssize_t n = call();
   if (n >= 0) return Result<std::size_t>(static_cast<std::size_t>(n));
   if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -79,6 +94,24 @@ std::optional<Result<std::size_t>> TryDirect(const WaitOptions& options, const C
   return std::nullopt;
 }
 #endif
+
+// The io calls (api/io.h) on an Fd, for the objects that note their fd's epoch when they open
+// it (net::TcpStream, net::UdpSocket, fs::File); io::read(fd, ...) and the others are these
+// with Fd::Now(fd). Defined in api/io.cc.
+Result<std::size_t> Read(Fd fd, void* buf, std::size_t len, const WaitOptions& options,
+                         std::int64_t offset = -1);
+Result<std::size_t> Write(Fd fd, const void* buf, std::size_t len, const WaitOptions& options,
+                          std::int64_t offset = -1);
+Result<std::size_t> Readv(Fd fd, const IoVec* iov, int iovcnt, const WaitOptions& options);
+Result<std::size_t> Writev(Fd fd, const IoVec* iov, int iovcnt, const WaitOptions& options);
+Result<std::size_t> Recv(Fd fd, void* buf, std::size_t len, int flags, const WaitOptions& options);
+Result<std::size_t> Send(Fd fd, const void* buf, std::size_t len, int flags,
+                         const WaitOptions& options);
+Result<std::size_t> RecvMsg(Fd fd, MsgHdr* msg, int flags, const WaitOptions& options);
+Result<std::size_t> SendMsg(Fd fd, const MsgHdr* msg, int flags, const WaitOptions& options);
+Result<void> WriteAllOn(Fd fd, const void* buf, std::size_t len, const WaitOptions& options);
+Result<void> SendAll(Fd fd, const void* buf, std::size_t len, const WaitOptions& options);
+Result<void> ReadExact(Fd fd, void* buf, std::size_t len, const WaitOptions& options);
 
 // WriteAll: repeats one writing operation until len bytes went out.
 template <typename WriteOp>
