@@ -252,9 +252,8 @@ Result<FileStat> File::stat(const WaitOptions& options) {
   FileStat out;
   if (scheduler_internal::FileIoThroughReactor()) {
     struct statx sx {};
-    Result<std::int64_t> r =
-        UringCall([&](Reactor& re, IoOp& op) { re.statx(op, fd, &sx); }, options, "fs stat",
-                  {fd, epoch_});
+    Result<std::int64_t> r = UringCall([&](Reactor& re, IoOp& op) { re.statx(op, fd, &sx); },
+                                       options, "fs stat", {fd, epoch_});
     if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
     if (!r.ok()) return r.error();
     out.size = sx.stx_size;

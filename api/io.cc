@@ -87,8 +87,7 @@ Result<std::size_t> Writev(Fd at, const IoVec* iov, int iovcnt, const WaitOption
       "io writev"));
 }
 
-Result<std::size_t> Recv(Fd at, void* buf, std::size_t len, int flags,
-                         const WaitOptions& options) {
+Result<std::size_t> Recv(Fd at, void* buf, std::size_t len, int flags, const WaitOptions& options) {
   const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) return SimRecv(fd, buf, len, flags, options);
   return Size(RunAbsorbing(
@@ -236,8 +235,8 @@ Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& o
 Result<int> accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
   if (sim_internal::IsSimFd(fd)) return sim_internal::Accept(fd, addr, addrlen, options);
   std::int64_t r = RunAbsorbing(
-      Absorb::kAccept, Fd::Now(fd), [&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); },
-      options, "io accept");
+      Absorb::kAccept, Fd::Now(fd),
+      [&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); }, options, "io accept");
   if (r < 0) return ErrcOf(r);
   return static_cast<int>(r);
 }

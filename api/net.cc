@@ -580,8 +580,8 @@ Result<std::size_t> UdpSocket::send_batch(const Outgoing* datagrams, std::size_t
   // Tried directly, as a send is (io_internal::TryDirect); when it would block, or may not be
   // tried, the first datagram goes through the reactor below, and so parks.
   if (std::optional<Result<std::size_t>> r = io_internal::TryDirect({fd, epoch_}, options, [&] {
-        return static_cast<ssize_t>(::sendmmsg(fd, msgs.data(), static_cast<unsigned>(count),
-                                               MSG_DONTWAIT | MSG_NOSIGNAL));
+        return static_cast<ssize_t>(
+            ::sendmmsg(fd, msgs.data(), static_cast<unsigned>(count), MSG_DONTWAIT | MSG_NOSIGNAL));
       })) {
     return *r;
   }

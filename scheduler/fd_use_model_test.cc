@@ -61,7 +61,8 @@ TEST(FdUseModelTest, AUseNeverReachesTheNumbersNextFile) {
 }
 
 TEST(FdUseModelTest, CheckingTheEpochBeforeRegisteringIsWrong) {
-  model::Report r = check([] { Body(CheckThenEnter, fd_use::Leave<Word>); }, {.preemption_bound = 3});
+  model::Report r =
+      check([] { Body(CheckThenEnter, fd_use::Leave<Word>); }, {.preemption_bound = 3});
   EXPECT_FALSE(r.ok) << "the checker should find the use that reads the next file";
 }
 

@@ -68,8 +68,8 @@ Reactor* ThreadReactorOrNull(std::errc* error) {
 
 }  // namespace
 
-std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what,
-                   int fd, std::int64_t epoch) {
+std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what, int fd,
+                   std::int64_t epoch) {
   const CancellationToken* token = options.cancel;
   Worker* w = t_worker;
   Fiber* f = w != nullptr ? w->current : nullptr;

@@ -39,8 +39,8 @@ using IoSubmit = void (*)(Reactor& reactor, IoOp& op, void* arg);
 // With an epoch (>= 0; see CloseEpoch), a close of fd that began since makes it return
 // -ECANCELED without submitting; the submission itself is an FdUse of fd in any case.
 inline constexpr std::int64_t kNoEpoch = -1;
-std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what,
-                   int fd, std::int64_t epoch = kNoEpoch);
+std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what, int fd,
+                   std::int64_t epoch = kNoEpoch);
 
 template <typename F>
 std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what, int fd,
