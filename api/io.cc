@@ -6,13 +6,17 @@
 #include "weft/base/internal/win_errno.h"
 #else
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #endif
 
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <optional>
 #include <system_error>
+#include <utility>
 
 #include "internal/io_common.h"
 #include "internal/sim_net.h"
@@ -20,6 +24,21 @@
 #include "weft/scheduler/io.h"
 
 namespace weft {
+namespace io {
+// RecvBufferAccess: how recv_buffer fills a RecvBuffer.
+struct RecvBufferAccess {
+  static RecvBuffer Make(char* data, std::size_t size, BufferPool* pool, std::uint32_t id) {
+    RecvBuffer b;
+    b.data_ = data;
+    b.size_ = size;
+    b.pool_ = pool;
+    b.id_ = id;
+    return b;
+  }
+};
+
+}  // namespace io
+
 namespace io_internal {
 namespace {
 
@@ -171,6 +190,100 @@ Result<void> SendAll(Fd at, const void* buf, std::size_t len, const WaitOptions&
                   len);
 }
 
+// recv_buffer's counts (relaxed: statistics).
+std::atomic<std::uint64_t> g_recv_pooled{0};
+std::atomic<std::uint64_t> g_recv_no_buffers{0};
+std::atomic<std::uint64_t> g_recv_fallback{0};
+
+namespace {
+// OwnBuffer: a buffer of recv_buffer's own, as large as a pool's.
+constexpr std::size_t kOwnBufferSize = Reactor::kPooledBufferSize;
+
+// RecvOwn: one receive that does not wait into a new buffer of its own; nullopt when nothing is
+// there after all (a readiness that another reader took first).
+std::optional<Result<io::RecvBuffer>> RecvOwn(Fd at) {
+  char* own = static_cast<char*>(std::malloc(kOwnBufferSize));
+  if (own == nullptr) return Result<io::RecvBuffer>(std::errc::not_enough_memory);
+  std::int64_t n;
+  int error = 0;
+  {
+    scheduler_internal::FdUse use(at.fd, at.epoch);  // never the number's next file
+    if (use.refused()) {
+      std::free(own);
+      return Result<io::RecvBuffer>(std::errc::operation_canceled);
+    }
+#ifdef _WIN32
+    n = ::recv(NativeSocket(at.fd), own, static_cast<int>(kOwnBufferSize), 0);  // non-blocking
+    if (n < 0) error = base_internal::ErrnoOf(static_cast<DWORD>(WSAGetLastError()));
+#else
+    n = ::recv(at.fd, own, kOwnBufferSize, MSG_DONTWAIT);
+    if (n < 0) error = errno;
+#endif
+  }
+  if (n > 0)
+    return Result<io::RecvBuffer>(
+        io::RecvBufferAccess::Make(own, static_cast<std::size_t>(n), nullptr, 0));
+  std::free(own);
+  if (n == 0) return Result<io::RecvBuffer>(io::RecvBuffer());  // end of stream
+  if (error == EAGAIN || error == EWOULDBLOCK || error == EINTR) return std::nullopt;
+  return Result<io::RecvBuffer>(static_cast<std::errc>(error));
+}
+}  // namespace
+
+Result<io::RecvBuffer> RecvBufferOn(Fd at, const WaitOptions& options) {
+  const int fd = at.fd;
+  if (sim_internal::IsSimFd(fd)) {  // the simulated network: a buffer of the call's own
+    char* own = static_cast<char*>(std::malloc(kOwnBufferSize));
+    if (own == nullptr) return std::errc::not_enough_memory;
+    Result<std::size_t> n = SimRecv(fd, own, kOwnBufferSize, 0, options);
+    if (!n.ok() || *n == 0) {
+      std::free(own);
+      if (!n.ok()) return n.error();
+      return io::RecvBuffer();
+    }
+    g_recv_fallback.fetch_add(1, std::memory_order_relaxed);
+    return io::RecvBufferAccess::Make(own, *n, nullptr, 0);
+  }
+  // Through the worker's ring while it has one and lends buffers; once it says it cannot
+  // (ENOBUFS: all lent; EOPNOTSUPP: no ring), the readiness way for the rest of this call.
+  bool no_ring = false;
+  bool no_buffers = false;
+  for (;;) {
+    PooledBuffer got;
+    bool pooled = false;
+    const std::int64_t r = RunAbsorbing(
+        Absorb::kEagain, at,
+        [&](Reactor& re, IoOp& op) {
+          pooled = !no_ring && re.pooled_receives();
+          if (pooled) {
+            re.recv_pooled(op, fd, &got, 0);
+          } else {
+            re.poll_readiness(op, fd, POLLIN);
+          }
+        },
+        options, "io recv_buffer");
+    if (pooled) {
+      if (r == -ENOBUFS || r == -EOPNOTSUPP) {
+        no_ring = true;
+        no_buffers = r == -ENOBUFS;
+        continue;
+      }
+      if (r < 0) return ErrcOf(r);
+      if (r == 0) return io::RecvBuffer();                  // end of stream
+      if (got.pool == nullptr) return std::errc::io_error;  // (a backend that lent nothing)
+      g_recv_pooled.fetch_add(1, std::memory_order_relaxed);
+      return io::RecvBufferAccess::Make(got.data, static_cast<std::size_t>(r), got.pool, got.id);
+    }
+    if (r < 0) return ErrcOf(r);
+    if (std::optional<Result<io::RecvBuffer>> b = RecvOwn(at)) {
+      if (b->ok() && !(*b)->empty()) {
+        (no_buffers ? g_recv_no_buffers : g_recv_fallback).fetch_add(1, std::memory_order_relaxed);
+      }
+      return std::move(*b);
+    }
+  }
+}
+
 Result<void> ReadExact(Fd at, void* buf, std::size_t len, const WaitOptions& options) {
   char* p = static_cast<char*>(buf);
   while (len != 0) {
@@ -186,6 +299,34 @@ Result<void> ReadExact(Fd at, void* buf, std::size_t len, const WaitOptions& opt
 }  // namespace io_internal
 
 namespace io {
+
+RecvBuffer& RecvBuffer::operator=(RecvBuffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    pool_ = std::exchange(other.pool_, nullptr);
+    id_ = other.id_;
+  }
+  return *this;
+}
+
+void RecvBuffer::reset() {
+  if (pool_ != nullptr) {
+    pool_->release(id_);  // back to its worker's ring at that worker's next poll
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+  size_ = 0;
+  pool_ = nullptr;
+}
+
+RecvBufferStats recv_buffer_stats() {
+  return {io_internal::g_recv_pooled.load(std::memory_order_relaxed),
+          io_internal::g_recv_no_buffers.load(std::memory_order_relaxed),
+          io_internal::g_recv_fallback.load(std::memory_order_relaxed)};
+}
 
 using io_internal::Absorb;
 using io_internal::ErrcOf;
@@ -230,6 +371,9 @@ Result<void> send_all(int fd, const void* buf, std::size_t len, const WaitOption
 }
 Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& options) {
   return io_internal::ReadExact(Fd::Now(fd), buf, len, options);
+}
+Result<RecvBuffer> recv_buffer(int fd, const WaitOptions& options) {
+  return io_internal::RecvBufferOn(Fd::Now(fd), options);
 }
 
 Result<int> accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {

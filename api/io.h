@@ -5,7 +5,8 @@
 // Errors are the errno values of the underlying operation, as std::errc.
 //
 // Defines: weft::io::read, write, readv, writev, recv, send, recvmsg, sendmsg, write_all,
-// send_all, read_exact, accept, connect, poll, close, make_nonblocking.
+// send_all, read_exact, RecvBuffer, recv_buffer, recv_buffer_stats, accept, connect, poll,
+// close, make_nonblocking.
 //
 // On Windows an fd is a SOCKET cast to int (see reactor/reactor.h), and the calls are for sockets.
 //
@@ -28,6 +29,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
+#include <utility>
 
 #include "weft/base/result.h"
 #include "weft/reactor/reactor.h"  // IoVec
@@ -68,6 +71,52 @@ Result<void> write_all(int fd, const void* buf, std::size_t len, const WaitOptio
 Result<void> send_all(int fd, const void* buf, std::size_t len, const WaitOptions& options = {});
 // read_exact: reads exactly len bytes; std::errc::connection_aborted if the stream ends first.
 Result<void> read_exact(int fd, void* buf, std::size_t len, const WaitOptions& options = {});
+
+// RecvBuffer: bytes a recv_buffer received into a buffer the runtime lent. The buffer goes back
+// when the RecvBuffer is destroyed or reset() (on any thread); until then data() stays valid.
+// Move-only. Keep one only as long as you use the bytes: a worker lends 1,024 buffers; past
+// that, receives copy into buffers of their own (recv_buffer_stats().fallback_no_buffers).
+class RecvBuffer {
+ public:
+  RecvBuffer() = default;
+  RecvBuffer(RecvBuffer&& other) noexcept { *this = std::move(other); }
+  RecvBuffer& operator=(RecvBuffer&& other) noexcept;
+  RecvBuffer(const RecvBuffer&) = delete;
+  RecvBuffer& operator=(const RecvBuffer&) = delete;
+  ~RecvBuffer() { reset(); }
+
+  const char* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::string_view view() const { return {data_, size_}; }
+  void reset();  // gives the buffer back now; the RecvBuffer is then empty
+
+ private:
+  friend struct RecvBufferAccess;
+  char* data_ = nullptr;
+  std::size_t size_ = 0;
+  BufferPool* pool_ = nullptr;  // a pool's buffer (io_uring), else data_ is malloc'd
+  std::uint32_t id_ = 0;
+};
+
+// recv_buffer: receives up to 4 KiB from a stream socket into a buffer the runtime picks when
+// the data arrives, and lends it (empty at end of stream). On io_uring the kernel picks it from
+// the worker's provided buffer ring, so a connection that waits holds no buffer at all (against
+// a buffer per connection for recv): what many mostly idle connections want. Elsewhere (epoll,
+// IOCP, a simulated network, a kernel without buffer rings, or every buffer lent) the call waits
+// for readiness, then receives into a buffer of its own, which also holds none while it waits.
+// Errors as recv's.
+Result<RecvBuffer> recv_buffer(int fd, const WaitOptions& options = {});
+
+// recv_buffer_stats: process-wide counts of recv_buffer's results by where the bytes went: a
+// buffer the kernel picked from a ring (pooled), or one of the call's own because the ring was
+// empty (fallback_no_buffers) or there is none here (fallback).
+struct RecvBufferStats {
+  std::uint64_t pooled = 0;
+  std::uint64_t fallback_no_buffers = 0;
+  std::uint64_t fallback = 0;
+};
+RecvBufferStats recv_buffer_stats();
 
 // accept: a new connected fd, non-blocking and close-on-exec.
 Result<int> accept(int fd, sockaddr* addr = nullptr, socklen_t* addrlen = nullptr,

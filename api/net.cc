@@ -344,6 +344,10 @@ Result<void> TcpStream::write_all(const void* buf, std::size_t len, const WaitOp
   return io_internal::SendAll({fd_, epoch_}, buf, len, options);
 }
 
+Result<io::RecvBuffer> TcpStream::recv_buffer(const WaitOptions& options) {
+  return io_internal::RecvBufferOn({fd_, epoch_}, options);
+}
+
 Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions& options) {
   return io_internal::ReadExact({fd_, epoch_}, buf, len, options);
 }

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/api/io.h"
 #include "weft/base/result.h"
 #include "weft/sync/cancellation.h"
 
@@ -78,6 +79,9 @@ class TcpStream {
   Result<std::size_t> write(const void* buf, std::size_t len, const WaitOptions& options = {});
   Result<void> write_all(const void* buf, std::size_t len, const WaitOptions& options = {});
   Result<void> read_exact(void* buf, std::size_t len, const WaitOptions& options = {});
+  // recv_buffer: up to 4 KiB in a buffer the runtime lends (io::recv_buffer): a connection that
+  // waits holds no buffer; empty at end of stream.
+  Result<io::RecvBuffer> recv_buffer(const WaitOptions& options = {});
 
   Result<void> shutdown_write();  // sends FIN; reads continue
   // shutdown: both ways: a FIN, and reads (also those waiting) return 0 from now on.

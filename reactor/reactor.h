@@ -50,6 +50,7 @@
 #include <string_view>
 
 #include "weft/base/result.h"
+#include "weft/reactor/buffer_pool.h"
 #include "weft/timer/timer_heap.h"
 
 #ifndef _WIN32
@@ -129,6 +130,7 @@ struct IoOp {
     kFsync,
     kStatx,
     kSendZc,
+    kRecvPooled,
     kClose
   };
   Kind kind = Kind::kNone;
@@ -143,6 +145,7 @@ struct IoOp {
   std::size_t len = 0;
   const IoVec* iov = nullptr;
   int iovcnt = 0;
+  PooledBuffer* pooled = nullptr;  // recv_pooled: where the buffer goes
   std::int64_t offset = -1;
   sockaddr* addr = nullptr;
   socklen_t* addrlen = nullptr;
@@ -242,6 +245,23 @@ class Reactor {
   // datagram's bytes received (at most the buffers' size) or sent. msg null, or more than 1,024
   // buffers: -EINVAL.
   virtual void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags = 0) = 0;
+
+  // recv_pooled: a recv into a buffer of the reactor's own pool (reactor/buffer_pool.h), chosen
+  // when data arrives: on io_uring a provided buffer ring (kernel 5.19+), so a receive that waits
+  // holds no buffer. A result > 0 comes with *out filled: the caller owns that buffer until
+  // out->pool->release(out->id), on any thread. Otherwise out->pool stays null. -ENOBUFS: every
+  // buffer was lent when the data came (nothing was received: recv it the usual way).
+  // pooled_receives(): whether this reactor may have a pool (io_uring). Where it has none,
+  // recv_pooled fails: -EINVAL on epoll and IOCP, -EOPNOTSUPP on a kernel that refuses buffer
+  // rings. kPooledBuffers buffers of kPooledBufferSize bytes per reactor, made on the first
+  // recv_pooled (malloc'd: a buffer costs memory once first lent).
+  static constexpr std::uint32_t kPooledBufferSize = 4096;
+  static constexpr std::uint32_t kPooledBuffers = 1024;
+  virtual bool pooled_receives() const { return false; }
+  virtual void recv_pooled(IoOp& op, int fd, PooledBuffer* out, int flags = 0) {
+    (void)out;
+    recv(op, fd, nullptr, 1, flags);  // a bad buffer: -EINVAL from every backend
+  }
   virtual void sendmsg(IoOp& op, int fd, const MsgHdr* msg, int flags = 0) = 0;
 #ifndef _WIN32
   // File operations, done by the kernel asynchronously where the backend can (io_uring);

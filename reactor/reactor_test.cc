@@ -41,11 +41,15 @@ int NewTcpSocket() { return static_cast<int>(socket(AF_INET, SOCK_STREAM, IPPROT
 int ConnectBlocking(int fd, const sockaddr_in& addr) {
   return connect(NativeSocket(fd), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
 }
+int SendBytes(int fd, const char* p, int n) { return send(NativeSocket(fd), p, n, 0); }
 #else
 void CloseFd(int fd) { ::close(fd); }
 int NewTcpSocket() { return socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); }
 int ConnectBlocking(int fd, const sockaddr_in& addr) {
   return connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+}
+int SendBytes(int fd, const char* p, int n) {
+  return static_cast<int>(send(fd, p, static_cast<std::size_t>(n), MSG_NOSIGNAL));
 }
 #endif
 
@@ -816,6 +820,68 @@ TEST_P(ReactorTest, ZeroCopySendsCompleteOnceWithTheirBytes) {
   reactor_->send_zerocopy(bad, c, nullptr, 5);
   RunUntil([&] { return bad.done(); });
   EXPECT_EQ(bad.last, -EINVAL);
+}
+
+// Pooled receives: on io_uring each completes once, with its bytes in a lent buffer that goes
+// back (on another thread) and is lent again; a cancel, a deadline and a close end one that waits
+// without a buffer; bad input is an error. Elsewhere pooled_receives() is false and the call is
+// refused.
+TEST_P(ReactorTest, PooledReceivesCompleteOnceWithALentBuffer) {
+  auto [a, b] = SocketPair();
+  Op r;
+  PooledBuffer got;
+  if (!reactor_->pooled_receives()) {
+    reactor_->recv_pooled(r, b, &got);
+    RunUntil([&] { return r.done(); });
+    EXPECT_EQ(r.last, -EINVAL);
+    EXPECT_EQ(got.pool, nullptr);
+    return;
+  }
+  // More receives than the pool has buffers, each handed back on another thread.
+  for (int i = 0; i < 2500; ++i) {
+    r.Reset();
+    const char byte = static_cast<char>('a' + i % 26);
+    reactor_->recv_pooled(r, b, &got);
+    ASSERT_TRUE(reactor_->poll(ReactorClock::now()).ok());  // waiting, with no buffer
+    ASSERT_EQ(SendBytes(a, &byte, 1), 1);
+    RunUntil([&] { return r.done(); });
+    ASSERT_EQ(r.completions, 1);
+    ASSERT_EQ(r.last, 1) << "receive " << i;
+    ASSERT_NE(got.pool, nullptr);
+    ASSERT_EQ(got.data[0], byte);
+    std::thread([&] { got.pool->release(got.id); }).join();
+  }
+  // Cancel, deadline, close: each ends a waiting receive once, with no buffer.
+  r.Reset();
+  reactor_->recv_pooled(r, b, &got);
+  ASSERT_TRUE(reactor_->poll(ReactorClock::now()).ok());
+  reactor_->cancel(r);
+  RunUntil([&] { return r.done(); });
+  EXPECT_EQ(r.last, -ECANCELED);
+  EXPECT_EQ(got.pool, nullptr);
+  r.Reset();
+  r.deadline = ReactorClock::now() + 20ms;
+  reactor_->recv_pooled(r, b, &got);
+  RunUntil([&] { return r.done(); });
+  EXPECT_EQ(r.last, -ETIMEDOUT);
+  EXPECT_EQ(r.completions, 1);
+  r.deadline.reset();
+  r.Reset();
+  reactor_->recv_pooled(r, b, &got);
+  ASSERT_TRUE(reactor_->poll(ReactorClock::now()).ok());
+  Op c;
+  reactor_->close(c, b);
+  fds_.erase(std::find(fds_.begin(), fds_.end(), b));
+  RunUntil([&] { return r.done() && c.done(); });
+  EXPECT_EQ(r.last, -ECANCELED);
+  EXPECT_EQ(r.completions, 1);
+  // Bad input.
+  Op bad_fd, no_out;
+  reactor_->recv_pooled(bad_fd, -1, &got);
+  reactor_->recv_pooled(no_out, a, nullptr);
+  RunUntil([&] { return bad_fd.done() && no_out.done(); });
+  EXPECT_EQ(bad_fd.last, -EBADF);
+  EXPECT_EQ(no_out.last, -EINVAL);
 }
 
 TEST_P(ReactorTest, MultishotAccept) {

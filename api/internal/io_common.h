@@ -15,6 +15,7 @@
 #include <optional>
 #include <system_error>
 
+#include "weft/api/io.h"
 #include "weft/base/fault.h"
 #include "weft/base/result.h"
 #include "weft/reactor/reactor.h"
@@ -112,6 +113,7 @@ Result<std::size_t> SendMsg(Fd fd, const MsgHdr* msg, int flags, const WaitOptio
 Result<void> WriteAllOn(Fd fd, const void* buf, std::size_t len, const WaitOptions& options);
 Result<void> SendAll(Fd fd, const void* buf, std::size_t len, const WaitOptions& options);
 Result<void> ReadExact(Fd fd, void* buf, std::size_t len, const WaitOptions& options);
+Result<io::RecvBuffer> RecvBufferOn(Fd fd, const WaitOptions& options);
 
 // WriteAll: repeats one writing operation until len bytes went out.
 template <typename WriteOp>

@@ -66,6 +66,15 @@ class FaultyReactor final : public Reactor {
   void send_zerocopy(IoOp& op, int fd, const void* buf, std::size_t len, int flags) override {
     if (Data(op, fd, buf, len, /*writes=*/true)) inner_->send_zerocopy(op, fd, buf, len, flags);
   }
+  bool pooled_receives() const override { return inner_->pooled_receives(); }
+  void recv_pooled(IoOp& op, int fd, PooledBuffer* out, int flags) override {
+    if (out != nullptr) *out = PooledBuffer{};
+    char any = 0;  // (a short transfer cannot be imposed on the kernel's buffer: not injected)
+    std::size_t len = Reactor::kPooledBufferSize;
+    if (out == nullptr || Data(op, fd, &any, len, /*writes=*/false)) {
+      inner_->recv_pooled(op, fd, out, flags);
+    }
+  }
   void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags) override {
     if (Datagram(op, fd, msg)) inner_->recvmsg(op, fd, msg, flags);
   }

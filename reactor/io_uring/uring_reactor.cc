@@ -4,16 +4,19 @@
 // submits them all with the wait in one io_uring_enter (batched submission), or until the SQ is
 // full. wake() writes an eventfd that a standing read on the ring watches.
 //
-// Receive buffers: operations carry the caller's buffer (in a fiber runtime, each parked fiber's
-// own), so neither provided buffer rings nor registered buffers are used: a provided buffer would
-// add a copy into the fiber's buffer, and registering every fiber's buffer is not possible. They
-// pay off for many idle connections with no buffer of their own; that is a later, separate API.
+// Receive buffers: operations carry the caller's buffer, except recv_pooled: a recv with
+// IOSQE_BUFFER_SELECT from a provided buffer ring (kernel 5.19+) registered on the first one,
+// whose buffers are a BufferPool's (reactor/buffer_pool.h). The kernel picks a buffer when data
+// arrives, so a waiting receive holds none. Buffers released by their callers (any thread) go
+// back to the ring at the next recv_pooled or poll. Registered (fixed) buffers are not used:
+// the callers' buffers are each parked fiber's own.
 
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,8 +62,10 @@ class UringReactor final : public Reactor {
     closer_.Leave();
     // Only what Init set up: a refused ring (the epoll fallback path) was never initialised,
     // and exiting a zeroed ring would close fd 0.
-    if (ring_ready_) io_uring_queue_exit(&ring_);
+    if (ring_ready_) io_uring_queue_exit(&ring_);  // also unregisters the buffer ring
     if (waker_.fd() >= 0) ::close(waker_.fd());
+    if (buf_ring_ != nullptr) ::munmap(buf_ring_, BufRingBytes());
+    if (pool_ != nullptr) pool_->Unref();  // freed now, or when the last lent buffer returns
   }
 
   Result<void> Init(const ReactorOptions& options) {
@@ -131,6 +136,19 @@ class UringReactor final : public Reactor {
     op.msg_flags = flags | MSG_NOSIGNAL;
     const Kind kind = zerocopy_ ? Kind::kSendZc : Kind::kSend;
     if (Begin(op, kind, fd, BadIoRequest(buf, len))) Enqueue(op);
+  }
+  bool pooled_receives() const override { return !pool_tried_ || pool_ != nullptr; }
+  void recv_pooled(IoOp& op, int fd, PooledBuffer* out, int flags) override {
+    if (out != nullptr) *out = PooledBuffer{};
+    op.pooled = out;
+    op.buf = nullptr;
+    op.len = Reactor::kPooledBufferSize;
+    op.msg_flags = flags;
+    const bool pool = out != nullptr && EnsurePool();
+    if (!Begin(op, Kind::kRecvPooled, fd, out == nullptr)) return;
+    if (!pool) return FinishLater(op, -EOPNOTSUPP);
+    Refill();
+    Enqueue(op);
   }
   void recvmsg(IoOp& op, int fd, MsgHdr* msg, int flags) override {
     op.buf = msg;
@@ -205,6 +223,7 @@ class UringReactor final : public Reactor {
 
   Result<int> poll(std::optional<ReactorClock::time_point> deadline) override {
     if (closer_.HasMail()) DrainMail();
+    if (pool_ != nullptr) Refill();
     int delivered = DeliverImmediate();
     delivered += Reap();
     FlushBacklog();
@@ -326,6 +345,11 @@ class UringReactor final : public Reactor {
         break;
       case Kind::kRecv:
         io_uring_prep_recv(sqe, op.fd, op.buf, op.len, op.msg_flags);
+        break;
+      case Kind::kRecvPooled:
+        io_uring_prep_recv(sqe, op.fd, nullptr, op.len, op.msg_flags);
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = kBufGroup;
         break;
       case Kind::kSend:
         io_uring_prep_send(sqe, op.fd, op.buf, op.len, op.msg_flags);
@@ -507,6 +531,18 @@ class UringReactor final : public Reactor {
         if ((data & 1) != 0) continue;
         unsigned flags = (cqes[i]->flags & IORING_CQE_F_MORE) != 0 ? IoOp::kMore : 0;
         auto* op = reinterpret_cast<IoOp*>(data);
+        if ((cqes[i]->flags & IORING_CQE_F_BUFFER) != 0 && pool_ != nullptr) {
+          // A pooled receive took a buffer: lent with the data, or straight back to the ring.
+          const auto id = static_cast<std::uint32_t>(cqes[i]->flags >> IORING_CQE_BUFFER_SHIFT);
+          if (res > 0 && op->kind == Kind::kRecvPooled && op->pooled != nullptr &&
+              id < pool_->count()) {
+            pool_->Lend();
+            *op->pooled = PooledBuffer{pool_, id, pool_->data(id)};
+          } else if (id < pool_->count()) {
+            AddToRing(id, 0);
+            io_uring_buf_ring_advance(buf_ring_, 1);
+          }
+        }
         if (op->kind == Kind::kSendZc) {
           // A zero-copy send: its result comes first (with F_MORE when a notification follows),
           // then the notification (F_NOTIF) once the kernel is done with the buffer. The op
@@ -560,6 +596,56 @@ class UringReactor final : public Reactor {
       }
     }
   }
+
+  // The pool and its provided buffer ring (group kBufGroup), made by the first recv_pooled.
+  static constexpr int kBufGroup = 0;
+  static std::size_t BufRingBytes() {
+    return std::size_t{Reactor::kPooledBuffers} * sizeof(io_uring_buf);
+  }
+  bool EnsurePool() {
+    if (pool_tried_) return pool_ != nullptr;
+    pool_tried_ = true;
+    BufferPool* pool = BufferPool::Create(Reactor::kPooledBuffers, Reactor::kPooledBufferSize);
+    if (pool == nullptr) return false;
+    // The ring's memory: page-aligned, shared with the kernel.
+    void* mem =
+        ::mmap(nullptr, BufRingBytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+      pool->Unref();
+      return false;
+    }
+    auto* br = static_cast<io_uring_buf_ring*>(mem);
+    io_uring_buf_ring_init(br);
+    io_uring_buf_reg reg{};
+    reg.ring_addr = reinterpret_cast<std::uintptr_t>(br);
+    reg.ring_entries = Reactor::kPooledBuffers;
+    reg.bgid = kBufGroup;
+    if (io_uring_register_buf_ring(&ring_, &reg, 0) < 0) {  // before 5.19: no buffer rings
+      ::munmap(mem, BufRingBytes());
+      pool->Unref();
+      return false;
+    }
+    pool_ = pool;
+    buf_ring_ = br;
+    for (std::uint32_t id = 0; id < pool_->count(); ++id) AddToRing(id, static_cast<int>(id));
+    io_uring_buf_ring_advance(buf_ring_, static_cast<int>(pool_->count()));
+    return true;
+  }
+  // AddToRing: buffer id at the ring's tail + offset (published by io_uring_buf_ring_advance).
+  void AddToRing(std::uint32_t id, int offset) {
+    io_uring_buf_ring_add(buf_ring_, pool_->data(id), pool_->buffer_size(),
+                          static_cast<unsigned short>(id),
+                          io_uring_buf_ring_mask(Reactor::kPooledBuffers), offset);
+  }
+  // Refill: the buffers callers released since the last call, back into the ring.
+  void Refill() {
+    int added = 0;
+    pool_->TakeReturned([&](std::uint32_t id) { AddToRing(id, added++); });
+    if (added != 0) io_uring_buf_ring_advance(buf_ring_, added);
+  }
+  BufferPool* pool_ = nullptr;
+  io_uring_buf_ring* buf_ring_ = nullptr;
+  bool pool_tried_ = false;
 
   bool zerocopy_ = true;  // IORING_OP_SEND_ZC works here (until a send says EINVAL)
   io_uring ring_{};

@@ -1,0 +1,272 @@
+// api/recv_buffer_test.cc: io::recv_buffer and TcpStream::recv_buffer, on fibers and on plain
+// threads: bytes arrive whole and in order, end of stream, deadlines, cancellation and a close
+// from elsewhere; on io_uring, receives that wait hold no buffer (more waiters than the ring has
+// buffers, none falls back), a ring whose buffers are all lent falls back to the call's own
+// buffers without losing a byte, buffers handed back on other threads return to the ring, and a
+// buffer outlives its runtime. Under WEFT_REACTOR=epoll the same calls take the readiness way.
+
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "weft/api/io.h"
+#include "weft/api/net.h"
+#include "weft/api/testing/dual_mode.h"
+#include "weft/base/clock.h"
+#include "weft/base/stress_scale.h"
+#include "weft/scheduler/runtime.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Mode;
+
+bool Uring() {
+  const char* e = std::getenv("WEFT_REACTOR");
+  return e == nullptr || std::string(e) != "epoll";
+}
+
+// Pair: a connected pair of non-blocking stream sockets (AF_UNIX), closed through weft.
+struct Pair {
+  int a = -1, b = -1;
+  Pair() {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0) {
+      a = fds[0];
+      b = fds[1];
+    }
+  }
+  ~Pair() {
+    if (a >= 0) (void)io::close(a);
+    if (b >= 0) (void)io::close(b);
+  }
+};
+
+// EnoughFds: raises the soft fd limit to n if it can.
+bool EnoughFds(rlim_t n) {
+  rlimit l{};
+  if (::getrlimit(RLIMIT_NOFILE, &l) != 0) return false;
+  if (l.rlim_cur >= n) return true;
+  if (l.rlim_max < n) return false;
+  l.rlim_cur = n;
+  return ::setrlimit(RLIMIT_NOFILE, &l) == 0;
+}
+
+class RecvBufferTest : public testing::DualModeTest {
+ protected:
+  RecvBufferTest() : DualModeTest(2) {}
+};
+
+// 256 KiB in uneven writes arrive whole and in order, in buffers of at most 4 KiB.
+TEST_P(RecvBufferTest, BytesArriveWholeAndInOrder) {
+  Run([&] {
+    Pair p;
+    ASSERT_GE(p.a, 0);
+    const std::size_t total = 256 << 10;
+    std::string sent(total, '\0');
+    for (std::size_t i = 0; i < total; ++i) sent[i] = static_cast<char>(i * 131 + i / 7);
+    Other writer = Concurrently([&] {
+      std::size_t at = 0;
+      for (std::size_t step = 1; at < total; step = step * 3 % 9973 + 1) {
+        const std::size_t n = std::min(step, total - at);
+        ASSERT_TRUE(io::send_all(p.b, sent.data() + at, n).ok());
+        at += n;
+      }
+      ASSERT_TRUE(io::close(p.b).ok());
+      p.b = -1;
+    });
+    std::string got;
+    for (;;) {
+      Result<io::RecvBuffer> r = io::recv_buffer(p.a);
+      ASSERT_TRUE(r.ok()) << std::make_error_code(r.error()).message();
+      if (r->empty()) break;  // end of stream
+      ASSERT_LE(r->size(), 4096u);
+      got.append(r->view());
+    }
+    writer.join();
+    EXPECT_EQ(got.size(), sent.size());
+    EXPECT_TRUE(got == sent);
+  });
+}
+
+TEST_P(RecvBufferTest, TcpStreamRecvBufferEchoes) {
+  Run([&] {
+    Result<net::TcpListener> l = net::TcpListener::bind(*net::SocketAddress::parse("127.0.0.1:0"));
+    ASSERT_TRUE(l.ok());
+    const net::SocketAddress at = *l->local_address();
+    Other server = Concurrently([&] {
+      Result<net::TcpStream> s = l->accept();
+      ASSERT_TRUE(s.ok());
+      for (;;) {
+        Result<io::RecvBuffer> b = s->recv_buffer();
+        ASSERT_TRUE(b.ok());
+        if (b->empty()) return;
+        ASSERT_TRUE(s->write_all(b->data(), b->size()).ok());
+      }
+    });
+    Result<net::TcpStream> c = net::TcpStream::connect(at);
+    ASSERT_TRUE(c.ok());
+    for (int i = 0; i < 100; ++i) {
+      const std::string msg = "message " + std::to_string(i);
+      ASSERT_TRUE(c->write_all(msg.data(), msg.size()).ok());
+      std::string back(msg.size(), '\0');
+      ASSERT_TRUE(c->read_exact(back.data(), back.size()).ok());
+      EXPECT_EQ(back, msg);
+    }
+    ASSERT_TRUE(c->shutdown_write().ok());
+    server.join();
+  });
+}
+
+TEST_P(RecvBufferTest, DeadlineCancelAndCloseEndAWaitingReceive) {
+  Run([&] {
+    Pair p;
+    Result<io::RecvBuffer> r = io::recv_buffer(p.a, {.deadline = SyncClock::now() + 20ms});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error(), std::errc::timed_out);
+
+    CancellationSource source;
+    Other canceller = Concurrently([&] {
+      std::this_thread::sleep_for(10ms);
+      source.cancel();
+    });
+    CancellationToken token = source.token();
+    r = io::recv_buffer(p.a, {.cancel = &token});
+    canceller.join();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error(), std::errc::operation_canceled);
+
+    const int fd = p.a;
+    Other closer = Concurrently([&] {
+      std::this_thread::sleep_for(10ms);
+      ASSERT_TRUE(io::close(fd).ok());
+    });
+    r = io::recv_buffer(fd);
+    closer.join();
+    p.a = -1;
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(r.error() == std::errc::operation_canceled ||
+                r.error() == std::errc::bad_file_descriptor);
+  });
+}
+
+TEST_P(RecvBufferTest, BadFdIsAnError) {
+  Run([&] {
+    Result<io::RecvBuffer> r = io::recv_buffer(-1);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error(), std::errc::bad_file_descriptor);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(FibersAndThreads, RecvBufferTest,
+                         ::testing::Values(Mode::kFibers, Mode::kThreads), testing::ModeName);
+
+// More receives wait than the ring has buffers: none holds one while it waits, so when data
+// comes a batch at a time and each buffer is handed back at once, none falls back. Then with
+// every buffer kept, later receives fall back to buffers of their own and lose no byte.
+TEST(RecvBufferRingTest, WaitersHoldNoBufferAndAnEmptyRingFallsBack) {
+  const int n = 1100;  // > Reactor::kPooledBuffers (1,024)
+  if (!EnoughFds(2 * n + 256)) GTEST_SKIP() << "needs " << 2 * n + 256 << " fds";
+  Runtime rt({.workers = 1});
+  rt.block_on([&] {
+    std::vector<Pair> pairs(n);
+    for (const Pair& p : pairs) ASSERT_GE(p.a, 0);
+    const io::RecvBufferStats before = io::recv_buffer_stats();
+    // Round 1: every receive waits first; data comes 100 connections at a time.
+    std::atomic<int> done{0};
+    std::vector<JoinHandle<void>> fibers;
+    for (int i = 0; i < n; ++i) {
+      fibers.push_back(rt.spawn([&, i] {
+        Result<io::RecvBuffer> b = io::recv_buffer(pairs[i].a);
+        ASSERT_TRUE(b.ok());
+        ASSERT_EQ(b->view(), std::to_string(i));
+        done.fetch_add(1);
+      }));
+    }
+    for (int k = 0; k < 50; ++k) this_fiber::yield();  // let them all park
+    for (int i = 0; i < n; ++i) {
+      const std::string m = std::to_string(i);
+      ASSERT_TRUE(io::send_all(pairs[i].b, m.data(), m.size()).ok());
+      if (i % 100 == 99) {
+        while (done.load() <= i) this_fiber::yield();
+      }
+    }
+    for (auto& f : fibers) ASSERT_TRUE(f.join().ok());
+    const io::RecvBufferStats mid = io::recv_buffer_stats();
+    if (Uring()) {
+      EXPECT_EQ(mid.pooled - before.pooled, static_cast<std::uint64_t>(n));
+      EXPECT_EQ(mid.fallback_no_buffers, before.fallback_no_buffers);
+    } else {
+      EXPECT_EQ(mid.fallback - before.fallback, static_cast<std::uint64_t>(n));
+    }
+    // Round 2: every buffer kept: past 1,024 the ring is empty and receives fall back.
+    std::vector<io::RecvBuffer> kept;
+    for (int i = 0; i < n; ++i) {
+      const std::string m = "x" + std::to_string(i);
+      ASSERT_TRUE(io::send_all(pairs[i].b, m.data(), m.size()).ok());
+      Result<io::RecvBuffer> b = io::recv_buffer(pairs[i].a);
+      ASSERT_TRUE(b.ok());
+      ASSERT_EQ(b->view(), m);
+      kept.push_back(std::move(*b));
+    }
+    const io::RecvBufferStats after = io::recv_buffer_stats();
+    if (Uring()) EXPECT_GE(after.fallback_no_buffers - mid.fallback_no_buffers, 1u);
+    kept.clear();
+  });
+}
+
+// Buffers handed back on other threads go back to the ring: many more receives than buffers,
+// each buffer released on a plain thread, and none falls back.
+TEST(RecvBufferRingTest, BuffersReleasedOnOtherThreadsReturnToTheRing) {
+  const int rounds = 3000 * testing::StressScale();
+  Runtime rt({.workers = 2});
+  rt.block_on([&] {
+    Pair p;
+    const io::RecvBufferStats before = io::recv_buffer_stats();
+    std::vector<io::RecvBuffer> batch;
+    for (int i = 0; i < rounds; ++i) {
+      ASSERT_TRUE(io::send_all(p.b, "z", 1).ok());
+      Result<io::RecvBuffer> b = io::recv_buffer(p.a);
+      ASSERT_TRUE(b.ok());
+      ASSERT_EQ(b->view(), "z");
+      batch.push_back(std::move(*b));
+      if (batch.size() == 100) {
+        std::thread([v = std::move(batch)]() mutable { v.clear(); }).join();
+        batch.clear();
+      }
+    }
+    const io::RecvBufferStats after = io::recv_buffer_stats();
+    EXPECT_EQ(after.fallback_no_buffers, before.fallback_no_buffers);
+  });
+}
+
+// A buffer may outlive the runtime (and the reactor) that lent it.
+TEST(RecvBufferRingTest, ABufferOutlivesItsRuntime) {
+  io::RecvBuffer kept;
+  {
+    Runtime rt({.workers = 1});
+    rt.block_on([&] {
+      Pair p;
+      ASSERT_TRUE(io::send_all(p.b, "kept", 4).ok());
+      Result<io::RecvBuffer> b = io::recv_buffer(p.a);
+      ASSERT_TRUE(b.ok());
+      kept = std::move(*b);
+    });
+  }
+  EXPECT_EQ(kept.view(), "kept");
+  kept.reset();
+  EXPECT_TRUE(kept.empty());
+}
+
+}  // namespace
+}  // namespace weft
