@@ -49,9 +49,13 @@ METRICS = [
     ("mutex_contended", "ns_per_op", "ns/lock", False, "W7 mutex"),
     ("park_many", "release_ms", "release ms", False, "W8 release"),
     ("park_many", "rss_kb_per_task", "KiB/task", False, "W8 RSS"),
+    ("many_conn_echo", "msgs_per_s", "msgs/s", True, "W9 10k-connection echo"),
+    ("many_conn_echo", "rss_kb_per_conn", "KiB/conn", False, "W9 RSS"),
     ("file_read_4k", "mib_per_s", "MiB/s", True, "W10 file 4 KiB"),
     ("file_read_1m", "mib_per_s", "MiB/s", True, "W10 file 1 MiB"),
 ]
+# Metrics measured once per line (no samples): the RSS figures.
+SINGLE_VALUES = ("rss_kb_per_task", "rss_kb_per_conn")
 PEER_ORDER = ["go", "tokio", "boost_fiber", "tbb"]
 # Said wherever a workload's ratios are shown, on the same line or group (WORKLOADS.md allows each
 # runtime its natural fork-join primitive for W4).
@@ -347,7 +351,7 @@ def spread(r, field):
     is a fixed amount of work over a wall, so it scales with each sample's wall; msgs/s inversely),
     or None when there is one value only (W8's RSS)."""
     samples, wall = r.get("samples_ms"), r.get("wall_ms")
-    if not samples or not wall or field == "rss_kb_per_task" or r.get(field) is None:
+    if not samples or not wall or field in SINGLE_VALUES or r.get(field) is None:
         return None
     if field in ("msgs_per_s", "mib_per_s"):
         vals = [r[field] * wall / x for x in samples if x > 0]
@@ -451,7 +455,7 @@ def cmd_dashboard(args):
     m = newest[-1].get("machine") or {}
     tools = ", ".join("%s %s" % (k, m[k]) for k in ("cxx", "go", "rustc", "tokio", "boost", "tbb") if m.get(k))
     body = ["<h1>weft: standard workloads</h1>",
-            "<p>Workloads W1..W8 and W10 of WORKLOADS.md, run by <code>bench/run_workloads.sh</code>: weft and each "
+            "<p>Workloads W1..W10 of WORKLOADS.md, run by <code>bench/run_workloads.sh</code>: weft and each "
             "peer interleaved, the same worker count, the median of repeated runs after a warm-up. Newest run: "
             "<b>%s</b>%s (%d runs on this machine in the history shown). A ratio above 1 means weft is ahead.</p>"
             % (html.escape(runs[-1]), " <b>(uncommitted changes)</b>" if runs[-1] in dirty_runs else "",
@@ -559,7 +563,7 @@ def load_samples(path, runtime):
                 # Every timed metric is a fixed amount of work over a wall: compare the walls.
                 name = "%s (wall ms)%s" % (workload, suffix)
                 out.setdefault(name, ([], False))[0].extend(float(s) for s in r["samples_ms"])
-            elif field == "rss_kb_per_task" and r.get(field) is not None:
+            elif field in SINGLE_VALUES and r.get(field) is not None:
                 out.setdefault(label + suffix, ([], False))[0].append(float(r[field]))
     return out
 

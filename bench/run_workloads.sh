@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run_workloads.sh: the standard workloads W1..W8 and W10 (../shared/WORKLOADS.md) on weft and on the
+# bench/run_workloads.sh: the standard workloads W1..W10 (../shared/WORKLOADS.md) on weft and on the
 # runtimes users would pick instead (Go, Tokio, Boost.Fiber, oneTBB), side by side in one run on
 # this machine. Builds everything first (installing a peer's Debian packages when missing and
 # possible, else skipping that peer with a note), then runs workload by workload, each runtime in
@@ -26,7 +26,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 reps=5
 workers=2
-only="W1,W2,W3,W4,W5,W6,W7,W8,W10"
+only="W1,W2,W3,W4,W5,W6,W7,W8,W9,W10"
 want_peers="go,tokio,boost_fiber,tbb"
 history=1
 check=""
@@ -66,7 +66,7 @@ has_peer() { [[ ",$want_peers," == *",$1,"* ]]; }
 # The C++ peers build with weft in one Bazel command (a failure there ends the run), so a peer
 # whose target is added is a peer that runs.
 peers=()
-bazel_targets=(//bench:weft_workloads)
+bazel_targets=(//bench:weft_workloads //bench:w9_client)
 if has_peer tbb; then
   bazel_targets+=(//bench/peers/tbb:tbb_workloads)
   peers+=(tbb)
@@ -87,6 +87,8 @@ if ! ./bazelw build -c opt "${bazel_targets[@]}" >/tmp/weft-bench-build.log 2>&1
 fi
 bin="$(./bazelw info -c opt bazel-bin 2>/dev/null)"
 weft_bin="$bin/bench/weft_workloads"
+# W9's clients: one program, in a second process, for every runtime's server.
+export WEFT_W9_CLIENT="$bin/bench/w9_client"
 
 if has_peer go; then
   command -v go >/dev/null 2>&1 || tools/apt_install.sh golang-go || true
@@ -126,7 +128,7 @@ peer_has() {
   case "$1:$2" in
     tbb:W2 | tbb:W4) return 0 ;;
     tbb:*) return 1 ;;
-    boost_fiber:W6 | boost_fiber:W10) return 1 ;;
+    boost_fiber:W6 | boost_fiber:W9 | boost_fiber:W10) return 1 ;;
     *) return 0 ;;
   esac
 }

@@ -1,4 +1,4 @@
-// bench/weft_workloads.cc: the standard workloads W1..W8 and W10 of ../shared/WORKLOADS.md on
+// bench/weft_workloads.cc: the standard workloads W1..W10 of ../shared/WORKLOADS.md on
 // weft's public API (api/weft.h), one JSON line per workload in the format of
 // bench/workload_common.h. Each workload runs once as a warm-up, then --reps times (default 5); the
 // line reports the median and the samples. Usage: weft_workloads [--reps N] [--workers N] [--only
@@ -8,7 +8,8 @@
 //
 // Extra fields: W4 adds "seq_ms" (sequential fib(30) in the same process) and "ns_per_task";
 // W6 adds "msgs_per_s"; W8 adds "release_ms" (ns_per_op is then unused) and "rss_kb_per_task";
-// W10 (file_read_4k, file_read_1m) adds "mib_per_s".
+// W9 adds "msgs_per_s", "rss_kb_per_conn" (the first run's, as W8: later runs reuse its memory)
+// and "conns"; W10 (file_read_4k, file_read_1m) adds "mib_per_s".
 
 #include <atomic>
 #include <cstdint>
@@ -267,6 +268,79 @@ void W8(const Options& o, unsigned workers) {
   Emit("park_many", kN, rt.workers(), 0, s, extra);
 }
 
+// ---- W9: 10,000 connections, clients in a second process (bench/w9_client) -----------------
+// One fiber per connection echoes with recv_buffer: on io_uring the kernel picks a buffer from
+// the worker's ring when data arrives, so an idle connection holds no buffer, only its fiber
+// (WEFT_W9_READ=plain: a 1 KiB buffer on the fiber's stack instead).
+void W9(const Options& o, unsigned workers) {
+  const int conns = bench::W9Conns();
+  const long messages = static_cast<long>(conns) * bench::kW9Trips;
+  // WEFT_W9_READ=plain: read into a 1 KiB buffer on each fiber's stack instead (the comparison
+  // in docs/reactor.md).
+  const char* read_env = std::getenv("WEFT_W9_READ");
+  const bool plain = read_env != nullptr && std::string(read_env) == "plain";
+  Runtime rt({.workers = workers, .stack_size = 16 << 10});
+  std::vector<double> rss_per_conn;
+  auto s = Repeat(o, [&] {
+    return rt.block_on([&] {
+      auto listener = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
+      if (!listener.ok()) {
+        std::fprintf(stderr, "W9: cannot listen\n");
+        std::exit(1);
+      }
+      const long rss0 = RssKb();
+      std::atomic<int> accepted{0};
+      auto server = rt.spawn([&] {
+        std::vector<JoinHandle<void>> echoers;
+        echoers.reserve(static_cast<std::size_t>(conns));
+        for (int c = 0; c < conns; ++c) {
+          auto conn = listener->accept();
+          if (!conn.ok()) return;
+          (void)conn->set_nodelay(true);
+          echoers.push_back(rt.spawn([st = std::move(*conn), &accepted, plain]() mutable {
+            accepted.fetch_add(1, std::memory_order_relaxed);
+            if (plain) {  // a buffer per connection, on the fiber's stack
+              char buf[1024];
+              for (;;) {
+                auto n = st.read(buf, sizeof buf);
+                if (!n.ok() || *n == 0 || !st.write_all(buf, *n).ok()) return;
+              }
+            }
+            for (;;) {
+              auto b = st.recv_buffer();
+              if (!b.ok() || b->empty() || !st.write_all(b->data(), b->size()).ok()) return;
+            }
+          }));
+        }
+        for (auto& h : echoers) (void)h.join();
+      });
+      std::string line;
+      bench::W9Client client(listener->local_address()->port(), conns);
+      call_blocking([&] { line = client.ReadLine(); });
+      if (line != "connected") {
+        std::fprintf(stderr, "W9: the client did not connect (\"%s\")\n", line.c_str());
+        std::exit(1);
+      }
+      while (accepted.load(std::memory_order_relaxed) < conns) {
+        (void)this_fiber::sleep_for(std::chrono::milliseconds(1));
+      }
+      (void)this_fiber::sleep_for(std::chrono::milliseconds(20));  // every echoer parked
+      rss_per_conn.push_back(static_cast<double>(RssKb() - rss0) / conns);
+      client.WriteLine("go");
+      call_blocking([&] { line = client.ReadLine(); });
+      const double wall = bench::W9WallMs(line, messages);
+      (void)server.join();  // the client's resets end every echoer
+      return wall;
+    });
+  });
+  const double wall = bench::Median(s);
+  char extra[128];
+  std::snprintf(extra, sizeof extra, ",\"msgs_per_s\":%.0f,\"rss_kb_per_conn\":%.3f,\"conns\":%d",
+                static_cast<double>(messages) / (wall / 1000.0), rss_per_conn.front(), conns);
+  Emit("many_conn_echo", messages, rt.workers(), wall * 1e6 / static_cast<double>(messages), s,
+       extra);
+}
+
 // ---- W10: 16 fibers read a warm 1 GiB file, each its sixteenth, in 4 KiB and 1 MiB chunks -------
 void W10(const Options& o, unsigned workers) {
   constexpr int kTasks = 16;
@@ -330,6 +404,7 @@ int main(int argc, char** argv) {
   if (o.wants("W6")) W6(o, o.workers);
   if (o.wants("W7")) W7(o, o.workers);
   if (o.wants("W8")) W8(o, o.workers);
+  if (o.wants("W9")) W9(o, o.workers);
   if (o.wants("W10")) W10(o, o.workers);
   return 0;
 }

@@ -3,10 +3,15 @@
 #include "weft/bench/workload_common.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -21,10 +26,9 @@ namespace weft::bench {
 
 bool ParseOptions(int argc, char** argv, Options* o, const char* what) {
   using base_internal::UsageError;
-  std::string usage =
-      std::string(what) + (*what ? "\n" : "") +
-      "  the standard workloads W1..W8 and W10 (WORKLOADS.md), one JSON line each:\n"
-      "  [--reps 5] [--workers N] [--only W1,W2]";
+  std::string usage = std::string(what) + (*what ? "\n" : "") +
+                      "  the standard workloads W1..W10 (WORKLOADS.md), one JSON line each:\n"
+                      "  [--reps 5] [--workers N] [--only W1,W2]";
   base_internal::ParseCommandLine(argc, argv, usage.c_str());
   const int reps = absl::GetFlag(FLAGS_reps), workers = absl::GetFlag(FLAGS_workers);
   if (reps < 1 || reps > 100000) UsageError("--reps must be 1..100000");
@@ -74,6 +78,89 @@ std::string W10File() {
   }
   ::close(fd);
   return path;
+}
+
+int W9Conns() {
+  const char* env = std::getenv("WEFT_W9_CONNS");
+  const int n = env != nullptr ? std::atoi(env) : 10000;
+  return n > 0 ? n : 10000;
+}
+
+W9Client::W9Client(int port, int conns) {
+  rlimit l{};
+  const rlim_t want = static_cast<rlim_t>(conns) + 256;
+  if (::getrlimit(RLIMIT_NOFILE, &l) == 0 && l.rlim_cur < want) {
+    l.rlim_cur = std::min(l.rlim_max, want);
+    (void)::setrlimit(RLIMIT_NOFILE, &l);
+  }
+  std::string path;
+  if (const char* env = std::getenv("WEFT_W9_CLIENT")) {
+    path = env;
+  } else {
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+      path.assign(self, static_cast<std::size_t>(n));
+      path = path.substr(0, path.rfind('/') + 1) + "w9_client";
+    }
+  }
+  int in[2], out[2];
+  if (path.empty() || ::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "W9: cannot start the client\n");
+    std::exit(1);
+  }
+  const std::string args[] = {path, std::to_string(port), std::to_string(conns),
+                              std::to_string(kW9Trips), std::to_string(kW9Size)};
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    char* argv[] = {const_cast<char*>(args[0].c_str()), const_cast<char*>(args[1].c_str()),
+                    const_cast<char*>(args[2].c_str()), const_cast<char*>(args[3].c_str()),
+                    const_cast<char*>(args[4].c_str()), nullptr};
+    ::execv(argv[0], argv);
+    std::fprintf(stderr, "W9: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  if (pid_ < 0) {
+    std::fprintf(stderr, "W9: fork failed\n");
+    std::exit(1);
+  }
+  to_ = in[1];
+  from_ = ::fdopen(out[0], "r");
+}
+
+W9Client::~W9Client() {
+  if (to_ >= 0) ::close(to_);
+  if (from_ != nullptr) std::fclose(from_);
+  int status = 0;
+  if (pid_ > 0) (void)::waitpid(pid_, &status, 0);
+}
+
+std::string W9Client::ReadLine() {
+  char line[256];
+  if (from_ == nullptr || std::fgets(line, sizeof line, from_) == nullptr) return "";
+  std::string s(line);
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+void W9Client::WriteLine(const std::string& line) {
+  const std::string s = line + "\n";
+  (void)!::write(to_, s.data(), s.size());
+}
+
+double W9WallMs(const std::string& done, long expected) {
+  long long ns = 0;
+  unsigned long long messages = 0, bad = 0;
+  if (std::sscanf(done.c_str(), "done %lld %llu %llu", &ns, &messages, &bad) != 3 || bad != 0 ||
+      static_cast<long>(messages) != expected) {
+    std::fprintf(stderr, "W9: lost messages (client said \"%s\")\n", done.c_str());
+    std::exit(1);
+  }
+  return static_cast<double>(ns) / 1e6;
 }
 
 }  // namespace weft::bench

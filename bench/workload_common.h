@@ -134,6 +134,30 @@ inline void EmitFib(const char* runtime, const Options& o, unsigned workers,
 inline constexpr std::uint64_t kW10Bytes = std::uint64_t{1} << 30;
 std::string W10File();
 
+// W9: 10,000 connections of 100 round trips of 64 bytes, from bench/w9_client in a second
+// process. $WEFT_W9_CONNS lowers the count (for a quick run; the JSON line says how many).
+inline constexpr int kW9Trips = 100;
+inline constexpr int kW9Size = 64;
+int W9Conns();
+
+// W9Client: bench/w9_client started with pipes to its stdin and stdout: $WEFT_W9_CLIENT, or
+// w9_client beside this program. Raises this process's fd limit for the connections too.
+class W9Client {
+ public:
+  W9Client(int port, int conns);  // exits with a message if it cannot start
+  ~W9Client();
+  std::string ReadLine();  // "" once the client has exited
+  void WriteLine(const std::string& line);
+
+ private:
+  int pid_ = -1;
+  int to_ = -1;
+  std::FILE* from_ = nullptr;
+};
+
+// W9Done: the client's "done WALL_NS MESSAGES BAD" line; exits with a message on lost messages.
+double W9WallMs(const std::string& done_line, long expected_messages);
+
 }  // namespace weft::bench
 
 #endif  // WEFT_BENCH_WORKLOAD_COMMON_H_

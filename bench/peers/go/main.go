@@ -1,4 +1,4 @@
-// bench/peers/go: the standard workloads W1..W8 and W10 of ../../../../shared/WORKLOADS.md written for Go,
+// bench/peers/go: the standard workloads W1..W10 of ../../../../shared/WORKLOADS.md written for Go,
 // printing the same JSON lines as //bench:weft_workloads ("runtime":"go"). Standard library only,
 // so it builds offline. Run through bench/run_workloads.sh, or:
 //
@@ -23,6 +23,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"sort"
@@ -51,6 +52,8 @@ type line struct {
 	MibPerS      *float64 `json:"mib_per_s,omitempty"`
 	ReleaseMs    *float64 `json:"release_ms,omitempty"`
 	RssKbPerTask *float64 `json:"rss_kb_per_task,omitempty"`
+	RssKbPerConn *float64 `json:"rss_kb_per_conn,omitempty"`
+	Conns        int      `json:"conns,omitempty"`
 }
 
 func rssKb() int64 {
@@ -316,6 +319,90 @@ func w6(reps, workers int) {
 		MsgsPerS: f64(ops / (wall / 1000))})
 }
 
+// w9: 10,000 connections, each echoed by its goroutine through a 1 KiB buffer, clients in a
+// second process: bench/w9_client at $WEFT_W9_CLIENT, the same program for every runtime.
+// $WEFT_W9_CONNS lowers the count. Not io.Copy as in W6: between two TCP connections it splices
+// through a pipe pair per connection, 3 fds each, past a 20,000 fd limit at 10,000 connections.
+func w9(reps, workers int) {
+	const trips, size = 100, 64
+	conns := 10000
+	if v, err := strconv.Atoi(os.Getenv("WEFT_W9_CONNS")); err == nil && v > 0 {
+		conns = v
+	}
+	client := os.Getenv("WEFT_W9_CLIENT")
+	if client == "" {
+		fmt.Fprintln(os.Stderr, "W9: set WEFT_W9_CLIENT to bench/w9_client (bench/run_workloads.sh does)")
+		os.Exit(1)
+	}
+	var rssPerConn []float64
+	walls := repeat(reps, func() float64 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		rss0 := rssKb()
+		var accepted sync.WaitGroup
+		accepted.Add(conns)
+		var echoers sync.WaitGroup
+		go func() {
+			for k := 0; k < conns; k++ {
+				c, err := ln.Accept()
+				if err != nil {
+					panic(err)
+				}
+				c.(*net.TCPConn).SetNoDelay(true)
+				echoers.Add(1)
+				go func(c net.Conn) {
+					defer echoers.Done()
+					defer c.Close()
+					accepted.Done()
+					buf := make([]byte, 1024)
+					for {
+						n, err := c.Read(buf)
+						if err != nil {
+							return
+						}
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+				}(c)
+			}
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		cmd := exec.Command(client, strconv.Itoa(port), strconv.Itoa(conns), strconv.Itoa(trips), strconv.Itoa(size))
+		cmd.Stderr = os.Stderr
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			panic(err)
+		}
+		r := bufio.NewReader(stdout)
+		if l, _ := r.ReadString('\n'); l != "connected\n" {
+			panic("W9: the client did not connect: " + l)
+		}
+		accepted.Wait()
+		time.Sleep(20 * time.Millisecond) // every echoer parked in its read
+		rssPerConn = append(rssPerConn, float64(rssKb()-rss0)/float64(conns))
+		io.WriteString(stdin, "go\n")
+		done, _ := r.ReadString('\n')
+		var ns int64
+		var msgs, bad uint64
+		if n, _ := fmt.Sscanf(done, "done %d %d %d", &ns, &msgs, &bad); n != 3 || bad != 0 || msgs != uint64(conns*trips) {
+			panic("W9: lost messages: " + done)
+		}
+		stdin.Close()
+		cmd.Wait()
+		echoers.Wait()
+		ln.Close()
+		return float64(ns) / 1e6
+	})
+	wall := median(walls)
+	ops := float64(conns * trips)
+	emit(line{SamplesMs: walls, Workload: "many_conn_echo", N: int64(ops), Workers: workers, NsPerOp: wall * 1e6 / ops, WallMs: wall,
+		MsgsPerS: f64(ops / (wall / 1000)), RssKbPerConn: f64(rssPerConn[0]), Conns: conns})
+}
+
 // w10File: W10's 1 GiB file, at $WEFT_W10_FILE or $TMPDIR/weft_w10.dat (made, as zeros, if
 // missing or of another size; bench/run_workloads.sh makes it once for every runtime), read
 // once so that the page cache holds it.
@@ -506,6 +593,9 @@ func main() {
 	}
 	if want("W8") {
 		w8(*reps, w)
+	}
+	if want("W9") {
+		w9(*reps, w)
 	}
 	if want("W10") {
 		w10(*reps, w)

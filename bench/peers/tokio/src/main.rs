@@ -1,4 +1,4 @@
-// bench/peers/tokio: the standard workloads W1..W8 and W10 of ../../../../shared/WORKLOADS.md written for
+// bench/peers/tokio: the standard workloads W1..W10 of ../../../../shared/WORKLOADS.md written for
 // Tokio, printing the same JSON lines as //bench:weft_workloads ("runtime":"tokio"). Built offline
 // against Debian's librust-tokio-dev. Run through bench/run_workloads.sh, or:
 //
@@ -560,9 +560,103 @@ fn w10(rt: &Runtime, reps: usize, workers: usize) {
     }
 }
 
+// W9: 10,000 connections, each echoed by its task through a 1 KiB buffer in the task (as in
+// Tokio's README echo server), clients in a second process: bench/w9_client at $WEFT_W9_CLIENT,
+// the same program for every runtime. $WEFT_W9_CONNS lowers the count.
+fn w9(rt: &Runtime, reps: usize, workers: usize) {
+    use std::io::{BufRead, BufReader, Write};
+    const TRIPS: usize = 100;
+    const SIZE: usize = 64;
+    let conns: usize = std::env::var("WEFT_W9_CONNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(10000);
+    let Ok(client) = std::env::var("WEFT_W9_CLIENT") else {
+        eprintln!("W9: set WEFT_W9_CLIENT to bench/w9_client (bench/run_workloads.sh does)");
+        std::process::exit(1);
+    };
+    let mut rss_per_conn = Vec::new();
+    let samples = repeat(reps, || {
+        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        let rss0 = rss_kb();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        let server = rt.spawn(async move {
+            let mut echoers = Vec::with_capacity(conns);
+            for _ in 0..conns {
+                let (mut s, _) = listener.accept().await.expect("accept");
+                s.set_nodelay(true).unwrap();
+                let counter = counter.clone();
+                echoers.push(tokio::spawn(async move {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    let mut buf = [0u8; 1024];
+                    loop {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(k) => {
+                                if s.write_all(&buf[..k]).await.is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }));
+            }
+            for e in echoers {
+                let _ = e.await;
+            }
+        });
+        let mut child = std::process::Command::new(&client)
+            .args([port.to_string(), conns.to_string(), TRIPS.to_string(), SIZE.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("W9: cannot start the client");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "connected\n", "W9: the client did not connect");
+        while accepted.load(Ordering::Relaxed) < conns {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20)); // every echoer parked in its read
+        rss_per_conn.push((rss_kb() - rss0) as f64 / conns as f64);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+        if f.len() != 3 || f[2] != 0 || f[1] != (conns * TRIPS) as u64 {
+            panic!("W9: lost messages: {line}");
+        }
+        drop(stdin);
+        let _ = child.wait();
+        rt.block_on(server).unwrap();
+        f[0] as f64 / 1e6
+    });
+    let wall = median(&samples);
+    let ops = (conns * TRIPS) as f64;
+    emit(Line {
+        workload: "many_conn_echo",
+        n: ops as u64,
+        workers,
+        ns_per_op: wall * 1e6 / ops,
+        wall_ms: wall,
+        samples,
+        extra: vec![
+            ("msgs_per_s", ops / (wall / 1000.0)),
+            ("rss_kb_per_conn", rss_per_conn[0]),
+            ("conns", conns as f64),
+        ],
+        ..Default::default()
+    });
+}
+
 fn main() {
     const USAGE: &str = "usage: tokio_workloads [--reps N (5)] [--workers N (0: all cores)] [--only W1,W2]\n\
-                         the standard workloads W1..W8 (WORKLOADS.md) on Tokio, one JSON line each";
+                         the standard workloads W1..W10 (WORKLOADS.md) on Tokio, one JSON line each";
     let usage_error = |message: String| -> ! {
         eprintln!("tokio_workloads: {message}\n{USAGE}");
         std::process::exit(2);
@@ -607,7 +701,7 @@ fn main() {
         w1(reps);
     }
     let rt = multi(workers);
-    let suites: [(&str, fn(&Runtime, usize, usize)); 8] = [
+    let suites: [(&str, fn(&Runtime, usize, usize)); 9] = [
         ("W2", w2),
         ("W3", w3),
         ("W4", w4),
@@ -615,6 +709,7 @@ fn main() {
         ("W6", w6),
         ("W7", w7),
         ("W8", w8),
+        ("W9", w9),
         ("W10", w10),
     ];
     for (id, run) in suites {
