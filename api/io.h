@@ -99,7 +99,8 @@ class RecvBuffer {
   std::uint32_t id_ = 0;
 };
 
-// recv_buffer: receives up to 4 KiB from a stream socket into a buffer the runtime picks when
+// recv_buffer: receives up to 4 KiB from a stream socket (a datagram longer than 4 KiB would be
+// cut; use UdpSocket for datagrams) into a buffer the runtime picks when
 // the data arrives, and lends it (empty at end of stream). On io_uring the kernel picks it from
 // the worker's provided buffer ring, so a connection that waits holds no buffer at all (against
 // a buffer per connection for recv): what many mostly idle connections want. Elsewhere (epoll,

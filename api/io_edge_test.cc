@@ -478,6 +478,75 @@ TEST(FdUseTest, ACloseWaitsForAUseUnderWayAndRefusesLaterOnes) {
   ::close(p[1]);
 }
 
+// A socket closed by its destructor while its runtime shuts down (the fiber unwinds): the close
+// still ends another execution's receive on the fd before the fd is closed, so the peer sees end
+// of file and the receive never reaches the next file given the number.
+TEST(AdvShutdownClose, ADestructorsCloseDuringShutdownEndsAnotherThreadsReceive) {
+  int p[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p), 0);
+  const int fd = p[0];
+  std::atomic<bool> waiting{false};
+  std::atomic<int> err{-1};
+  std::thread t([&] {
+    waiting = true;
+    Result<io::RecvBuffer> r = io::recv_buffer(fd, {.deadline = SyncClock::now() + 10s});
+    err = r.ok() ? 0 : static_cast<int>(r.error());
+  });
+  while (!waiting) std::this_thread::yield();
+  std::this_thread::sleep_for(50ms);  // the receive is waiting (not asserted: ordering only)
+  {
+    Runtime rt({.workers = 1});
+    (void)rt.spawn([fd] {
+      net::TcpStream s(fd);
+      (void)this_fiber::sleep_for(30s);  // ended by the shutdown; ~TcpStream closes fd
+    });
+    std::this_thread::sleep_for(50ms);
+  }
+  t.join();
+  EXPECT_EQ(err.load(), static_cast<int>(std::errc::operation_canceled));
+  EXPECT_EQ(::fcntl(fd, F_GETFD), -1) << "fd still open";
+  char c;
+  EXPECT_EQ(::recv(p[1], &c, 1, MSG_DONTWAIT), 0) << "the peer sees no end of file";
+  ::close(p[1]);
+}
+
+TEST(AdvShutdownClose, AReceiveInAnotherRuntimeNeverReadsTheNextSocket) {
+  int p[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p), 0);
+  const int fd = p[0];
+  Runtime a({.workers = 1});
+  std::atomic<bool> waiting{false};
+  std::string got;
+  int err = -1;
+  JoinHandle<void> receiver = a.spawn([&] {
+    char buf[64];
+    waiting = true;
+    Result<std::size_t> n = io::recv(fd, buf, sizeof buf, 0, {.deadline = SyncClock::now() + 10s});
+    if (n.ok()) got.assign(buf, *n);
+    err = n.ok() ? 0 : static_cast<int>(n.error());
+  });
+  while (!waiting) std::this_thread::yield();
+  std::this_thread::sleep_for(50ms);
+  {
+    Runtime b({.workers = 1});
+    (void)b.spawn([fd] {
+      net::TcpStream s(fd);
+      (void)this_fiber::sleep_for(30s);
+    });
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(::fcntl(fd, F_GETFD), -1);
+  int y[2];  // the next socket, likely given the number, with bytes waiting
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, y), 0);
+  ASSERT_EQ(::send(y[1], "SECRET", 6, 0), 6);
+  (void)receiver.join();
+  EXPECT_EQ(got, "") << "the old receive read the next socket's bytes";
+  EXPECT_EQ(err, static_cast<int>(std::errc::operation_canceled));
+  (void)io::close(y[0]);
+  (void)io::close(y[1]);
+  ::close(p[1]);
+}
+
 INSTANTIATE_TEST_SUITE_P(FibersAndThreads, AdvTest,
                          ::testing::Values(Mode::kFibers, Mode::kThreads), testing::ModeName);
 

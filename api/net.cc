@@ -352,31 +352,53 @@ Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions
   return io_internal::ReadExact({fd_, epoch_}, buf, len, options);
 }
 
+namespace {
+// OnFd: f(fd), a system call that does not wait, as one FdUse of the socket's fd
+// (scheduler/io.h): once a close of the socket has begun it fails with operation_canceled
+// instead of reaching the socket that takes the number next.
+template <typename R, typename F>
+R OnFd(int fd, std::uint32_t epoch, F f) {
+  scheduler_internal::FdUse use(fd, epoch);
+  if (use.refused()) return std::errc::operation_canceled;
+  return f(fd);
+}
+}  // namespace
+
 Result<void> TcpStream::shutdown_write() {
-  if (sim_internal::IsSimFd(fd_)) return sim_internal::Shutdown(fd_, kShutWrite);
-  if (::shutdown(NativeSocket(fd_), kShutWrite) != 0) return LastErrc();
-  return {};
+  return OnFd<Result<void>>(fd_, epoch_, [](int fd) -> Result<void> {
+    if (sim_internal::IsSimFd(fd)) return sim_internal::Shutdown(fd, kShutWrite);
+    if (::shutdown(NativeSocket(fd), kShutWrite) != 0) return LastErrc();
+    return {};
+  });
 }
 
 Result<void> TcpStream::shutdown() {
-  if (sim_internal::IsSimFd(fd_)) return sim_internal::Shutdown(fd_, kShutBoth);
-  if (::shutdown(NativeSocket(fd_), kShutBoth) != 0) return LastErrc();
-  return {};
+  return OnFd<Result<void>>(fd_, epoch_, [](int fd) -> Result<void> {
+    if (sim_internal::IsSimFd(fd)) return sim_internal::Shutdown(fd, kShutBoth);
+    if (::shutdown(NativeSocket(fd), kShutBoth) != 0) return LastErrc();
+    return {};
+  });
 }
 
 Result<void> TcpStream::set_nodelay(bool on) {
-  if (sim_internal::IsSimFd(fd_)) return sim_internal::Check(fd_);  // nothing to delay
-  int v = on ? 1 : 0;
-  if (::setsockopt(NativeSocket(fd_), IPPROTO_TCP, TCP_NODELAY, reinterpret_cast<const char*>(&v),
-                   sizeof v) != 0) {
-    return LastErrc();
-  }
-  return {};
+  return OnFd<Result<void>>(fd_, epoch_, [on](int fd) -> Result<void> {
+    if (sim_internal::IsSimFd(fd)) return sim_internal::Check(fd);  // nothing to delay
+    int v = on ? 1 : 0;
+    if (::setsockopt(NativeSocket(fd), IPPROTO_TCP, TCP_NODELAY, reinterpret_cast<const char*>(&v),
+                     sizeof v) != 0) {
+      return LastErrc();
+    }
+    return {};
+  });
 }
 
-Result<SocketAddress> TcpStream::peer_address() const { return Address(fd_, /*peer=*/true); }
+Result<SocketAddress> TcpStream::peer_address() const {
+  return OnFd<Result<SocketAddress>>(fd_, epoch_, [](int fd) { return Address(fd, true); });
+}
 
-Result<SocketAddress> TcpStream::local_address() const { return Address(fd_, /*peer=*/false); }
+Result<SocketAddress> TcpStream::local_address() const {
+  return OnFd<Result<SocketAddress>>(fd_, epoch_, [](int fd) { return Address(fd, false); });
+}
 
 Result<void> TcpStream::close() {
   if (fd_ < 0) return {};
@@ -617,8 +639,10 @@ Result<std::size_t> UdpSocket::send_batch(const Outgoing* datagrams, std::size_t
 Result<void> UdpSocket::connect(const SocketAddress& peer) {
   if (peer.size() == 0) return std::errc::invalid_argument;
   // A datagram socket's connect only records the peer: it never waits.
-  if (::connect(NativeSocket(fd_), peer.data(), peer.size()) != 0) return LastErrc();
-  return {};
+  return OnFd<Result<void>>(fd_, epoch_, [&peer](int fd) -> Result<void> {
+    if (::connect(NativeSocket(fd), peer.data(), peer.size()) != 0) return LastErrc();
+    return {};
+  });
 }
 
 // send and recv go through sendmsg and recvmsg without an address: the datagram calls of every
@@ -637,15 +661,19 @@ Result<std::size_t> UdpSocket::recv(void* buf, std::size_t len, const WaitOption
   return io_internal::RecvMsg({fd_, epoch_}, &msg, 0, options);
 }
 
-Result<SocketAddress> UdpSocket::local_address() const { return Address(fd_, /*peer=*/false); }
+Result<SocketAddress> UdpSocket::local_address() const {
+  return OnFd<Result<SocketAddress>>(fd_, epoch_, [](int fd) { return Address(fd, false); });
+}
 
 Result<void> UdpSocket::set_broadcast(bool on) {
-  int v = on ? 1 : 0;
-  if (::setsockopt(NativeSocket(fd_), SOL_SOCKET, SO_BROADCAST, reinterpret_cast<const char*>(&v),
-                   sizeof v) != 0) {
-    return LastErrc();
-  }
-  return {};
+  return OnFd<Result<void>>(fd_, epoch_, [on](int fd) -> Result<void> {
+    int v = on ? 1 : 0;
+    if (::setsockopt(NativeSocket(fd), SOL_SOCKET, SO_BROADCAST, reinterpret_cast<const char*>(&v),
+                     sizeof v) != 0) {
+      return LastErrc();
+    }
+    return {};
+  });
 }
 
 Result<void> UdpSocket::close() {

@@ -69,7 +69,7 @@ Reactor* ThreadReactorOrNull(std::errc* error) {
 }  // namespace
 
 std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what, int fd,
-                   std::int64_t epoch) {
+                   std::int64_t epoch, IoEnd end) {
   const CancellationToken* token = options.cancel;
   Worker* w = t_worker;
   Fiber* f = w != nullptr ? w->current : nullptr;
@@ -87,7 +87,8 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
   };
   if (f != nullptr) {
     if (w->reactor == nullptr) return -static_cast<int>(w->reactor_error);
-    if (f->waiter.interrupted()) return -ECANCELED;
+    const bool cancellable = end == IoEnd::kCancellable;
+    if (cancellable && f->waiter.interrupted()) return -ECANCELED;
     req.waiter = &f->waiter;
     req.owner = w;
     {
@@ -108,7 +109,7 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     while (!req.finished.load(std::memory_order_acquire) ||
            (cancel_posted && !req.cancel_done.load(std::memory_order_acquire))) {
       (void)f->waiter.wait(std::nullopt);
-      if (!cancel_posted && !req.finished.load(std::memory_order_acquire) &&
+      if (cancellable && !cancel_posted && !req.finished.load(std::memory_order_acquire) &&
           ((token != nullptr && token->is_cancelled()) || f->waiter.interrupted())) {
         // Always through the owner's mailbox (we may run on another worker now; even on the
         // owner, the reactor must not be entered from inside a completion's aftermath).
@@ -207,12 +208,13 @@ void CloseFd(int fd) {
         submitted = true;
         re.close(op, fd);
       },
-      {}, "io close", fd);
+      {}, "io close", fd, kNoEpoch, IoEnd::kRunsToEnd);
   // Once submitted, the fd is closed whatever the result (Linux releases it even on EINTR or
-  // EIO): never close it twice, the number may be someone else's by now.
+  // EIO): never close it twice, the number may be someone else's by now. It runs to its end
+  // even in a fiber that shutdown interrupts (a socket's destructor, unwinding): a plain
+  // ::close would skip the other reactors' operations on the fd.
   if (submitted) return;
-    // RunIo failed first (no reactor for this execution, or a fiber interrupted by shutdown):
-    // close directly.
+    // RunIo failed first (no reactor for this execution): close directly.
 #ifdef _WIN32
   ::closesocket(NativeSocket(fd));  // api fds are sockets
 #else

@@ -38,15 +38,18 @@ using IoSubmit = void (*)(Reactor& reactor, IoOp& op, void* arg);
 // dumps of parked fibers.
 // With an epoch (>= 0; see CloseEpoch), a close of fd that began since makes it return
 // -ECANCELED without submitting; the submission itself is an FdUse of fd in any case.
+// IoEnd::kRunsToEnd: an operation that shutdown neither refuses nor cancels (a close: skipping
+// it would leave other reactors' operations on the fd running into the number's next file).
 inline constexpr std::int64_t kNoEpoch = -1;
+enum class IoEnd { kCancellable, kRunsToEnd };
 std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what, int fd,
-                   std::int64_t epoch = kNoEpoch);
+                   std::int64_t epoch = kNoEpoch, IoEnd end = IoEnd::kCancellable);
 
 template <typename F>
 std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what, int fd,
-                   std::int64_t epoch = kNoEpoch) {
+                   std::int64_t epoch = kNoEpoch, IoEnd end = IoEnd::kCancellable) {
   return RunIo([](Reactor& r, IoOp& op, void* a) { (*static_cast<const F*>(a))(r, op); },
-               const_cast<F*>(&submit), options, what, fd, epoch);
+               const_cast<F*>(&submit), options, what, fd, epoch, end);
 }
 
 // InSimulation: the calling thread runs a simulated runtime (RuntimeOptions::simulation), whose
