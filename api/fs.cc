@@ -80,10 +80,21 @@ bool StillOurs(int fd, std::uint32_t epoch) { return scheduler_internal::CloseEp
 
 // BlockingOn: Blocking for a call on fd, the File's (epoch: its close epoch at open): one that
 // waited for a blocking thread while the File was closed never reaches the number's next file
-// (ECANCELED). Callers check StillOurs again after it, for a close during the call.
+// (ECANCELED). On a regular file the call is an FdUse (scheduler/io.h): a close waits for it,
+// which is short (a disk access). A pipe's or FIFO's call may wait for ever, so a close must not
+// wait for it: there the epoch is checked before the call, and callers check StillOurs again
+// after it; a close in between is the caller's race (api/fs.h).
 template <typename F>
-Result<std::int64_t> BlockingOn(int fd, std::uint32_t epoch, F f) {
+Result<std::int64_t> BlockingOn(int fd, std::uint32_t epoch, bool regular, F f) {
   return Blocking([&] {
+    if (regular) {
+      scheduler_internal::FdUse use(fd, epoch);
+      if (use.refused()) {
+        errno = ECANCELED;
+        return std::int64_t{-1};
+      }
+      return f();
+    }
     if (!StillOurs(fd, epoch)) {
       errno = ECANCELED;
       return std::int64_t{-1};
@@ -105,6 +116,7 @@ File& File::operator=(File&& other) noexcept {
   if (this != &other) {
     (void)close();
     epoch_ = other.epoch_;
+    regular_ = other.regular_;
     fd_ = other.fd_.exchange(-1);
   }
   return *this;
@@ -137,6 +149,8 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
   if (!fd.ok()) return fd.error();
   File f(static_cast<int>(*fd));
   f.epoch_ = scheduler_internal::CloseEpoch(f.fd_);
+  struct stat st {};
+  f.regular_ = ::fstat(f.fd_, &st) == 0 && S_ISREG(st.st_mode);  // metadata: never waits
   return f;
 }
 
@@ -188,7 +202,7 @@ Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offs
   if (!done && scheduler_internal::FileIoThroughReactor()) {
     out = io_internal::Read({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset));
   } else if (!done) {
-    out = AsSize(BlockingOn(fd, epoch_, [&] {
+    out = AsSize(BlockingOn(fd, epoch_, regular_, [&] {
       ssize_t r = ::pread(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
       if (r < 0 && errno == ESPIPE) r = ::read(fd, buf, ClampIoLength(len));  // as io_uring
       return static_cast<std::int64_t>(r);
@@ -211,7 +225,7 @@ Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64
   if (scheduler_internal::FileIoThroughReactor()) {
     out = io_internal::Write({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset));
   } else {
-    out = AsSize(BlockingOn(fd, epoch_, [&] {
+    out = AsSize(BlockingOn(fd, epoch_, regular_, [&] {
       ssize_t r = ::pwrite(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
       if (r < 0 && errno == ESPIPE) r = ::write(fd, buf, ClampIoLength(len));  // as io_uring
       return static_cast<std::int64_t>(r);
@@ -222,7 +236,8 @@ Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64
 }
 
 namespace {
-Result<void> Sync(int fd, std::uint32_t epoch, bool datasync, const WaitOptions& options) {
+Result<void> Sync(int fd, std::uint32_t epoch, bool regular, bool datasync,
+                  const WaitOptions& options) {
   if (fd < 0) return std::errc::bad_file_descriptor;
   if (Result<void> r = Ready(options); !r.ok()) return r.error();
   Result<std::int64_t> r = std::errc::invalid_argument;
@@ -230,7 +245,7 @@ Result<void> Sync(int fd, std::uint32_t epoch, bool datasync, const WaitOptions&
     r = UringCall([&](Reactor& re, IoOp& op) { re.fsync(op, fd, datasync); }, options, "fs sync",
                   {fd, epoch});
   } else {
-    r = BlockingOn(fd, epoch, [&] {
+    r = BlockingOn(fd, epoch, regular, [&] {
       return static_cast<std::int64_t>(datasync ? ::fdatasync(fd) : ::fsync(fd));
     });
   }
@@ -240,9 +255,11 @@ Result<void> Sync(int fd, std::uint32_t epoch, bool datasync, const WaitOptions&
 }
 }  // namespace
 
-Result<void> File::sync(const WaitOptions& options) { return Sync(fd_, epoch_, false, options); }
+Result<void> File::sync(const WaitOptions& options) {
+  return Sync(fd_, epoch_, regular_, false, options);
+}
 Result<void> File::sync_data(const WaitOptions& options) {
-  return Sync(fd_, epoch_, true, options);
+  return Sync(fd_, epoch_, regular_, true, options);
 }
 
 Result<FileStat> File::stat(const WaitOptions& options) {
@@ -263,7 +280,7 @@ Result<FileStat> File::stat(const WaitOptions& options) {
   }
   struct stat st {};
   Result<std::int64_t> r =
-      BlockingOn(fd, epoch_, [&] { return static_cast<std::int64_t>(::fstat(fd, &st)); });
+      BlockingOn(fd, epoch_, regular_, [&] { return static_cast<std::int64_t>(::fstat(fd, &st)); });
   if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
   if (!r.ok()) return r.error();
   out.size = static_cast<std::uint64_t>(st.st_size);

@@ -43,14 +43,18 @@ struct FileStat {
 
 // File: an open file; closed by its destructor. Reads and writes take an offset and never move
 // a file position, so fibers may share one File. A call racing with close() on the same File
-// never returns another file's bytes (operation_canceled), but a write racing with it may reach
-// a file that took the number meanwhile: do not close a File other fibers still write through.
+// never returns another file's bytes (operation_canceled), and on a regular file never reaches a
+// file that took the number meanwhile. On a pipe, FIFO or device without io_uring, a call may
+// wait for ever, so a close does not wait for it: a write racing with the close may then reach
+// the number's next file, and a read may consume its bytes before it fails operation_canceled.
+// Do not close such a File while other fibers still use it.
 // On a pipe or FIFO the offset is ignored, as the reactor ignores it (io_uring's rule).
 class File {
  public:
   File() = default;
   ~File() { (void)close(); }
-  File(File&& other) noexcept : fd_(other.fd_.exchange(-1)), epoch_(other.epoch_) {}
+  File(File&& other) noexcept
+      : fd_(other.fd_.exchange(-1)), epoch_(other.epoch_), regular_(other.regular_) {}
   File& operator=(File&& other) noexcept;
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -89,6 +93,7 @@ class File {
   // Atomic: a close may race with another fiber's call (which then ends operation_canceled).
   std::atomic<int> fd_{-1};
   std::uint32_t epoch_ = 0;  // fd_'s close epoch when opened (api/fs.cc)
+  bool regular_ = false;     // a regular file (its calls never wait for long)
 };
 
 // read_file: the whole file, read until its end (so a /proc file, whose size says 0, is read

@@ -478,6 +478,50 @@ TEST(FdUseTest, ACloseWaitsForAUseUnderWayAndRefusesLaterOnes) {
   ::close(p[1]);
 }
 
+// Writers on a regular File closed meanwhile, its number then reused by another file: no write
+// reaches the other file (on io_uring, and on the blocking threads under epoll, where each call
+// is an FdUse that the close waits for).
+TEST(AdvFileClose, WritersOnAFileClosedMeanwhileNeverWriteTheNextFile) {
+  const int rounds = std::getenv("ADV_ROUNDS") ? std::atoi(std::getenv("ADV_ROUNDS")) : 40;
+  Runtime rt({.workers = 2});
+  rt.block_on([&] {
+    for (int round = 0; round < rounds; ++round) {
+      const std::string a_path = TmpPath("fa" + std::to_string(round));
+      const std::string b_path = TmpPath("fb" + std::to_string(round));
+      Result<fs::File> a =
+          fs::File::open(a_path, {.write = true, .create = true, .truncate = true});
+      ASSERT_TRUE(a.ok());
+      std::atomic<bool> stop{false};
+      std::vector<JoinHandle<void>> writers;
+      for (int k = 0; k < 3; ++k) {
+        writers.push_back(rt.spawn([&] {
+          const char w[64] = {'W'};
+          while (!stop.load()) {
+            if (!a->write_at(w, sizeof w, 0).ok()) return;
+          }
+        }));
+      }
+      (void)this_fiber::sleep_for(std::chrono::microseconds(50 + round * 7));
+      ASSERT_TRUE(a->close().ok());
+      Result<fs::File> b =
+          fs::File::open(b_path, {.read = true, .write = true, .create = true, .truncate = true});
+      ASSERT_TRUE(b.ok());
+      const std::string clean(64, 'B');
+      ASSERT_TRUE(b->write_all_at(clean.data(), clean.size(), 0).ok());
+      (void)this_fiber::sleep_for(std::chrono::microseconds(200));
+      stop = true;
+      for (auto& w : writers) (void)w.join();
+      std::string got(64, '\0');
+      ASSERT_TRUE(b->read_full_at(got.data(), got.size(), 0).ok());
+      EXPECT_EQ(got, clean) << "a write on the closed file reached the next one (round " << round
+                            << ")";
+      (void)b->close();
+      ::unlink(a_path.c_str());
+      ::unlink(b_path.c_str());
+    }
+  });
+}
+
 // A socket closed by its destructor while its runtime shuts down (the fiber unwinds): the close
 // still ends another execution's receive on the fd before the fd is closed, so the peer sees end
 // of file and the receive never reaches the next file given the number.
