@@ -294,6 +294,22 @@ fn w5(rt: &Runtime, reps: usize, workers: usize) {
     emit_per_op("sleep_fanout", N as u64, N as f64, workers, samples);
 }
 
+// echo: a connection's server task (W6, W9): echoes through an N-byte buffer in the task until
+// the stream ends.
+async fn echo<const N: usize>(mut s: TcpStream) {
+    let mut buf = [0u8; N];
+    loop {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(k) => {
+                if s.write_all(&buf[..k]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
 fn w6(rt: &Runtime, reps: usize, workers: usize) {
     const CONNS: usize = 100;
     const TRIPS: usize = 1000;
@@ -306,21 +322,9 @@ fn w6(rt: &Runtime, reps: usize, workers: usize) {
             let server = tokio::spawn(async move {
                 let mut echoers = Vec::with_capacity(CONNS);
                 for _ in 0..CONNS {
-                    let (mut s, _) = listener.accept().await.expect("accept");
+                    let (s, _) = listener.accept().await.expect("accept");
                     s.set_nodelay(true).unwrap();
-                    echoers.push(tokio::spawn(async move {
-                        let mut buf = [0u8; SIZE];
-                        loop {
-                            match s.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(k) => {
-                                    if s.write_all(&buf[..k]).await.is_err() {
-                                        break;
-                                    }
-                                }
-                            }
-                        }
-                    }));
+                    echoers.push(tokio::spawn(echo::<SIZE>(s)));
                 }
                 for e in echoers {
                     e.await.unwrap();
@@ -586,22 +590,12 @@ fn w9(rt: &Runtime, reps: usize, workers: usize) {
         let server = rt.spawn(async move {
             let mut echoers = Vec::with_capacity(conns);
             for _ in 0..conns {
-                let (mut s, _) = listener.accept().await.expect("accept");
+                let (s, _) = listener.accept().await.expect("accept");
                 s.set_nodelay(true).unwrap();
                 let counter = counter.clone();
                 echoers.push(tokio::spawn(async move {
                     counter.fetch_add(1, Ordering::Relaxed);
-                    let mut buf = [0u8; 1024];
-                    loop {
-                        match s.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(k) => {
-                                if s.write_all(&buf[..k]).await.is_err() {
-                                    break;
-                                }
-                            }
-                        }
-                    }
+                    echo::<1024>(s).await
                 }));
             }
             for e in echoers {
