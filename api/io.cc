@@ -284,6 +284,16 @@ Result<io::RecvBuffer> RecvBufferOn(Fd at, const WaitOptions& options) {
   }
 }
 
+Result<int> Accept(Fd at, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
+  const int fd = at.fd;
+  if (sim_internal::IsSimFd(fd)) return sim_internal::Accept(fd, addr, addrlen, options);
+  std::int64_t r = RunAbsorbing(
+      Absorb::kAccept, at, [&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); },
+      options, "io accept");
+  if (r < 0) return ErrcOf(r);
+  return static_cast<int>(r);
+}
+
 Result<void> ReadExact(Fd at, void* buf, std::size_t len, const WaitOptions& options) {
   char* p = static_cast<char*>(buf);
   while (len != 0) {
@@ -377,12 +387,7 @@ Result<RecvBuffer> recv_buffer(int fd, const WaitOptions& options) {
 }
 
 Result<int> accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
-  if (sim_internal::IsSimFd(fd)) return sim_internal::Accept(fd, addr, addrlen, options);
-  std::int64_t r = RunAbsorbing(
-      Absorb::kAccept, Fd::Now(fd),
-      [&](Reactor& re, IoOp& op) { re.accept(op, fd, addr, addrlen); }, options, "io accept");
-  if (r < 0) return ErrcOf(r);
-  return static_cast<int>(r);
+  return io_internal::Accept(Fd::Now(fd), addr, addrlen, options);
 }
 
 Result<void> connect(int fd, const sockaddr* addr, socklen_t addrlen, const WaitOptions& options) {

@@ -410,8 +410,8 @@ Result<void> TcpStream::close() {
 TcpListener& TcpListener::operator=(TcpListener&& other) noexcept {
   if (this != &other) {
     (void)close();
-    fd_ = other.fd_;
-    other.fd_ = -1;
+    epoch_ = other.epoch_;
+    fd_ = other.fd_.exchange(-1);
   }
   return *this;
 }
@@ -422,6 +422,7 @@ Result<TcpListener> TcpListener::bind(const SocketAddress& addr, int backlog) {
   if (!fd.ok()) return fd.error();
   TcpListener l;
   l.fd_ = *fd;
+  l.epoch_ = scheduler_internal::CloseEpoch(*fd);
   if (sim_internal::IsSimFd(l.fd_)) {
     if (Result<void> r = sim_internal::Bind(l.fd_, addr.data(), addr.size()); !r.ok()) {
       return r.error();
@@ -442,17 +443,18 @@ Result<TcpListener> TcpListener::bind(const SocketAddress& addr, int backlog) {
 }
 
 Result<TcpStream> TcpListener::accept(const WaitOptions& options) {
-  Result<int> fd = io::accept(fd_, nullptr, nullptr, options);
+  Result<int> fd = io_internal::Accept({fd_, epoch_}, nullptr, nullptr, options);
   if (!fd.ok()) return fd.error();
   return TcpStream(*fd);
 }
 
-Result<SocketAddress> TcpListener::local_address() const { return Address(fd_, /*peer=*/false); }
+Result<SocketAddress> TcpListener::local_address() const {
+  return OnFd<Result<SocketAddress>>(fd_, epoch_, [](int fd) { return Address(fd, false); });
+}
 
 Result<void> TcpListener::close() {
-  if (fd_ < 0) return {};
-  int fd = fd_;
-  fd_ = -1;
+  const int fd = fd_.exchange(-1);
+  if (fd < 0) return {};
   return io::close(fd);
 }
 

@@ -107,7 +107,7 @@ class TcpListener {
  public:
   TcpListener() = default;
   ~TcpListener() { (void)close(); }
-  TcpListener(TcpListener&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  TcpListener(TcpListener&& other) noexcept : fd_(other.fd_.exchange(-1)), epoch_(other.epoch_) {}
   TcpListener& operator=(TcpListener&& other) noexcept;
   TcpListener(const TcpListener&) = delete;
   TcpListener& operator=(const TcpListener&) = delete;
@@ -123,7 +123,8 @@ class TcpListener {
   Result<void> close();
 
  private:
-  int fd_ = -1;
+  std::atomic<int> fd_{-1};  // as TcpStream's
+  std::uint32_t epoch_ = 0;
 };
 
 // UdpSocket: datagrams, IPv4 or IPv6. Every call that can wait parks a fiber (or blocks a plain

@@ -114,6 +114,7 @@ Result<void> WriteAllOn(Fd fd, const void* buf, std::size_t len, const WaitOptio
 Result<void> SendAll(Fd fd, const void* buf, std::size_t len, const WaitOptions& options);
 Result<void> ReadExact(Fd fd, void* buf, std::size_t len, const WaitOptions& options);
 Result<io::RecvBuffer> RecvBufferOn(Fd fd, const WaitOptions& options);
+Result<int> Accept(Fd fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options);
 
 // WriteAll: repeats one writing operation until len bytes went out.
 template <typename WriteOp>
