@@ -1,0 +1,153 @@
+// api/c/weft_c.cc: the C ABI of api/c/weft.h over the C++ API. Every entry point catches every
+// exception (none may cross into C) and turns results into negative errno values.
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <new>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "weft/api/c/weft.h"
+#include "weft/api/weft.h"
+
+struct weft_runtime {
+  weft::Runtime rt;
+  explicit weft_runtime(weft::RuntimeOptions o) : rt(std::move(o)) {}
+};
+
+struct weft_fiber {
+  weft::JoinHandle<int> handle;
+};
+
+namespace {
+
+int Errno(std::errc e) { return -static_cast<int>(e); }
+
+// Run: fn(arg), with any C++ exception that escapes it (a C++ callback behind a C pointer)
+// caught and reported once: -EIO for the joiner.
+int Run(weft_fn fn, void* arg) {
+  try {
+    fn(arg);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft: a C callback's fiber threw %s; its join returns -EIO\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "weft: a C callback's fiber threw; its join returns -EIO\n");
+  }
+  return -EIO;
+}
+
+// Guard: f() as an int result, with any exception turned into an errno.
+template <typename F>
+int Guard(F f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  } catch (const std::system_error& e) {
+    return e.code().category() == std::generic_category() ? -e.code().value() : -EAGAIN;
+  } catch (...) {
+    return -EIO;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t weft_abi_version(void) { return WEFT_ABI_VERSION; }
+
+int weft_runtime_create(const weft_runtime_options_t* options, weft_runtime_t** out) {
+  if (out == nullptr) return -EINVAL;
+  *out = nullptr;
+  weft::RuntimeOptions o;
+  if (options != nullptr) {
+    // The sizes of the versions this library knows (one so far).
+    if (options->size != sizeof(weft_runtime_options_t)) return -EINVAL;
+    if (options->workers > 1024) return -EINVAL;
+    o.workers = options->workers;
+    if (options->stack_size != 0) {
+      if (options->stack_size > (std::uint64_t{1} << 30)) return -EINVAL;
+      o.stack_size = static_cast<std::size_t>(options->stack_size);
+    }
+  }
+  return Guard([&] {
+    auto* r = new (std::nothrow) weft_runtime(std::move(o));
+    if (r == nullptr) return -ENOMEM;
+    *out = r;
+    return 0;
+  });
+}
+
+int weft_runtime_destroy(weft_runtime_t* rt) {
+  if (rt == nullptr) return -EINVAL;
+  if (weft::scheduler_internal::InFiberOf(rt->rt)) return -EDEADLK;
+  return Guard([&] {
+    delete rt;
+    return 0;
+  });
+}
+
+int weft_block_on(weft_runtime_t* rt, weft_fn fn, void* arg) {
+  if (rt == nullptr || fn == nullptr) return -EINVAL;
+  if (weft::scheduler_internal::InFiberOf(rt->rt)) return -EDEADLK;
+  return Guard([&] { return rt->rt.block_on([fn, arg] { return Run(fn, arg); }); });
+}
+
+int weft_spawn(weft_runtime_t* rt, weft_fn fn, void* arg, weft_fiber_t** out) {
+  if (rt == nullptr || fn == nullptr) return -EINVAL;
+  if (out != nullptr) *out = nullptr;
+  return Guard([&] {
+    auto* f = out != nullptr ? new (std::nothrow) weft_fiber : nullptr;
+    if (out != nullptr && f == nullptr) return -ENOMEM;
+    weft::JoinHandle<int> h = rt->rt.spawn([fn, arg] { return Run(fn, arg); });
+    if (f == nullptr) return 0;  // detached as h goes
+    f->handle = std::move(h);
+    *out = f;
+    return 0;
+  });
+}
+
+int weft_fiber_join(weft_fiber_t* f, int64_t timeout_ns) {
+  if (f == nullptr) return -EINVAL;
+  weft::WaitOptions o;
+  if (timeout_ns >= 0) o.deadline = weft::SyncClock::now() + std::chrono::nanoseconds(timeout_ns);
+  return Guard([&] {
+    weft::Result<int> r = f->handle.join(o);
+    if (!r.ok()) {
+      if (f->handle.joinable()) return Errno(r.error());  // timed out: still joinable
+      delete f;
+      return Errno(r.error());
+    }
+    delete f;
+    return *r;
+  });
+}
+
+int weft_fiber_detach(weft_fiber_t* f) {
+  if (f == nullptr) return -EINVAL;
+  delete f;  // the handle detaches
+  return 0;
+}
+
+int weft_yield(void) {
+  if (weft::this_fiber::in_fiber()) {
+    weft::this_fiber::yield();
+  } else {
+    std::this_thread::yield();
+  }
+  return 0;
+}
+
+int weft_sleep_ns(int64_t ns) {
+  if (ns < 0) return -EINVAL;
+  return Guard([&] {
+    weft::Result<void> r = weft::this_fiber::sleep_for(std::chrono::nanoseconds(ns));
+    return r.ok() ? 0 : Errno(r.error());
+  });
+}
+
+}  // extern "C"
