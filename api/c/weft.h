@@ -3,7 +3,7 @@
  *
  * Defines: WEFT_ABI_VERSION, weft_abi_version, weft_runtime_options_t, weft_runtime_create,
  * weft_runtime_destroy, weft_block_on, weft_spawn, weft_fiber_join, weft_fiber_detach, weft_yield,
- * weft_sleep_ns.
+ * weft_sleep_ns, weft_channel_t and its calls.
  *
  * Conventions, for every call:
  *   - Errors are negative errno values (-EINVAL, -ETIMEDOUT, -ECANCELED, -ENOMEM...); 0 is
@@ -85,6 +85,25 @@ int weft_yield(void);
 /* weft_sleep_ns: sleeps ns nanoseconds (parks a fiber; a plain thread sleeps). -ECANCELED when the
  * fiber's runtime shuts down meanwhile; -EINVAL for ns < 0. */
 int weft_sleep_ns(int64_t ns);
+
+/* Channels of fixed-size byte blobs: each element is elem_size bytes, copied in by send and out
+ * by recv. A fiber waits by parking, a plain thread by blocking, so fibers and threads (those of
+ * another language too) exchange values through one channel. timeout_ns < 0: no limit.
+ *   weft_channel_create: elem_size 1..65,536 bytes, capacity 0 (unbuffered: a send waits for a
+ *     receiver) to 2^20 elements; -EINVAL otherwise.
+ *   weft_channel_send / recv: -EPIPE once the channel is closed (recv: once closed and drained);
+ *     -ETIMEDOUT; -ECANCELED when the calling fiber's runtime shuts down.
+ *   weft_channel_try_send / try_recv: without waiting; -EAGAIN when it would wait.
+ *   weft_channel_close: idempotent; wakes every waiter.
+ *   weft_channel_destroy: frees it (consumes ch); -EBUSY while a fiber or thread waits on it. */
+typedef struct weft_channel weft_channel_t;
+int weft_channel_create(uint32_t elem_size, uint32_t capacity, weft_channel_t** out);
+int weft_channel_send(weft_channel_t* ch, const void* elem, int64_t timeout_ns);
+int weft_channel_recv(weft_channel_t* ch, void* elem, int64_t timeout_ns);
+int weft_channel_try_send(weft_channel_t* ch, const void* elem);
+int weft_channel_try_recv(weft_channel_t* ch, void* elem);
+int weft_channel_close(weft_channel_t* ch);
+int weft_channel_destroy(weft_channel_t* ch);
 
 #ifdef __cplusplus
 }

@@ -3,9 +3,12 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -22,9 +25,21 @@ struct weft_fiber {
   weft::JoinHandle<int> handle;
 };
 
+struct weft_channel {
+  std::uint32_t elem_size;
+  weft::Channel<std::string> ch;  // each element a blob of elem_size bytes
+  weft_channel(std::uint32_t size, std::uint32_t capacity) : elem_size(size), ch(capacity) {}
+};
+
 namespace {
 
 int Errno(std::errc e) { return -static_cast<int>(e); }
+
+weft::WaitOptions Timeout(std::int64_t timeout_ns) {
+  weft::WaitOptions o;
+  if (timeout_ns >= 0) o.deadline = weft::SyncClock::now() + std::chrono::nanoseconds(timeout_ns);
+  return o;
+}
 
 // Run: fn(arg), with any C++ exception that escapes it (a C++ callback behind a C pointer)
 // caught and reported once: -EIO for the joiner.
@@ -113,8 +128,7 @@ int weft_spawn(weft_runtime_t* rt, weft_fn fn, void* arg, weft_fiber_t** out) {
 
 int weft_fiber_join(weft_fiber_t* f, int64_t timeout_ns) {
   if (f == nullptr) return -EINVAL;
-  weft::WaitOptions o;
-  if (timeout_ns >= 0) o.deadline = weft::SyncClock::now() + std::chrono::nanoseconds(timeout_ns);
+  const weft::WaitOptions o = Timeout(timeout_ns);
   return Guard([&] {
     weft::Result<int> r = f->handle.join(o);
     if (!r.ok()) {
@@ -148,6 +162,69 @@ int weft_sleep_ns(int64_t ns) {
     weft::Result<void> r = weft::this_fiber::sleep_for(std::chrono::nanoseconds(ns));
     return r.ok() ? 0 : Errno(r.error());
   });
+}
+
+int weft_channel_create(uint32_t elem_size, uint32_t capacity, weft_channel_t** out) {
+  if (out == nullptr) return -EINVAL;
+  *out = nullptr;
+  if (elem_size == 0 || elem_size > (1u << 16) || capacity > (1u << 20)) return -EINVAL;
+  return Guard([&] {
+    auto* c = new (std::nothrow) weft_channel(elem_size, capacity);
+    if (c == nullptr) return -ENOMEM;
+    *out = c;
+    return 0;
+  });
+}
+
+int weft_channel_send(weft_channel_t* ch, const void* elem, int64_t timeout_ns) {
+  if (ch == nullptr || elem == nullptr) return -EINVAL;
+  return Guard([&] {
+    weft::Result<void> r = ch->ch.send(std::string(static_cast<const char*>(elem), ch->elem_size),
+                                       Timeout(timeout_ns));
+    return r.ok() ? 0 : Errno(r.error());
+  });
+}
+
+int weft_channel_recv(weft_channel_t* ch, void* elem, int64_t timeout_ns) {
+  if (ch == nullptr || elem == nullptr) return -EINVAL;
+  return Guard([&] {
+    weft::Result<std::string> r = ch->ch.recv(Timeout(timeout_ns));
+    if (!r.ok()) return Errno(r.error());
+    std::memcpy(elem, r->data(), ch->elem_size);
+    return 0;
+  });
+}
+
+int weft_channel_try_send(weft_channel_t* ch, const void* elem) {
+  if (ch == nullptr || elem == nullptr) return -EINVAL;
+  return Guard([&] {
+    weft::Result<void> r =
+        ch->ch.try_send(std::string(static_cast<const char*>(elem), ch->elem_size));
+    return r.ok() ? 0 : Errno(r.error());
+  });
+}
+
+int weft_channel_try_recv(weft_channel_t* ch, void* elem) {
+  if (ch == nullptr || elem == nullptr) return -EINVAL;
+  return Guard([&] {
+    weft::Result<std::string> r = ch->ch.try_recv();
+    if (!r.ok()) return Errno(r.error());
+    std::memcpy(elem, r->data(), ch->elem_size);
+    return 0;
+  });
+}
+
+int weft_channel_close(weft_channel_t* ch) {
+  if (ch == nullptr) return -EINVAL;
+  ch->ch.close();
+  return 0;
+}
+
+int weft_channel_destroy(weft_channel_t* ch) {
+  if (ch == nullptr) return -EINVAL;
+  if (ch->ch.waiters() != 0) return -EBUSY;
+  delete ch;
+  return 0;
 }
 
 }  // extern "C"

@@ -1,8 +1,10 @@
 /* api/c/weft_c_test.c: the C ABI from C11 (built with -Wall -Wextra -Werror -pedantic): the
  * version, a runtime's life, fibers spawned, joined (with a timeout) and detached, sleeps and
- * yields on fibers and threads, and bad input as error codes. Exits 0 when every check holds. */
+ * yields on fibers and threads, channels between fibers and a plain thread (echo, close,
+ * timeouts, try calls), and bad input as error codes. Exits 0 when every check holds. */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "weft/api/c/weft.h"
@@ -47,6 +49,61 @@ static void fan_out(void* arg) {
   CHECK(weft_yield() == 0);
 }
 
+struct msg {
+  uint32_t seq;
+  char text[12];
+};
+
+struct pipes {
+  weft_channel_t* in;
+  weft_channel_t* out;
+};
+
+/* On a fiber: echoes every message from in to out until in is closed, then closes out. */
+static void echo(void* arg) {
+  struct pipes* p = (struct pipes*)arg;
+  struct msg m;
+  while (weft_channel_recv(p->in, &m, -1) == 0) {
+    if (weft_channel_send(p->out, &m, -1) != 0) break;
+  }
+  weft_channel_close(p->out);
+}
+
+static void channels(weft_runtime_t* rt) {
+  struct pipes p;
+  weft_channel_t* bad = NULL;
+  CHECK(weft_channel_create(0, 1, &bad) == -EINVAL);
+  CHECK(weft_channel_create(1u << 20, 1, &bad) == -EINVAL);
+  CHECK(weft_channel_create(8, 1u << 30, &bad) == -EINVAL);
+  CHECK(weft_channel_create(8, 1, NULL) == -EINVAL);
+  CHECK(weft_channel_create(sizeof(struct msg), 0, &p.in) == 0);  /* unbuffered */
+  CHECK(weft_channel_create(sizeof(struct msg), 4, &p.out) == 0);
+  struct msg m = {0, "hello"};
+  CHECK(weft_channel_try_send(p.in, &m) == -EAGAIN); /* no receiver waits */
+  CHECK(weft_channel_recv(p.out, &m, 1000) == -ETIMEDOUT);
+  CHECK(weft_channel_send(NULL, &m, -1) == -EINVAL);
+  CHECK(weft_channel_recv(p.out, NULL, -1) == -EINVAL);
+  weft_fiber_t* f = NULL;
+  CHECK(weft_spawn(rt, echo, &p, &f) == 0);
+  /* This plain thread talks to the fiber: 1,000 round trips, each checked. */
+  for (uint32_t i = 0; i < 1000; ++i) {
+    struct msg out = {i, "ping"};
+    struct msg back = {0, ""};
+    CHECK(weft_channel_send(p.in, &out, -1) == 0);
+    CHECK(weft_channel_recv(p.out, &back, -1) == 0);
+    CHECK(back.seq == i);
+  }
+  CHECK(weft_channel_close(p.in) == 0);
+  CHECK(weft_channel_close(p.in) == 0); /* idempotent */
+  CHECK(weft_fiber_join(f, -1) == 0);
+  CHECK(weft_channel_recv(p.out, &m, -1) == -EPIPE); /* closed and drained */
+  CHECK(weft_channel_send(p.in, &m, -1) == -EPIPE);
+  CHECK(weft_channel_try_recv(p.out, &m) == -EPIPE);
+  CHECK(weft_channel_destroy(p.in) == 0);
+  CHECK(weft_channel_destroy(p.out) == 0);
+  CHECK(weft_channel_destroy(NULL) == -EINVAL);
+}
+
 int main(void) {
   CHECK(weft_abi_version() == WEFT_ABI_VERSION);
   CHECK((weft_abi_version() >> 16) == WEFT_ABI_VERSION_MAJOR);
@@ -74,6 +131,7 @@ int main(void) {
   struct fan f = {rt, 64};
   CHECK(weft_block_on(rt, fan_out, &f) == 0);
   CHECK(atomic_load(&counter) == 64);
+  channels(rt);
   /* Detached fibers, and one that sleeps through the shutdown (its sleep fails -ECANCELED). */
   for (int i = 0; i < 16; ++i) CHECK(weft_spawn(rt, add_one, NULL, NULL) == 0);
   weft_fiber_t* d = NULL;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """api/c/weft_ctypes_test.py: libweft.so from Python's ctypes, as a language runtime loading it
 dynamically would: the ABI version, a runtime, Python callbacks run on weft's fibers, spawned
-and joined from Python's main thread and from Python threads at once, and a clean shutdown. Usage: weft_ctypes_test.py path/to/libweft.so"""
+and joined from Python's main thread and from Python threads at once, channel traffic between
+fibers and Python threads, and a clean shutdown. Usage: weft_ctypes_test.py path/to/libweft.so"""
 import ctypes
 import sys
 import threading
@@ -21,6 +22,12 @@ lib.weft_block_on.argtypes = [ctypes.c_void_p, FN, ctypes.c_void_p]
 lib.weft_spawn.argtypes = [ctypes.c_void_p, FN, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
 lib.weft_fiber_join.argtypes = [ctypes.c_void_p, ctypes.c_int64]
 lib.weft_sleep_ns.argtypes = [ctypes.c_int64]
+lib.weft_channel_create.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)]
+lib.weft_channel_send.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+lib.weft_channel_recv.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+lib.weft_channel_try_send.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+lib.weft_channel_close.argtypes = [ctypes.c_void_p]
+lib.weft_channel_destroy.argtypes = [ctypes.c_void_p]
 
 version = lib.weft_abi_version()
 assert version >> 16 == 0, "ABI major %d, this script knows 0" % (version >> 16)
@@ -70,5 +77,35 @@ for t in threads:
 for t in threads:
     t.join()
 assert len(seen) == 32 + 1 + 32, len(seen)
+# A channel of 8-byte values: fibers running Python callbacks put values in without waiting
+# (try_send), Python threads send and the main thread receives (blocking).
+ch = ctypes.c_void_p()
+assert lib.weft_channel_create(8, 256, ctypes.byref(ch)) == 0
+
+
+def produce(arg):
+    v = ctypes.c_uint64(arg)
+    assert lib.weft_channel_try_send(ch, ctypes.byref(v)) == 0
+
+
+produce_fn = FN(produce)
+for i in range(64):
+    assert lib.weft_spawn(rt, produce_fn, ctypes.c_void_p(i + 1), None) == 0
+senders = [threading.Thread(target=lambda k=k: [lib.weft_channel_send(ch, ctypes.byref(ctypes.c_uint64(1000 + 10 * k + j)), -1) for j in range(10)]) for k in range(4)]
+for t in senders:
+    t.start()
+got = []
+for _ in range(64 + 40):
+    v = ctypes.c_uint64()
+    assert lib.weft_channel_recv(ch, ctypes.byref(v), 10 * 1000 * 1000 * 1000) == 0
+    got.append(v.value)
+for t in senders:
+    t.join()
+assert sorted(got) == list(range(1, 65)) + [1000 + x for x in range(40)], sorted(got)
+assert lib.weft_channel_close(ch) == 0
+assert lib.weft_channel_recv(ch, ctypes.byref(ctypes.c_uint64()), -1) == -32  # EPIPE
+assert lib.weft_channel_destroy(ch) == 0
+
 assert lib.weft_runtime_destroy(rt) == 0
-print("libweft.so from ctypes: ABI %d.%d, %d callbacks on fibers" % (version >> 16, version & 0xFFFF, len(seen)))
+print("libweft.so from ctypes: ABI %d.%d, %d callbacks on fibers, %d values through a channel"
+      % (version >> 16, version & 0xFFFF, len(seen), len(got)))
