@@ -3,7 +3,7 @@
  *
  * Defines: WEFT_ABI_VERSION, weft_abi_version, weft_runtime_options_t, weft_runtime_create,
  * weft_runtime_destroy, weft_block_on, weft_spawn, weft_fiber_join, weft_fiber_detach, weft_yield,
- * weft_sleep_ns, weft_channel_t and its calls.
+ * weft_sleep_ns, weft_channel_t, weft_mutex_t and weft_cond_t with their calls.
  *
  * Conventions, for every call:
  *   - Errors are negative errno values (-EINVAL, -ETIMEDOUT, -ECANCELED, -ENOMEM...); 0 is
@@ -104,6 +104,28 @@ int weft_channel_try_send(weft_channel_t* ch, const void* elem);
 int weft_channel_try_recv(weft_channel_t* ch, void* elem);
 int weft_channel_close(weft_channel_t* ch);
 int weft_channel_destroy(weft_channel_t* ch);
+
+/* Mutexes and condition variables that park fibers and block plain threads alike.
+ *   weft_mutex_lock: -EDEADLK if the caller holds it already; -ETIMEDOUT; -ECANCELED.
+ *   weft_mutex_try_lock: 0, or -EBUSY when held. weft_mutex_unlock: -EPERM if the caller does
+ *     not hold it.
+ *   weft_cond_wait: releases the mutex (which the caller holds), waits for a signal, and always
+ *     returns with the mutex held again, also on -ETIMEDOUT and -ECANCELED. Wakes may be
+ *     spurious: wait in a loop on the condition.
+ *   weft_mutex_destroy / weft_cond_destroy: consume the handle; only when no one holds or waits
+ *     on it. */
+typedef struct weft_mutex weft_mutex_t;
+typedef struct weft_cond weft_cond_t;
+int weft_mutex_create(weft_mutex_t** out);
+int weft_mutex_lock(weft_mutex_t* m, int64_t timeout_ns);
+int weft_mutex_try_lock(weft_mutex_t* m);
+int weft_mutex_unlock(weft_mutex_t* m);
+int weft_mutex_destroy(weft_mutex_t* m);
+int weft_cond_create(weft_cond_t** out);
+int weft_cond_wait(weft_cond_t* c, weft_mutex_t* m, int64_t timeout_ns);
+int weft_cond_signal(weft_cond_t* c);
+int weft_cond_broadcast(weft_cond_t* c);
+int weft_cond_destroy(weft_cond_t* c);
 
 #ifdef __cplusplus
 }

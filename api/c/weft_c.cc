@@ -31,6 +31,13 @@ struct weft_channel {
   weft_channel(std::uint32_t size, std::uint32_t capacity) : elem_size(size), ch(capacity) {}
 };
 
+struct weft_mutex {
+  weft::Mutex m;
+};
+struct weft_cond {
+  weft::CondVar c;
+};
+
 namespace {
 
 int Errno(std::errc e) { return -static_cast<int>(e); }
@@ -67,6 +74,14 @@ int Guard(F f) {
   } catch (...) {
     return -EIO;
   }
+}
+
+// Create: a new T as *out (a mutex, a condition variable).
+template <typename T>
+int Create(T** out) {
+  if (out == nullptr) return -EINVAL;
+  *out = new (std::nothrow) T;
+  return *out == nullptr ? -ENOMEM : 0;
 }
 
 }  // namespace
@@ -224,6 +239,63 @@ int weft_channel_destroy(weft_channel_t* ch) {
   if (ch == nullptr) return -EINVAL;
   if (ch->ch.waiters() != 0) return -EBUSY;
   delete ch;
+  return 0;
+}
+
+int weft_mutex_create(weft_mutex_t** out) { return Create(out); }
+
+int weft_mutex_lock(weft_mutex_t* m, int64_t timeout_ns) {
+  if (m == nullptr) return -EINVAL;
+  return Guard([&] {
+    weft::Result<void> r = m->m.lock(Timeout(timeout_ns));
+    return r.ok() ? 0 : Errno(r.error());
+  });
+}
+
+int weft_mutex_try_lock(weft_mutex_t* m) {
+  if (m == nullptr) return -EINVAL;
+  return m->m.try_lock() ? 0 : -EBUSY;
+}
+
+int weft_mutex_unlock(weft_mutex_t* m) {
+  if (m == nullptr) return -EINVAL;
+  return Guard([&] {
+    weft::Result<void> r = m->m.unlock();
+    return r.ok() ? 0 : Errno(r.error());
+  });
+}
+
+int weft_mutex_destroy(weft_mutex_t* m) {
+  if (m == nullptr) return -EINVAL;
+  delete m;
+  return 0;
+}
+
+int weft_cond_create(weft_cond_t** out) { return Create(out); }
+
+int weft_cond_wait(weft_cond_t* c, weft_mutex_t* m, int64_t timeout_ns) {
+  if (c == nullptr || m == nullptr) return -EINVAL;
+  return Guard([&] {
+    weft::Result<void> r = c->c.wait(m->m, Timeout(timeout_ns));
+    return r.ok() ? 0 : Errno(r.error());
+  });
+}
+
+int weft_cond_signal(weft_cond_t* c) {
+  if (c == nullptr) return -EINVAL;
+  c->c.signal();
+  return 0;
+}
+
+int weft_cond_broadcast(weft_cond_t* c) {
+  if (c == nullptr) return -EINVAL;
+  c->c.broadcast();
+  return 0;
+}
+
+int weft_cond_destroy(weft_cond_t* c) {
+  if (c == nullptr) return -EINVAL;
+  delete c;
   return 0;
 }
 

@@ -1,7 +1,8 @@
 /* api/c/weft_c_test.c: the C ABI from C11 (built with -Wall -Wextra -Werror -pedantic): the
  * version, a runtime's life, fibers spawned, joined (with a timeout) and detached, sleeps and
  * yields on fibers and threads, channels between fibers and a plain thread (echo, close,
- * timeouts, try calls), and bad input as error codes. Exits 0 when every check holds. */
+ * timeouts, try calls), a mutex and condition variable shared by fibers and a plain thread, and
+ * bad input as error codes. Exits 0 when every check holds. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -104,6 +105,49 @@ static void channels(weft_runtime_t* rt) {
   CHECK(weft_channel_destroy(NULL) == -EINVAL);
 }
 
+struct shared {
+  weft_mutex_t* m;
+  weft_cond_t* c;
+  int64_t total; /* guarded by m */
+  int ready;     /* guarded by m */
+};
+
+/* On a fiber: adds 1,000 times under the mutex, then marks itself done and signals. */
+static void adder(void* arg) {
+  struct shared* s = (struct shared*)arg;
+  for (int i = 0; i < 1000; ++i) {
+    CHECK(weft_mutex_lock(s->m, -1) == 0);
+    ++s->total;
+    CHECK(weft_mutex_unlock(s->m) == 0);
+  }
+  CHECK(weft_mutex_lock(s->m, -1) == 0);
+  ++s->ready;
+  CHECK(weft_cond_broadcast(s->c) == 0);
+  CHECK(weft_mutex_unlock(s->m) == 0);
+}
+
+static void locks(weft_runtime_t* rt) {
+  struct shared s = {NULL, NULL, 0, 0};
+  CHECK(weft_mutex_create(NULL) == -EINVAL);
+  CHECK(weft_mutex_create(&s.m) == 0);
+  CHECK(weft_cond_create(&s.c) == 0);
+  CHECK(weft_mutex_unlock(s.m) == -EPERM);
+  CHECK(weft_mutex_try_lock(s.m) == 0);
+  CHECK(weft_mutex_try_lock(s.m) == -EBUSY);
+  CHECK(weft_mutex_lock(s.m, -1) == -EDEADLK);
+  CHECK(weft_cond_wait(s.c, s.m, 1000) == -ETIMEDOUT); /* returns holding the mutex */
+  CHECK(weft_mutex_unlock(s.m) == 0);
+  for (int i = 0; i < 8; ++i) CHECK(weft_spawn(rt, adder, &s, NULL) == 0);
+  /* This plain thread waits for all eight fibers on the condition variable. */
+  CHECK(weft_mutex_lock(s.m, -1) == 0);
+  while (s.ready < 8) CHECK(weft_cond_wait(s.c, s.m, -1) == 0);
+  CHECK(s.total == 8000);
+  CHECK(weft_mutex_unlock(s.m) == 0);
+  CHECK(weft_cond_signal(NULL) == -EINVAL);
+  CHECK(weft_cond_destroy(s.c) == 0);
+  CHECK(weft_mutex_destroy(s.m) == 0);
+}
+
 int main(void) {
   CHECK(weft_abi_version() == WEFT_ABI_VERSION);
   CHECK((weft_abi_version() >> 16) == WEFT_ABI_VERSION_MAJOR);
@@ -132,6 +176,7 @@ int main(void) {
   CHECK(weft_block_on(rt, fan_out, &f) == 0);
   CHECK(atomic_load(&counter) == 64);
   channels(rt);
+  locks(rt);
   /* Detached fibers, and one that sleeps through the shutdown (its sleep fails -ECANCELED). */
   for (int i = 0; i < 16; ++i) CHECK(weft_spawn(rt, add_one, NULL, NULL) == 0);
   weft_fiber_t* d = NULL;
