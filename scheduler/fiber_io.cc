@@ -16,7 +16,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "internal/fd_use.h"
 #include "internal/runtime_impl.h"
 #include "weft/base/internal/fd_table.h"
 #include "weft/base/thread_exit.h"
@@ -85,17 +84,20 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     return r == -ETIMEDOUT && deadline.by_token && SyncClock::now() >= *deadline.at ? -ECANCELED
                                                                                     : r;
   };
+  // submit, as one FdUse of fd: false, and nothing submitted, once a close began since epoch.
+  auto submit_on = [&](Reactor& reactor) {
+    FdUse use(fd, epoch);
+    if (use.refused()) return false;
+    submit(reactor, req.op, arg);
+    return true;
+  };
   if (f != nullptr) {
     if (w->reactor == nullptr) return -static_cast<int>(w->reactor_error);
     const bool cancellable = end == IoEnd::kCancellable;
     if (cancellable && f->waiter.interrupted()) return -ECANCELED;
     req.waiter = &f->waiter;
     req.owner = w;
-    {
-      FdUse use(fd, epoch);
-      if (use.refused()) return -ECANCELED;
-      submit(*w->reactor, req.op, arg);
-    }
+    if (!submit_on(*w->reactor)) return -ECANCELED;
     // The token's callback only wakes the fiber; the fiber forwards the cancel to the owner.
     sync_internal::CancelRegistration reg;
     reg.fn = [](void* p) { static_cast<Waiter*>(p)->notify(); };
@@ -132,11 +134,7 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     q->result = result;
     q->finished.store(true, std::memory_order_relaxed);  // same thread
   };
-  {
-    FdUse use(fd, epoch);
-    if (use.refused()) return -ECANCELED;
-    submit(*r, req.op, arg);
-  }
+  if (!submit_on(*r)) return -ECANCELED;
   sync_internal::CancelRegistration reg;
   reg.fn = [](void* p) { static_cast<Reactor*>(p)->wake(); };
   reg.arg = r;

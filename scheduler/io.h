@@ -26,6 +26,7 @@
 
 #include "weft/base/clock.h"
 #include "weft/reactor/reactor.h"
+#include "weft/scheduler/internal/fd_use.h"
 #include "weft/sync/cancellation.h"
 
 namespace weft::scheduler_internal {
@@ -111,8 +112,7 @@ class FdUse {
   FdUse(const FdUse&) = delete;
   FdUse& operator=(const FdUse&) = delete;
   ~FdUse() {
-    // release: as fd_use::Leave (scheduler/internal/fd_use.h), which it is, inline.
-    if (slot_ != nullptr) slot_->fetch_sub(1, std::memory_order_release);
+    if (slot_ != nullptr) fd_use::Leave(*slot_);
   }
   bool refused() const { return refused_; }
 
