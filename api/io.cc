@@ -199,50 +199,51 @@ namespace {
 // OwnBuffer: a buffer of recv_buffer's own, as large as a pool's.
 constexpr std::size_t kOwnBufferSize = Reactor::kPooledBufferSize;
 
-// RecvOwn: one receive that does not wait into a new buffer of its own; nullopt when nothing is
+// IntoOwn: receive(own) (the bytes received, 0 at end of stream, or -errno) into a new buffer
+// of the call's own, which the result lends; empty at end of stream.
+template <typename Receive>
+Result<io::RecvBuffer> IntoOwn(const Receive& receive) {
+  char* own = static_cast<char*>(std::malloc(kOwnBufferSize));
+  if (own == nullptr) return std::errc::not_enough_memory;
+  const std::int64_t n = receive(own);
+  if (n > 0) return io::RecvBufferAccess::Make(own, static_cast<std::size_t>(n), nullptr, 0);
+  std::free(own);
+  if (n == 0) return io::RecvBuffer();  // end of stream
+  return ErrcOf(n);
+}
+
+// RecvOwn: one receive that does not wait, into a buffer of its own; nullopt when nothing is
 // there after all (a readiness that another reader took first).
 std::optional<Result<io::RecvBuffer>> RecvOwn(Fd at) {
-  char* own = static_cast<char*>(std::malloc(kOwnBufferSize));
-  if (own == nullptr) return Result<io::RecvBuffer>(std::errc::not_enough_memory);
-  std::int64_t n;
-  int error = 0;
-  {
+  Result<io::RecvBuffer> b = IntoOwn([&](char* own) -> std::int64_t {
     scheduler_internal::FdUse use(at.fd, at.epoch);  // never the number's next file
-    if (use.refused()) {
-      std::free(own);
-      return Result<io::RecvBuffer>(std::errc::operation_canceled);
-    }
+    if (use.refused()) return -ECANCELED;
 #ifdef _WIN32
-    n = ::recv(NativeSocket(at.fd), own, static_cast<int>(kOwnBufferSize), 0);  // non-blocking
-    if (n < 0) error = base_internal::ErrnoOf(static_cast<DWORD>(WSAGetLastError()));
+    const int n = ::recv(NativeSocket(at.fd), own, static_cast<int>(kOwnBufferSize), 0);
+    return n >= 0 ? n : -base_internal::ErrnoOf(static_cast<DWORD>(WSAGetLastError()));
 #else
-    n = ::recv(at.fd, own, kOwnBufferSize, MSG_DONTWAIT);
-    if (n < 0) error = errno;
+    const ssize_t n = ::recv(at.fd, own, kOwnBufferSize, MSG_DONTWAIT);
+    return n >= 0 ? n : -errno;
 #endif
+  });
+  if (!b.ok() &&
+      (b.error() == std::errc::resource_unavailable_try_again ||
+       b.error() == std::errc::operation_would_block || b.error() == std::errc::interrupted)) {
+    return std::nullopt;
   }
-  if (n > 0)
-    return Result<io::RecvBuffer>(
-        io::RecvBufferAccess::Make(own, static_cast<std::size_t>(n), nullptr, 0));
-  std::free(own);
-  if (n == 0) return Result<io::RecvBuffer>(io::RecvBuffer());  // end of stream
-  if (error == EAGAIN || error == EWOULDBLOCK || error == EINTR) return std::nullopt;
-  return Result<io::RecvBuffer>(static_cast<std::errc>(error));
+  return b;
 }
 }  // namespace
 
 Result<io::RecvBuffer> RecvBufferOn(Fd at, const WaitOptions& options) {
   const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) {  // the simulated network: a buffer of the call's own
-    char* own = static_cast<char*>(std::malloc(kOwnBufferSize));
-    if (own == nullptr) return std::errc::not_enough_memory;
-    Result<std::size_t> n = SimRecv(fd, own, kOwnBufferSize, 0, options);
-    if (!n.ok() || *n == 0) {
-      std::free(own);
-      if (!n.ok()) return n.error();
-      return io::RecvBuffer();
-    }
-    g_recv_fallback.fetch_add(1, std::memory_order_relaxed);
-    return io::RecvBufferAccess::Make(own, *n, nullptr, 0);
+    Result<io::RecvBuffer> b = IntoOwn([&](char* own) -> std::int64_t {
+      Result<std::size_t> n = SimRecv(fd, own, kOwnBufferSize, 0, options);
+      return n.ok() ? static_cast<std::int64_t>(*n) : -static_cast<std::int64_t>(n.error());
+    });
+    if (b.ok() && !b->empty()) g_recv_fallback.fetch_add(1, std::memory_order_relaxed);
+    return b;
   }
   // Through the worker's ring while it has one and lends buffers; once it says it cannot
   // (ENOBUFS: all lent; EOPNOTSUPP: no ring), the readiness way for the rest of this call.

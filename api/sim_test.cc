@@ -107,6 +107,40 @@ TEST(SimNetwork, EchoBetweenTwoHostsByName) {
   EXPECT_LT(rt.simulation()->virtual_elapsed, 100ms);
 }
 
+// recv_buffer on a simulated socket: the bytes in a buffer of the call's own, then end of stream.
+TEST(SimNetwork, RecvBufferReceivesIntoItsOwnBuffers) {
+  Runtime rt(Sim(1));
+  rt.block_on([&] {
+    Event listening;
+    const std::string msg = "lent or not, the same bytes";
+    auto server = OnHost(rt, "server", [&] {
+      Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(7001));
+      ASSERT_TRUE(l.ok());
+      listening.set();
+      Result<net::TcpStream> s = l->accept();
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE(s->write_all(msg.data(), msg.size()).ok());
+    });
+    auto client = OnHost(rt, "client", [&] {
+      ASSERT_TRUE(listening.wait().ok());
+      Result<net::TcpStream> s = net::TcpStream::connect("server", 7001);
+      ASSERT_TRUE(s.ok());
+      const io::RecvBufferStats before = io::recv_buffer_stats();
+      std::string got;
+      for (;;) {
+        Result<io::RecvBuffer> b = s->recv_buffer();
+        ASSERT_TRUE(b.ok());
+        if (b->empty()) break;
+        got.append(b->view());
+      }
+      EXPECT_EQ(got, msg);
+      EXPECT_GE(io::recv_buffer_stats().fallback, before.fallback + 1);
+    });
+    EXPECT_TRUE(client.join().ok());
+    EXPECT_TRUE(server.join().ok());
+  });
+}
+
 TEST(SimNetwork, LoopbackOnTheDefaultHostRunsUnchangedCode) {
   Runtime rt(Sim(2));
   rt.block_on([&] {
