@@ -5,7 +5,6 @@
 // Sized by WEFT_STRESS_SCALE (the connection count scales; 0.1 gives 1,000) and scaled down under
 // the sanitizers, where each switch and syscall costs many times more.
 
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "weft/api/net.h"
+#include "weft/api/testing/dual_mode.h"
 #include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/coordination.h"
@@ -34,19 +34,11 @@ constexpr int kSanitizerDivisor = ::weft::testing::kTsan || ::weft::testing::kAs
 constexpr int kMessages = 100;
 constexpr std::size_t kMessageSize = 32;
 
-void RaiseFdLimit() {
-  rlimit r{};
-  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-    r.rlim_cur = r.rlim_max;
-    (void)::setrlimit(RLIMIT_NOFILE, &r);
-  }
-}
-
 // The client side: `conns` connections at once (connects throttled to 512 in flight, below the
 // listen backlog), each sending kMessages messages and checking each echo. Returns the number of
 // connections whose every echo came back intact.
 int RunClients(const SocketAddress& addr, int conns) {
-  RaiseFdLimit();
+  (void)testing::RaiseFdLimit();
   Runtime rt({.workers = 2, .stack_size = 16 << 10});
   return rt.block_on([&] {
     std::atomic<int> ok{0};
@@ -86,7 +78,7 @@ int RunClients(const SocketAddress& addr, int conns) {
 TEST(NetStressTest, TenThousandConcurrentEchoConnections) {
   int conns =
       std::max(10, static_cast<int>(10000 * ::weft::testing::StressScale()) / kSanitizerDivisor);
-  RaiseFdLimit();
+  (void)testing::RaiseFdLimit();
   // Each side holds one fd per connection (the client and the server are separate processes), so
   // a larger WEFT_STRESS_SCALE is capped by the fd limit, with room for the runtimes' own fds.
   rlimit r{};

@@ -5,7 +5,6 @@
 // buffers without losing a byte, buffers handed back on other threads return to the ring, and a
 // buffer outlives its runtime. Under WEFT_REACTOR=epoll the same calls take the readiness way.
 
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -51,16 +50,6 @@ struct Pair {
     if (b >= 0) (void)io::close(b);
   }
 };
-
-// EnoughFds: raises the soft fd limit to n if it can.
-bool EnoughFds(rlim_t n) {
-  rlimit l{};
-  if (::getrlimit(RLIMIT_NOFILE, &l) != 0) return false;
-  if (l.rlim_cur >= n) return true;
-  if (l.rlim_max < n) return false;
-  l.rlim_cur = n;
-  return ::setrlimit(RLIMIT_NOFILE, &l) == 0;
-}
 
 class RecvBufferTest : public testing::DualModeTest {
  protected:
@@ -176,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(FibersAndThreads, RecvBufferTest,
 // every buffer kept, later receives fall back to buffers of their own and lose no byte.
 TEST(RecvBufferRingTest, WaitersHoldNoBufferAndAnEmptyRingFallsBack) {
   const int n = 1100;  // > Reactor::kPooledBuffers (1,024)
-  if (!EnoughFds(2 * n + 256)) GTEST_SKIP() << "needs " << 2 * n + 256 << " fds";
+  if (testing::RaiseFdLimit() < 2 * n + 256) GTEST_SKIP() << "needs " << 2 * n + 256 << " fds";
   Runtime rt({.workers = 1});
   rt.block_on([&] {
     std::vector<Pair> pairs(n);

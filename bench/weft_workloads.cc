@@ -141,6 +141,17 @@ void W5(const Options& o, unsigned workers) {
   Emit("sleep_fanout", kN, rt.workers(), wall * 1e6 / kN, s);
 }
 
+// EchoThroughBuffer: a connection's server fiber (W6, W9's plain variant): echoes through an
+// N-byte buffer on its stack until the stream ends.
+template <std::size_t N>
+void EchoThroughBuffer(net::TcpStream& st) {
+  char buf[N];
+  for (;;) {
+    auto n = st.read(buf, sizeof buf);
+    if (!n.ok() || *n == 0 || !st.write_all(buf, *n).ok()) return;
+  }
+}
+
 // ---- W6: loopback TCP echo, 100 connections x 1,000 round trips of 64 bytes ------------------
 void W6(const Options& o, unsigned workers) {
   constexpr int kConns = 100, kTrips = 1000, kSize = 64;
@@ -157,13 +168,8 @@ void W6(const Options& o, unsigned workers) {
           auto conn = listener->accept();
           if (!conn.ok()) return;
           (void)conn->set_nodelay(true);
-          conns.push_back(rt.spawn([st = std::move(*conn)]() mutable {
-            char buf[kSize * 4];
-            for (;;) {
-              auto n = st.read(buf, sizeof buf);
-              if (!n.ok() || *n == 0 || !st.write_all(buf, *n).ok()) return;
-            }
-          }));
+          conns.push_back(
+              rt.spawn([st = std::move(*conn)]() mutable { EchoThroughBuffer<kSize * 4>(st); }));
         }
         for (auto& h : conns) (void)h.join();
       });
@@ -299,13 +305,7 @@ void W9(const Options& o, unsigned workers) {
           (void)conn->set_nodelay(true);
           echoers.push_back(rt.spawn([st = std::move(*conn), &accepted, plain]() mutable {
             accepted.fetch_add(1, std::memory_order_relaxed);
-            if (plain) {  // a buffer per connection, on the fiber's stack
-              char buf[1024];
-              for (;;) {
-                auto n = st.read(buf, sizeof buf);
-                if (!n.ok() || *n == 0 || !st.write_all(buf, *n).ok()) return;
-              }
-            }
+            if (plain) return EchoThroughBuffer<1024>(st);  // a buffer on the fiber's stack
             for (;;) {
               auto b = st.recv_buffer();
               if (!b.ok() || b->empty() || !st.write_all(b->data(), b->size()).ok()) return;

@@ -1,7 +1,8 @@
 // api/testing/dual_mode.h: for weft's own tests of calls that work both on fibers and on plain
 // threads: a fixture parameterised by Mode that runs a test body on a fiber of its runtime or
 // on the test's thread, with a concurrent execution of the same kind; and OpenFds (Linux), the
-// count of the process's open file descriptors, for leak checks. Bazel target:
+// count of the process's open file descriptors, for leak checks, and RaiseFdLimit (Linux). Bazel
+// target:
 // //api:dual_mode_testing (testonly).
 
 #ifndef WEFT_API_TESTING_DUAL_MODE_H_
@@ -9,6 +10,7 @@
 
 #ifdef __linux__
 #include <dirent.h>
+#include <sys/resource.h>
 #endif
 
 #include <functional>
@@ -75,6 +77,18 @@ class DualModeTest : public ::testing::TestWithParam<Mode> {
 };
 
 #ifdef __linux__
+// RaiseFdLimit: the soft limit on open fds raised to the hard one; returns the limit now.
+inline rlim_t RaiseFdLimit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 0;
+  if (r.rlim_cur < r.rlim_max) {
+    rlimit raised = r;
+    raised.rlim_cur = r.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) return raised.rlim_cur;
+  }
+  return r.rlim_cur;
+}
+
 // OpenFds: how many file descriptors the process has open now (one more while counting).
 inline int OpenFds() {
   int n = 0;
