@@ -146,13 +146,9 @@ int weft_fiber_join(weft_fiber_t* f, int64_t timeout_ns) {
   const weft::WaitOptions o = Timeout(timeout_ns);
   return Guard([&] {
     weft::Result<int> r = f->handle.join(o);
-    if (!r.ok()) {
-      if (f->handle.joinable()) return Errno(r.error());  // timed out: still joinable
-      delete f;
-      return Errno(r.error());
-    }
+    if (!r.ok() && f->handle.joinable()) return Errno(r.error());  // timed out: still joinable
     delete f;
-    return *r;
+    return r.ok() ? *r : Errno(r.error());
   });
 }
 
