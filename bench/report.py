@@ -56,7 +56,7 @@ METRICS = [
 ]
 # Metrics measured once per line (no samples): the RSS figures.
 SINGLE_VALUES = ("rss_kb_per_task", "rss_kb_per_conn")
-PEER_ORDER = ["go", "tokio", "boost_fiber", "tbb"]
+PEER_ORDER = ["go", "tokio", "boost_fiber", "tbb", "weft_c"]
 # Said wherever a workload's ratios are shown, on the same line or group (WORKLOADS.md allows each
 # runtime its natural fork-join primitive for W4).
 CAVEATS = {"fib": "weft runs W4 as stackless fork-join tasks, the peers a spawned task per call"}
@@ -286,7 +286,7 @@ def cmd_history(args):
 # ---- dashboard ----------------------------------------------------------------------------------
 
 COLORS = {"weft": "#1f77b4", "go": "#2ca02c", "tokio": "#d62728", "boost_fiber": "#9467bd",
-          "tbb": "#ff7f0e"}
+          "tbb": "#ff7f0e", "weft_c": "#17becf"}
 
 
 def color(runtime):

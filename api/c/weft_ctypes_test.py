@@ -2,8 +2,10 @@
 """api/c/weft_ctypes_test.py: libweft.so from Python's ctypes, as a language runtime loading it
 dynamically would: the ABI version, a runtime, Python callbacks run on weft's fibers, spawned
 and joined from Python's main thread and from Python threads at once, channel traffic between
-fibers and Python threads, and a clean shutdown. Usage: weft_ctypes_test.py path/to/libweft.so"""
+fibers and Python threads, the runtime's stats as JSON, and a clean shutdown. The options
+struct here is ABI 0.1's (16 bytes), which later libraries accept. Usage: weft_ctypes_test.py path/to/libweft.so"""
 import ctypes
+import json
 import sys
 import threading
 
@@ -105,6 +107,17 @@ assert sorted(got) == list(range(1, 65)) + [1000 + x for x in range(40)], sorted
 assert lib.weft_channel_close(ch) == 0
 assert lib.weft_channel_recv(ch, ctypes.byref(ctypes.c_uint64()), -1) == -32  # EPIPE
 assert lib.weft_channel_destroy(ch) == 0
+
+# The runtime's stats as JSON, read the snprintf way: the length first, then the text.
+lib.weft_runtime_stats_json.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]
+lib.weft_runtime_stats_json.restype = ctypes.c_int64
+n = lib.weft_runtime_stats_json(rt, None, 0)
+assert n > 0, n
+buf = ctypes.create_string_buffer(n + 4096)  # room for counters that grew meanwhile
+m = lib.weft_runtime_stats_json(rt, buf, len(buf))
+assert 0 < m < len(buf), (n, m)
+stats = json.loads(buf.value.decode())
+assert isinstance(stats, dict) and stats, stats
 
 assert lib.weft_runtime_destroy(rt) == 0
 print("libweft.so from ctypes: ABI %d.%d, %d callbacks on fibers, %d values through a channel"
