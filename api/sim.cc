@@ -374,7 +374,7 @@ namespace {
 // Locked: the network's mutex, held for a call's duration (CondVar waits let it go).
 class Locked {
  public:
-  explicit Locked(Network::State& st) : st_(st) { (void)st_.mu.lock(); }
+  explicit Locked(Network::State& st) : st_(st) { (void)st_.mu.lock({}); }
   ~Locked() { (void)st_.mu.unlock(); }
   Locked(const Locked&) = delete;
   Locked& operator=(const Locked&) = delete;

@@ -37,6 +37,15 @@ struct SyncClock {
   }
 };
 
+// SaturatingAfter: t + d, or time_point::max() where that would overflow (a timeout of
+// "practically forever", such as INT64_MAX ns); t itself for d < 0 (already due). For t >= 0,
+// as SyncClock's readings are (steady_clock counts from boot, a virtual clock from 0).
+inline SyncClock::time_point SaturatingAfter(SyncClock::time_point t, SyncClock::duration d) {
+  if (d <= SyncClock::duration::zero()) return t;
+  if (d >= SyncClock::time_point::max() - t) return SyncClock::time_point::max();
+  return t + d;
+}
+
 }  // namespace weft
 
 #endif  // WEFT_BASE_CLOCK_H_

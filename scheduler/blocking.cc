@@ -24,8 +24,13 @@ struct BlockingCall {
   void (*fn)(void*);
   void* arg;
   Waiter* waiter;
+  const Runtime::Impl* rt;  // whose call it is (t_blocking_call_of while fn runs)
   std::atomic<bool> done{false};
 };
+
+// t_blocking_call_of: the runtime whose call_blocking function the calling thread runs now;
+// null elsewhere (InsideOf).
+thread_local constinit const Runtime::Impl* t_blocking_call_of = nullptr;
 
 Transfer AfterEnterRegion(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
@@ -80,7 +85,9 @@ bool RunBlocking(void (*fn)(void*), void* arg) {
   BlockingCall call;
   call.task.run = [](BlockingTask* t) {
     auto* c = reinterpret_cast<BlockingCall*>(t);
+    t_blocking_call_of = c->rt;
     c->fn(c->arg);
+    t_blocking_call_of = nullptr;
     Waiter* waiter = c->waiter;  // read first: c may be gone once `done` is seen
     // release: fn's effects happen before the fiber's acquire load.
     c->done.store(true, std::memory_order_release);
@@ -89,12 +96,17 @@ bool RunBlocking(void (*fn)(void*), void* arg) {
   call.fn = fn;
   call.arg = arg;
   call.waiter = &f->waiter;
+  call.rt = f->rt;
   if (!f->rt->blocking->submit(&call.task)) return false;  // no thread: run it inline
   f->waiter.note_wait("call_blocking", nullptr);
   // Not interruptible: fn must finish before `call` (on this stack) may go.
   while (!call.done.load(std::memory_order_acquire)) (void)f->waiter.wait(std::nullopt);
   f->waiter.note_wait(nullptr, nullptr);
   return true;
+}
+
+bool InsideOf(const Runtime& rt) {
+  return InFiberOf(rt) || Runtime::current() == &rt || t_blocking_call_of == rt.impl_.get();
 }
 
 }  // namespace scheduler_internal

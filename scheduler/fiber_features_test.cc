@@ -100,7 +100,7 @@ TEST(BlockingTest, ARegionMovesTheFiberToABlockingThread) {
       // The thread may block; the worker keeps running the ticker.
       while (ticks.load() < 5) std::this_thread::sleep_for(1ms);
       Mutex m;  // sync primitives work here too (they block the thread)
-      ASSERT_TRUE(m.lock().ok());
+      ASSERT_TRUE(m.lock({}).ok());
       ASSERT_TRUE(m.unlock().ok());
     }
     EXPECT_EQ(this_fiber::worker_index(), 0);
@@ -115,13 +115,13 @@ TEST(BlockingTest, MutexOwnershipBelongsToTheFiberAcrossARegion) {
   Runtime rt({.workers = 2});
   rt.block_on([&] {
     Mutex m;
-    ASSERT_TRUE(m.lock().ok());
+    ASSERT_TRUE(m.lock({}).ok());
     {
       BlockingRegion region;
       EXPECT_EQ(m.lock({.deadline = std::chrono::steady_clock::now() + 50ms}).error(),
                 std::errc::resource_deadlock_would_occur);
       EXPECT_TRUE(m.unlock().ok());  // locked outside, unlocked inside
-      ASSERT_TRUE(m.lock().ok());    // locked inside ...
+      ASSERT_TRUE(m.lock({}).ok());  // locked inside ...
     }
     EXPECT_TRUE(m.unlock().ok());  // ... unlocked outside
     // And another fiber can take it afterwards (it was not left locked).
@@ -139,7 +139,7 @@ TEST(MutexOwnershipTest, AFiberThatEndsHoldingAMutexDoesNotHandItToTheNextFiber)
   Runtime rt({.workers = 1});
   for (int round = 0; round < 20; ++round) {
     Mutex m;
-    ASSERT_TRUE(rt.spawn([&] { ASSERT_TRUE(m.lock().ok()); }).join().ok());
+    ASSERT_TRUE(rt.spawn([&] { ASSERT_TRUE(m.lock({}).ok()); }).join().ok());
     // Many fibers after it, so that one of them gets its Fiber object back from the free list.
     std::atomic<int> took{0};
     std::vector<JoinHandle<void>> next;

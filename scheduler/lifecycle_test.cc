@@ -84,7 +84,7 @@ TEST(ShutdownTest, ParkedFibersAreCancelledAndUnwind) {
         }).detach();
       rt.spawn([&] {
           Guard g{&unwound};
-          if (held.lock().error() == std::errc::operation_canceled) cancelled.fetch_add(1);
+          if (held.lock({}).error() == std::errc::operation_canceled) cancelled.fetch_add(1);
         }).detach();
       rt.spawn([&] {
           Guard g{&unwound};

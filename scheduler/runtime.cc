@@ -220,14 +220,20 @@ Runtime::~Runtime() {
     blocks.swap(impl_->all_fibers);
   }
   RetiredBlocks& retired = RetiredBlocks::Get();
-  std::lock_guard<std::mutex> lock(retired.mu);
-  for (auto& b : blocks) {
-    try {
-      retired.blocks.push_back(std::move(b));
-    } catch (const std::bad_alloc&) {
-      (void)b.release();  // no memory to list it: it stays allocated all the same
+  {
+    std::lock_guard<std::mutex> lock(retired.mu);
+    for (auto& b : blocks) {
+      try {
+        retired.blocks.push_back(std::move(b));
+      } catch (const std::bad_alloc&) {
+        (void)b.release();  // no memory to list it: it stays allocated all the same
+      }
     }
   }
+  // A thread in block_on whose fiber has finished may still be leaving it (~BlockOnScope
+  // touches impl_): wait for it before impl_ goes, so that destroying the runtime while another
+  // thread's block_on returns is safe. acquire: pairs with ~BlockOnScope's release.
+  while (impl_->block_on_waiters.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
 unsigned Runtime::workers() const { return impl_->nworkers; }
@@ -304,7 +310,8 @@ BlockOnScope::BlockOnScope(Runtime& rt) : rt_(rt) {
   rt_.impl_->block_on_waiters.fetch_add(1, std::memory_order_relaxed);  // a hint
 }
 BlockOnScope::~BlockOnScope() {
-  rt_.impl_->block_on_waiters.fetch_sub(1, std::memory_order_relaxed);
+  // release: its last touch of impl_; ~Runtime waits for the count to reach 0 (acquire).
+  rt_.impl_->block_on_waiters.fetch_sub(1, std::memory_order_release);
 }
 ForkJoinScope::ForkJoinScope(Runtime& rt) : worker_(WorkerOf(rt.impl_.get())) {
   if (worker_ != nullptr) static_cast<Worker*>(worker_)->in_fork_join = true;

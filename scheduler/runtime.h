@@ -325,6 +325,10 @@ class ForkJoinScope {
   void* worker_;
 };
 bool InFiberOf(const Runtime& rt);
+// InsideOf: the caller is one that rt's shutdown would wait for: one of its fibers (also in a
+// BlockingRegion), or a blocking thread running one of its call_blocking functions. Destroying rt
+// (or waiting in its block_on) from there would wait for the caller itself.
+bool InsideOf(const Runtime& rt);
 // ForkJoinWorkerForSpare: for a fiber on one of rt's spare workers, the worker its fork-join
 // root should run on (one the monitor does not see stuck, else 0); -1 elsewhere.
 int ForkJoinWorkerForSpare(const Runtime& rt);
@@ -438,8 +442,10 @@ class Runtime {
   template <typename F>
   auto block_on(F f, std::source_location site = std::source_location::current())
       -> std::invoke_result_t<F&> {
+    // First, so that it ends last: the monitor's deadlock hint counts this thread, and ~Runtime
+    // waits until it has left (the handle included).
+    scheduler_internal::BlockOnScope waiting(*this);
     auto handle = spawn(std::move(f), {}, site);
-    scheduler_internal::BlockOnScope waiting(*this);  // for the monitor's deadlock hint
     auto r = handle.join();
     if constexpr (!std::is_void_v<std::invoke_result_t<F&>>) return std::move(*r);
   }
@@ -501,6 +507,7 @@ class Runtime {
   friend class scheduler_internal::ForkJoinScope;
   friend class scheduler_internal::BlockOnScope;
   friend bool scheduler_internal::InFiberOf(const Runtime& rt);
+  friend bool scheduler_internal::InsideOf(const Runtime& rt);
   friend int scheduler_internal::ForkJoinWorkerForSpare(const Runtime& rt);
   friend void scheduler_internal::Spawn(Runtime&, scheduler_internal::FiberBody*,
                                         const FiberOptions&, std::source_location);

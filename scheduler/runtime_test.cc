@@ -286,7 +286,7 @@ TEST(RuntimeSyncTest, MutexGuardsACounterAcrossFibers) {
   for (int i = 0; i < 100; ++i) {
     hs.push_back(rt.spawn([&] {
       for (int k = 0; k < 1000; ++k) {
-        Result<void> locked = m.lock();
+        Result<void> locked = m.lock({});
         ASSERT_TRUE(locked.ok()) << locked.error_code().message();
         ++counter;
         if (k % 100 == 0) this_fiber::yield();  // hold it across a switch now and then
@@ -352,16 +352,16 @@ TEST(RuntimeSyncTest, SelectCondVarAndWaitGroupOnFibers) {
   CondVar cv;
   bool ready = false;
   auto waiter = rt.spawn([&] {
-    EXPECT_TRUE(m.lock().ok());
+    EXPECT_TRUE(m.lock({}).ok());
     while (!ready) EXPECT_TRUE(cv.wait(m).ok());
     EXPECT_TRUE(m.unlock().ok());
     // A timed wait on a fiber times out and holds the mutex again.
-    EXPECT_TRUE(m.lock().ok());
+    EXPECT_TRUE(m.lock({}).ok());
     EXPECT_EQ(cv.wait(m, {.deadline = SyncClock::now() + 5ms}).error(), std::errc::timed_out);
     EXPECT_TRUE(m.unlock().ok());
   });
   auto signaller = rt.spawn([&] {
-    EXPECT_TRUE(m.lock().ok());
+    EXPECT_TRUE(m.lock({}).ok());
     ready = true;
     EXPECT_TRUE(m.unlock().ok());
     cv.signal();

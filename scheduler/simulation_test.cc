@@ -54,7 +54,7 @@ std::string Interleaved(Runtime& rt) {
         for (int i = 0; i < 5; ++i) {
           log += static_cast<char>('a' + k);
           this_fiber::yield();
-          EXPECT_TRUE(mu.lock().ok());
+          EXPECT_TRUE(mu.lock({}).ok());
           log += static_cast<char>('A' + k);
           EXPECT_TRUE(mu.unlock().ok());
           if (k % 2 == 0) {
@@ -304,7 +304,7 @@ struct Account {
   std::vector<std::int64_t> log;
   bool Withdraw(std::int64_t amount, bool recheck) {
     if (balance < amount) return false;
-    EXPECT_TRUE(log_mu.lock().ok());
+    EXPECT_TRUE(log_mu.lock({}).ok());
     log.push_back(amount);
     this_fiber::yield();  // the log's write, which lets other fibers run
     EXPECT_TRUE(log_mu.unlock().ok());

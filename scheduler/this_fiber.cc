@@ -108,7 +108,7 @@ Result<void> sleep_until(std::chrono::steady_clock::time_point when,
 
 Result<void> sleep_for(std::chrono::steady_clock::duration d, const CancellationToken* cancel) {
   Clock::time_point now = Clock::now();
-  return SleepUntil(now + d, now, cancel);
+  return SleepUntil(SaturatingAfter(now, d), now, cancel);
 }
 
 std::uint64_t id() {

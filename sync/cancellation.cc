@@ -20,6 +20,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <system_error>
 #include <thread>
 
@@ -32,6 +33,20 @@ namespace weft {
 namespace sync_internal {
 
 constexpr std::int64_t kNoDeadline = std::numeric_limits<std::int64_t>::max();
+
+struct CancelState;
+// StopLink: what a std::stop_callback on a std::stop_token runs to cancel a token made from it
+// (CancellationToken(std::stop_token)). Weak: the state may be going while a stop is requested.
+struct StopLink {
+  std::weak_ptr<CancelState> state;
+  void operator()() const noexcept;
+};
+// StopBridge: the std::stop_source of CancellationToken::stop_token, stopped by a registration
+// on the state's list.
+struct StopBridge {
+  std::stop_source source;
+  CancelRegistration reg;
+};
 
 struct CancelState : std::enable_shared_from_this<CancelState> {
   CancelState() = default;
@@ -64,6 +79,10 @@ struct CancelState : std::enable_shared_from_this<CancelState> {
   CancelRegistration* running ABSL_GUARDED_BY(lock) = nullptr;
   Waiter* canceller ABSL_GUARDED_BY(lock) = nullptr;
   Waiter* done_waiter ABSL_GUARDED_BY(lock) = nullptr;
+  // bridge: made by the first stop_token() call, then never changed.
+  std::unique_ptr<StopBridge> bridge ABSL_GUARDED_BY(lock);
+  // stop_link: for a token made from a std::stop_token; set before the state is shared.
+  std::optional<std::stop_callback<StopLink>> stop_link;
 };
 
 bool Register(CancelState* state, CancelRegistration* reg) {
@@ -239,6 +258,10 @@ class DeadlineThread {
 
 }  // namespace
 
+void StopLink::operator()() const noexcept {
+  if (std::shared_ptr<CancelState> s = state.lock()) Cancel(s.get());
+}
+
 CancelState::~CancelState() {
   if (armed.load(std::memory_order_relaxed)) DeadlineThread::Get().Remove(this);
   if (parent != nullptr) Deregister(parent.get(), &parent_reg);
@@ -264,6 +287,47 @@ EffectiveDeadline DeadlineOf(const WaitOptions& options) {
 }  // namespace sync_internal
 
 sync_internal::CancelState* StateOf(const CancellationToken& t) { return t.state_.get(); }
+
+CancellationToken::CancellationToken(std::stop_token stop) {
+  if (!stop.stop_possible()) return;
+  state_ = std::make_shared<sync_internal::CancelState>();
+  // Runs StopLink at once if a stop was requested already.
+  state_->stop_link.emplace(std::move(stop), sync_internal::StopLink{state_});
+}
+
+std::stop_token CancellationToken::stop_token() const {
+  if (state_ == nullptr) return {};
+  sync_internal::CancelState* s = state_.get();
+  s->lock.lock();
+  if (s->bridge != nullptr) {
+    std::stop_token t = s->bridge->source.get_token();
+    s->lock.unlock();
+    return t;
+  }
+  s->lock.unlock();
+  // Made outside the spin lock (it allocates); a caller that loses the race to install its
+  // bridge returns the winner's tokens.
+  auto bridge = std::make_unique<sync_internal::StopBridge>();
+  bridge->reg.fn = [](void* arg) {
+    static_cast<sync_internal::StopBridge*>(arg)->source.request_stop();
+  };
+  bridge->reg.arg = bridge.get();
+  s->lock.lock();
+  if (s->bridge != nullptr) {
+    std::stop_token t = s->bridge->source.get_token();
+    s->lock.unlock();
+    return t;
+  }
+  sync_internal::StopBridge* b = bridge.get();
+  s->bridge = std::move(bridge);
+  s->lock.unlock();
+  // Registered after the lock (Register takes it): a cancel in between finds the registration
+  // refused, and the stop is requested here instead. Also for a token whose parent, or whose
+  // deadline, cancelled it.
+  if (!sync_internal::Register(s, &b->reg) || sync_internal::IsCancelled(s))
+    b->source.request_stop();
+  return b->source.get_token();
+}
 
 bool CancellationToken::is_cancelled() const {
   return state_ != nullptr && sync_internal::IsCancelled(state_.get());
@@ -318,6 +382,9 @@ Result<void> CancellationSource::cancel_at(SyncClock::time_point deadline) {
   }
   // relaxed: a hint (CancelState::deadline); the deadline thread's cancel is what orders.
   state_->deadline.store(deadline.time_since_epoch().count(), std::memory_order_relaxed);
+  // The end of time is no deadline (kNoDeadline): a deadline armed before finds, when it fires,
+  // that it was replaced (FireDeadline), and nothing is armed for this one.
+  if (deadline == SyncClock::time_point::max()) return {};
   if (sync_internal::DeadlineService* service = sync_internal::t_deadline_service) {
     return service->Arm(state_, deadline, /*force=*/false);
   }

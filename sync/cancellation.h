@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <utility>
 
 #include "weft/base/result.h"
@@ -72,6 +73,16 @@ void FireDeadline(CancelState* state, SyncClock::time_point at, bool force);
 class CancellationToken {
  public:
   CancellationToken() = default;
+  // CancellationToken(stop): a token cancelled when `stop` is (at once if it is already), so
+  // code written against C++20's std::stop_token (a std::jthread's) cancels weft's waits. The
+  // cancel runs on the thread that calls request_stop(). A token of a std::stop_source that
+  // cannot stop (a default std::stop_token) is a default token.
+  explicit CancellationToken(std::stop_token stop);
+  // stop_token: a std::stop_token whose stop is requested when this token is cancelled (by its
+  // source, a parent or a deadline), for standard code that takes one (std::condition_variable_any,
+  // a std::jthread's body). Every call on one token returns tokens of the same std::stop_source;
+  // a default token gives a std::stop_token that never stops.
+  std::stop_token stop_token() const;
   // is_cancelled: its source, or one it is linked to, was cancelled or reached its deadline.
   bool is_cancelled() const;
   bool can_be_cancelled() const { return state_ != nullptr; }
@@ -113,8 +124,9 @@ class CancellationSource {
   // thread): the deadline then still ends waits and sets is_cancelled(), but callbacks run only
   // if someone calls cancel().
   Result<void> cancel_at(SyncClock::time_point deadline);
+  // A deadline of time_point::max() (a delay too long to add to now) is no deadline.
   Result<void> cancel_after(SyncClock::duration delay) {
-    return cancel_at(SyncClock::now() + delay);
+    return cancel_at(SaturatingAfter(SyncClock::now(), delay));
   }
   std::optional<SyncClock::time_point> deadline() const;
 

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <new>
 #include <optional>
 #include <span>
@@ -233,6 +234,80 @@ class Channel {
   // send_case / recv_case: for select(). recv_case assigns the value to `out`.
   SelectCase send_case(T& value) { return SelectCase{&core_, true, &value}; }
   SelectCase recv_case(T& out) { return SelectCase{&core_, false, &out}; }
+
+  // Iteration. `for (T v : channel)` receives until the channel is closed and drained; any other
+  // error (operation_canceled: the runtime shutting down) is thrown as std::system_error, so a
+  // loop never ends silently on a failure. Channel is an input range (std::ranges::input_range:
+  // one pass, each value received once), so ranges algorithms and views such as
+  // std::views::take apply. range(options) iterates with a deadline or token and without
+  // exceptions: the loop ends at the first error, which the range's error() then tells.
+  class Range;
+  class iterator {
+   public:
+    using value_type = T;
+    using difference_type = std::ptrdiff_t;
+    using iterator_concept = std::input_iterator_tag;
+    iterator() = default;
+    T& operator*() const {
+      Fetch();
+      return *current_;
+    }
+    T* operator->() const { return &**this; }
+    iterator& operator++() {
+      Fetch();  // a value skipped without being read is received all the same
+      fetched_ = false;
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& it, std::default_sentinel_t) {
+      it.Fetch();
+      return !it.current_.has_value();
+    }
+
+   private:
+    friend class Channel;
+    iterator(Channel* channel, const WaitOptions* options, std::errc* error)
+        : channel_(channel), options_(options), error_(error) {}
+    // Fetch: receives the next value, once per step, when it is first needed (comparing with
+    // the end or reading it): a loop that stops after n values (std::views::take) receives n.
+    void Fetch() const {
+      if (fetched_) return;
+      fetched_ = true;
+      current_.reset();
+      Result<T> r = channel_->recv(options_ != nullptr ? *options_ : WaitOptions{});
+      if (r.ok()) {
+        current_.emplace(std::move(*r));
+      } else if (error_ != nullptr) {
+        *error_ = r.error() == std::errc::broken_pipe ? std::errc{} : r.error();
+      } else if (r.error() != std::errc::broken_pipe) {
+        throw std::system_error(r.error_code(), "weft::Channel iteration");
+      }
+    }
+    Channel* channel_ = nullptr;
+    const WaitOptions* options_ = nullptr;
+    std::errc* error_ = nullptr;  // the range's; null: throw
+    mutable bool fetched_ = false;
+    mutable std::optional<T> current_;
+  };
+  iterator begin() { return iterator(this, nullptr, nullptr); }
+  std::default_sentinel_t end() const { return {}; }
+
+  class Range {
+   public:
+    iterator begin() { return iterator(channel_, &options_, &error_); }
+    std::default_sentinel_t end() const { return {}; }
+    // error: why the last loop ended: std::errc{} when the channel was closed and drained,
+    // else timed_out, operation_canceled...
+    std::errc error() const { return error_; }
+
+   private:
+    friend class Channel;
+    Range(Channel* channel, const WaitOptions& options) : channel_(channel), options_(options) {}
+    Channel* channel_;
+    WaitOptions options_;
+    std::errc error_{};
+  };
+  Range range(const WaitOptions& options = {}) { return Range(this, options); }
 
  private:
   static Result<void> Wrap(std::errc e) {

@@ -88,7 +88,20 @@ Result<void> Mutex::lock(const WaitOptions& options) {
   return LockSlow(me, options);
 }
 
-Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options) {
+void Mutex::lock() {
+  if (Result<void> r = lock(WaitOptions{}); !r.ok()) {
+    throw std::system_error(r.error_code(), "weft::Mutex::lock");
+  }
+}
+
+bool Mutex::TimedLock(SyncClock::time_point deadline) {
+  Result<void> r = lock({.deadline = deadline});
+  if (r.ok()) return true;
+  if (r.error() == std::errc::timed_out) return false;
+  throw std::system_error(r.error_code(), "weft::Mutex::try_lock_until");
+}
+
+Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options, bool interruptible) {
   // relaxed: if it is us, we wrote it ourselves; if not, the value does not matter.
   if (owner_.load(std::memory_order_relaxed) == me->identity()) {
     return std::errc::resource_deadlock_would_occur;
@@ -133,7 +146,7 @@ Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options) {
     // No spinning once queued: the holder will wake us; spinning here only contends.
     ParkResult r = Park(
         *me, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
-        "Mutex", this, /*spins=*/0);
+        "Mutex", this, /*spins=*/0, interruptible);
     if (r != ParkResult::kWoken) {
       queue_lock_.lock();
       int st = node.state.load(std::memory_order_relaxed);
@@ -250,9 +263,38 @@ Result<void> CondVar::wait(Mutex& mutex, const WaitOptions& options) {
     }  // else signalled as we gave up: report the signal
     queue_lock_.unlock();
   }
-  while (!mutex.lock().ok()) {
-  }
+  // Re-lock without limit and without the shutdown's interruption: wait promises to return
+  // holding the mutex. (Retrying an interruptible lock spun a worker for as long as another
+  // execution held the mutex during a shutdown.) EDEADLK cannot happen: we released it above.
+  if (!mutex.TryAcquire(me)) (void)mutex.LockSlow(me, WaitOptions{}, /*interruptible=*/false);
   return result;
+}
+
+Result<void> CondVar::wait(UniqueLock& lock, const WaitOptions& options) {
+  if (lock.mutex_ == nullptr || !lock.owns_) return std::errc::operation_not_permitted;
+  return wait(*lock.mutex_, options);
+}
+
+void UniqueLock::Check() const {
+  if (mutex_ == nullptr) {
+    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
+                            "weft::UniqueLock without a mutex");
+  }
+  if (owns_) {
+    throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                            "weft::UniqueLock owns its mutex already");
+  }
+}
+
+void UniqueLock::unlock() {
+  if (mutex_ == nullptr || !owns_) {
+    throw std::system_error(std::make_error_code(std::errc::operation_not_permitted),
+                            "weft::UniqueLock::unlock without owning the mutex");
+  }
+  if (Result<void> r = mutex_->unlock(); !r.ok()) {
+    throw std::system_error(r.error_code(), "weft::UniqueLock::unlock");
+  }
+  owns_ = false;
 }
 
 void CondVar::signal() {

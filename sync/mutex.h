@@ -1,7 +1,13 @@
 // sync/mutex.h: a mutex and a condition variable that park the calling fiber (or block the
 // calling thread when there is no fiber).
 //
-// Defines: weft::Mutex, weft::CondVar.
+// Defines: weft::Mutex, weft::CondVar, weft::MutexLock, weft::UniqueLock.
+//
+//   weft::MutexLock hold(mu);                        // a scope, abseil's way
+//   std::scoped_lock both(a, b);                     // Mutex is Lockable: std's guards work
+//   auto lock = weft::UniqueLock::acquire(mu, {.deadline = soon});
+//   if (!lock) return lock.error();                  // timed out, cancelled: a value
+//   (void)cv.wait(*lock, [&] { return ready; });
 //
 // Mutex: not recursive. Locking it again from its owner gives EDEADLK; unlocking it from anyone
 // but the owner gives EPERM: errors, not undefined behaviour. Uncontended lock and unlock are one
@@ -16,7 +22,11 @@
 #ifndef WEFT_SYNC_MUTEX_H_
 #define WEFT_SYNC_MUTEX_H_
 
+#include <chrono>
 #include <cstdint>
+#include <mutex>  // std::defer_lock_t, std::try_to_lock_t, std::adopt_lock_t
+#include <type_traits>
+#include <utility>
 
 #include "weft/base/atomic.h"
 #include "weft/base/result.h"
@@ -34,11 +44,32 @@ class Mutex {
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
-  // lock: blocks until acquired. EDEADLK if the caller holds it; timed_out / operation_canceled
-  // per `options`. Any fiber or thread.
-  Result<void> lock(const WaitOptions& options = {});
+  // lock(options): blocks until acquired. EDEADLK if the caller holds it; timed_out /
+  // operation_canceled per `options`, and operation_canceled when the runtime shuts down. Any
+  // fiber or thread. `m.lock({})`: no deadline, no token, the errors as values.
+  Result<void> lock(const WaitOptions& options);
+  // lock(): the standard's Lockable form, for std::lock_guard, std::scoped_lock,
+  // std::unique_lock, MutexLock and UniqueLock. Blocks without limit and reports the errors by
+  // throwing std::system_error, as std::mutex::lock does: resource_deadlock_would_occur if the
+  // caller holds it (a programming error), operation_canceled if the runtime shuts down while
+  // it waits. A guard therefore never proceeds unlocked.
+  void lock();
   // try_lock: acquires if free, without waiting.
   bool try_lock();
+  // try_lock_for / try_lock_until: TimedLockable's forms (std::unique_lock's try_lock_for):
+  // false once the time is up; the other errors thrown as lock() throws them.
+  template <typename Rep, typename Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+    return TimedLock(SyncClock::now() + std::chrono::ceil<SyncClock::duration>(d));
+  }
+  template <typename Clock, typename Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
+      return TimedLock(std::chrono::time_point_cast<SyncClock::duration>(t));
+    } else {  // another clock: the same distance from now on weft's
+      return TimedLock(SyncClock::now() + std::chrono::ceil<SyncClock::duration>(t - Clock::now()));
+    }
+  }
   // unlock: EPERM if the caller does not hold it.
   Result<void> unlock();
 
@@ -51,10 +82,13 @@ class Mutex {
   static constexpr std::uint32_t kWakePending = 4;
 
   bool TryAcquire(Waiter* me);
+  bool TimedLock(SyncClock::time_point deadline);
   // AcquireOrAnnounceWaiter: takes the lock if it is free, else sets kWaiters while it is held.
   // Under queue_lock_ only.
   bool AcquireOrAnnounceWaiter(Waiter* me);
-  Result<void> LockSlow(Waiter* me, const WaitOptions& options);
+  // LockSlow: lock(options)'s wait; `interruptible` false for CondVar's re-lock, which must
+  // end holding the mutex even while the runtime shuts down (parked, not spinning).
+  Result<void> LockSlow(Waiter* me, const WaitOptions& options, bool interruptible = true);
   void UnlockSlow();
   void WakeNext();  // wakes the first waiter to compete, leaving the lock as it is
 
@@ -66,6 +100,8 @@ class Mutex {
   sync_internal::SpinLock queue_lock_;
   sync_internal::WaitQueue queue_ ABSL_GUARDED_BY(queue_lock_);
 };
+
+class UniqueLock;
 
 // CondVar: wait always returns with the mutex held again (also on timeout and cancellation),
 // except for EPERM (the caller did not hold it). signal and broadcast may be called from any
@@ -79,12 +115,142 @@ class CondVar {
   CondVar& operator=(const CondVar&) = delete;
 
   Result<void> wait(Mutex& mutex, const WaitOptions& options = {});
+  // wait(lock): the same with the mutex of `lock`; EPERM if lock does not own one.
+  Result<void> wait(UniqueLock& lock, const WaitOptions& options = {});
+  // wait(mutex or lock, pred): waits until pred() holds (checked first, and after each wake-up,
+  // with the mutex held): success, or the error that ended the wait with pred() still false.
+  template <typename Pred>
+  Result<void> wait(Mutex& mutex, Pred pred, const WaitOptions& options = {}) {
+    while (!pred()) {
+      if (Result<void> r = wait(mutex, options); !r.ok()) return pred() ? Result<void>() : r;
+    }
+    return {};
+  }
+  template <typename Pred>
+  Result<void> wait(UniqueLock& lock, Pred pred, const WaitOptions& options = {}) {
+    while (!pred()) {
+      if (Result<void> r = wait(lock, options); !r.ok()) return pred() ? Result<void>() : r;
+    }
+    return {};
+  }
   void signal();
   void broadcast();
 
  private:
   sync_internal::SpinLock queue_lock_;
   sync_internal::WaitQueue queue_ ABSL_GUARDED_BY(queue_lock_);
+};
+
+// MutexLock: holds `mutex` for its scope (abseil's MutexLock). The constructor locks with
+// Mutex::lock(), so an error throws std::system_error (EDEADLK: the caller holds it already;
+// operation_canceled: the runtime shut down while it waited) and the scope is never entered
+// unlocked. For a deadline or a token, use UniqueLock::acquire.
+class [[nodiscard]] MutexLock {
+ public:
+  explicit MutexLock(Mutex& mutex) : mutex_(mutex) { mutex_.lock(); }
+  ~MutexLock() { (void)mutex_.unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+ private:
+  Mutex& mutex_;
+};
+
+// UniqueLock: a movable lock of a weft::Mutex, std::unique_lock's interface (deferred, try,
+// adopted, timed, released) with weft's waits beside it: acquire(mutex, options) for a
+// deadline or a token with the errors as values, and CondVar::wait(lock). The calls that report
+// errors by exception (the locking constructor, lock(), unlock(), the timed ones) throw
+// std::system_error as std::unique_lock does: operation_not_permitted without a mutex,
+// resource_deadlock_would_occur when it owns one already, and Mutex::lock()'s errors.
+class [[nodiscard]] UniqueLock {
+ public:
+  UniqueLock() noexcept = default;
+  explicit UniqueLock(Mutex& mutex) : mutex_(&mutex) {
+    mutex_->lock();
+    owns_ = true;
+  }
+  UniqueLock(Mutex& mutex, std::defer_lock_t) noexcept : mutex_(&mutex) {}
+  UniqueLock(Mutex& mutex, std::try_to_lock_t) : mutex_(&mutex), owns_(mutex.try_lock()) {}
+  UniqueLock(Mutex& mutex, std::adopt_lock_t) noexcept : mutex_(&mutex), owns_(true) {}
+  template <typename Rep, typename Period>
+  UniqueLock(Mutex& mutex, const std::chrono::duration<Rep, Period>& d)
+      : mutex_(&mutex), owns_(mutex.try_lock_for(d)) {}
+  template <typename Clock, typename Duration>
+  UniqueLock(Mutex& mutex, const std::chrono::time_point<Clock, Duration>& t)
+      : mutex_(&mutex), owns_(mutex.try_lock_until(t)) {}
+  UniqueLock(UniqueLock&& other) noexcept
+      : mutex_(std::exchange(other.mutex_, nullptr)), owns_(std::exchange(other.owns_, false)) {}
+  UniqueLock& operator=(UniqueLock&& other) noexcept {
+    if (this != &other) {
+      if (owns_) (void)mutex_->unlock();
+      mutex_ = std::exchange(other.mutex_, nullptr);
+      owns_ = std::exchange(other.owns_, false);
+    }
+    return *this;
+  }
+  ~UniqueLock() {
+    if (owns_) (void)mutex_->unlock();
+  }
+  UniqueLock(const UniqueLock&) = delete;
+  UniqueLock& operator=(const UniqueLock&) = delete;
+
+  // acquire: a UniqueLock owning `mutex`, or the error of mutex.lock(options) (EDEADLK,
+  // timed_out, operation_canceled).
+  static Result<UniqueLock> acquire(Mutex& mutex, const WaitOptions& options = {}) {
+    if (Result<void> r = mutex.lock(options); !r.ok()) return r.error();
+    return UniqueLock(mutex, std::adopt_lock);
+  }
+
+  void lock() {
+    Check();
+    mutex_->lock();
+    owns_ = true;
+  }
+  // lock(options): the errors as values; EPERM without a mutex, EDEADLK when it owns it.
+  Result<void> lock(const WaitOptions& options) {
+    if (mutex_ == nullptr) return std::errc::operation_not_permitted;
+    if (owns_) return std::errc::resource_deadlock_would_occur;
+    Result<void> r = mutex_->lock(options);
+    owns_ = r.ok();
+    return r;
+  }
+  bool try_lock() {
+    Check();
+    return owns_ = mutex_->try_lock();
+  }
+  template <typename Rep, typename Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+    Check();
+    return owns_ = mutex_->try_lock_for(d);
+  }
+  template <typename Clock, typename Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
+    Check();
+    return owns_ = mutex_->try_lock_until(t);
+  }
+  // unlock: throws operation_not_permitted if it does not own the mutex, or if the mutex is
+  // held by another fiber or thread than the caller (the lock was moved to it).
+  void unlock();
+  // release: gives up the mutex without unlocking it; returns it.
+  Mutex* release() noexcept {
+    owns_ = false;
+    return std::exchange(mutex_, nullptr);
+  }
+  void swap(UniqueLock& other) noexcept {
+    std::swap(mutex_, other.mutex_);
+    std::swap(owns_, other.owns_);
+  }
+  Mutex* mutex() const noexcept { return mutex_; }
+  bool owns_lock() const noexcept { return owns_; }
+  explicit operator bool() const noexcept { return owns_; }
+
+ private:
+  friend class CondVar;
+  // Check: the precondition of a locking call, std::unique_lock's way.
+  void Check() const;
+
+  Mutex* mutex_ = nullptr;
+  bool owns_ = false;
 };
 
 }  // namespace weft

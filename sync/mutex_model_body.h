@@ -20,7 +20,7 @@ inline void CountUnderMutex(int threads, int sections) {
   model::Cell<int> count(0);
   auto add = [&] {
     for (int i = 0; i < sections; ++i) {
-      WEFT_MODEL_ASSERT(m.lock().ok());
+      WEFT_MODEL_ASSERT(m.lock({}).ok());
       count.set(count.get() + 1);
       WEFT_MODEL_ASSERT(m.unlock().ok());
     }

@@ -58,7 +58,7 @@ TEST(SyncModelTest, MutexTimedLockAndTryLock) {
         WEFT_MODEL_ASSERT(got.error() == std::errc::timed_out);
       }
     });
-    WEFT_MODEL_ASSERT(m.lock().ok());
+    WEFT_MODEL_ASSERT(m.lock({}).ok());
     count.set(count.get() + 1);
     WEFT_MODEL_ASSERT(m.unlock().ok());
     if (m.try_lock()) {
@@ -81,12 +81,12 @@ TEST(SyncModelTest, CondVarWaitSeesTheSignal) {
     CondVar cv;
     Cell<bool> ready(false);
     model::thread producer([&] {
-      WEFT_MODEL_ASSERT(m.lock().ok());
+      WEFT_MODEL_ASSERT(m.lock({}).ok());
       ready.set(true);
       WEFT_MODEL_ASSERT(m.unlock().ok());
       cv.signal();
     });
-    WEFT_MODEL_ASSERT(m.lock().ok());
+    WEFT_MODEL_ASSERT(m.lock({}).ok());
     while (!ready.get()) {
       Result<void> w = cv.wait(m, InAnHour());
       WEFT_MODEL_ASSERT(w.ok() || w.error() == std::errc::timed_out);

@@ -29,8 +29,8 @@ WaitOptions In(SyncClock::duration d) { return WaitOptions{SyncClock::now() + d,
 
 TEST_P(SyncTest, MutexBasics) {
   Mutex m;
-  ASSERT_TRUE(m.lock().ok());
-  EXPECT_EQ(m.lock().error(), std::errc::resource_deadlock_would_occur);  // not recursive
+  ASSERT_TRUE(m.lock({}).ok());
+  EXPECT_EQ(m.lock({}).error(), std::errc::resource_deadlock_would_occur);  // not recursive
   EXPECT_FALSE(m.try_lock());
   runner().Spawn([&] {
     EXPECT_FALSE(m.try_lock());
@@ -46,7 +46,7 @@ TEST_P(SyncTest, MutexBasics) {
 
 TEST_P(SyncTest, MutexLockIsCancellable) {
   Mutex m;
-  ASSERT_TRUE(m.lock().ok());
+  ASSERT_TRUE(m.lock({}).ok());
   CancellationSource source;
   CancellationToken token = source.token();
   std::atomic<bool> cancelled{false};
@@ -69,7 +69,7 @@ TEST_P(SyncTest, MutexGuardsANonAtomicCounter) {
   for (int t = 0; t < kTasks; ++t) {
     runner().Spawn([&] {
       for (int i = 0; i < per; ++i) {
-        ASSERT_TRUE(m.lock().ok());
+        ASSERT_TRUE(m.lock({}).ok());
         ++counter;
         ASSERT_TRUE(m.unlock().ok());
       }
@@ -93,7 +93,7 @@ TEST_P(SyncTest, MutexHandoffsLoseNoWakeups) {
   std::uint32_t seed = 12345;
   runner().Spawn([&] {  // the holder
     for (int r = 0; r < rounds && timeouts.load(std::memory_order_relaxed) == 0; ++r) {
-      ASSERT_TRUE(m.lock().ok());
+      ASSERT_TRUE(m.lock({}).ok());
       go.store(r, std::memory_order_release);
       seed = seed * 1664525u + 1013904223u;  // LCG: cheap and deterministic
       for (std::uint32_t i = (seed >> 16) % 401; i > 0; --i) CpuRelax();
@@ -129,13 +129,13 @@ TEST_P(SyncTest, CondVarSignalBroadcastAndTimeout) {
   std::atomic<int> woken{0};
   for (int t = 0; t < 3; ++t) {
     runner().Spawn([&] {
-      ASSERT_TRUE(m.lock().ok());
+      ASSERT_TRUE(m.lock({}).ok());
       while (generation == 0) ASSERT_TRUE(cv.wait(m).ok());
       woken.fetch_add(1);
       ASSERT_TRUE(m.unlock().ok());
     });
   }
-  ASSERT_TRUE(m.lock().ok());
+  ASSERT_TRUE(m.lock({}).ok());
   generation = 1;
   ASSERT_TRUE(m.unlock().ok());
   cv.broadcast();
@@ -143,7 +143,7 @@ TEST_P(SyncTest, CondVarSignalBroadcastAndTimeout) {
   EXPECT_EQ(woken.load(), 3);
 
   // Timeout: the mutex is held again on return.
-  ASSERT_TRUE(m.lock().ok());
+  ASSERT_TRUE(m.lock({}).ok());
   EXPECT_EQ(cv.wait(m, In(10ms)).error(), std::errc::timed_out);
   EXPECT_TRUE(m.unlock().ok());  // proves we held it
   // Waiting without holding the mutex is an error.
@@ -160,7 +160,7 @@ TEST_P(SyncTest, CondVarLosesNoWakeupsUnderTimeouts) {
   const int total = 2000 * StressScale();
   for (int c = 0; c < 2; ++c) {
     runner().Spawn([&] {
-      ASSERT_TRUE(m.lock().ok());
+      ASSERT_TRUE(m.lock({}).ok());
       while (consumed < total) {
         if (items > 0) {
           --items;
@@ -175,7 +175,7 @@ TEST_P(SyncTest, CondVarLosesNoWakeupsUnderTimeouts) {
     });
   }
   for (int i = 0; i < total; ++i) {
-    ASSERT_TRUE(m.lock().ok());
+    ASSERT_TRUE(m.lock({}).ok());
     while (items > 0) (void)cv.wait(m, In(1ms));
     ++items;
     ASSERT_TRUE(m.unlock().ok());
@@ -455,7 +455,7 @@ TEST_P(SyncTest, ADeadlineCancelsWaitsAndRunsCallbacks) {
   CancellationCallback on_deadline(call.token(), [&] { fired.set(); });
   CancellationToken token = call.token();
   Mutex mu;
-  ASSERT_TRUE(mu.lock().ok());
+  ASSERT_TRUE(mu.lock({}).ok());
   Channel<int> ch(1);
   runner().Spawn([&] {
     // Its own deadline first: timed out, not cancelled.

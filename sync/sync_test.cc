@@ -115,7 +115,7 @@ TEST(SyncDeathTest, DestroyingAChannelWithWaitersAborts) {
 TEST(MutexTest, AThreadThatExitsHoldingAMutexDoesNotHandItToTheNextThread) {
   for (int round = 0; round < 20; ++round) {
     Mutex m;
-    std::thread([&] { ASSERT_TRUE(m.lock().ok()); }).join();  // exits holding m
+    std::thread([&] { ASSERT_TRUE(m.lock({}).ok()); }).join();  // exits holding m
     std::thread([&] {
       EXPECT_EQ(m.unlock().error(), std::errc::operation_not_permitted);
       EXPECT_FALSE(m.try_lock());

@@ -34,9 +34,11 @@ class ThreadWaiter final : public Waiter {
       }
       auto timeout = std::chrono::microseconds(1000000);
       if (deadline) {
-        auto left = *deadline - SyncClock::now();
-        if (left <= SyncClock::duration::zero()) return Withdraw();
-        timeout = std::min(timeout, std::chrono::ceil<std::chrono::microseconds>(left));
+        // Compared before subtracting: a deadline far in the past (time_point::min()) would
+        // overflow the difference into a wait of centuries.
+        const SyncClock::time_point now = SyncClock::now();
+        if (*deadline <= now) return Withdraw();
+        timeout = std::min(timeout, std::chrono::ceil<std::chrono::microseconds>(*deadline - now));
       }
       base_internal::FutexWait(state_, kParked, timeout);
       // Every way out of kParked that is ours is a CAS from kParked, so a notify racing us is

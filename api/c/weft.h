@@ -11,17 +11,22 @@
  *
  * Conventions, for every call:
  *   - Errors are negative errno values (-EINVAL, -ETIMEDOUT, -ECANCELED, -ENOMEM...); 0 is
- *     success. No C++ exception ever crosses this boundary: one escaping a callback's fiber is
- *     caught, reported on stderr once, and the fiber's join returns -EIO.
+ *     success. No C++ exception ever crosses this boundary: one escaping a callback (a fiber's
+ *     function, a weft_call_blocking function) is caught and reported on stderr, one line per
+ *     exception, and the caller that waited for the callback (the join, weft_block_on,
+ *     weft_call_blocking) gets -EIO. A pthread_exit unwinding through a callback goes on.
  *   - Handles are opaque pointers; NULL where a handle is required is -EINVAL. A handle is
  *     consumed by the call that says so (join, detach, destroy) and must not be used after it.
  *     Debug builds of the library (weft_handle_checks() returns 1) also answer -EINVAL for a
  *     handle already consumed, or of the wrong kind: they keep a table of live handles and do
- *     not reuse a consumed handle's memory until 1,024 later ones have been consumed.
+ *     not reuse a consumed handle's memory until 1,024 later ones have been consumed. Consuming
+ *     one handle from two threads at once (two joins) is undefined, except that a checked
+ *     build answers the second join or detach -EBUSY while the first is under way.
  *   - Waits: each call that waits has a form taking a timeout in ns (< 0: no limit) and an _ex
  *     form taking a weft_wait_t (a deadline and a cancellation source; NULL: no limit). Both
  *     fail with -ETIMEDOUT when the time is up, -ECANCELED when the source is cancelled or the
- *     calling fiber's runtime shuts down.
+ *     calling fiber's runtime shuts down. A timeout too long for the clock (INT64_MAX ns) is no
+ *     limit.
  *   - Option structs start with their size (.size = sizeof(weft_runtime_options_t)): a library
  *     of a later ABI minor version accepts the smaller structs of earlier ones; a size it does
  *     not know is -EINVAL. Fields are fixed-width.
@@ -75,8 +80,8 @@ int64_t weft_now_ns(void);
  *     the deadline. -EINVAL for ns < 0; -ENOMEM / -EAGAIN when weft's deadline thread cannot
  *     be had (the deadline then still ends waits).
  *   weft_cancel_is_cancelled: 1 or 0 (or -EINVAL).
- *   weft_cancel_destroy: consumes c, once no call is using it (a child made from it stays valid
- *     and is still cancelled with it). */
+ *   weft_cancel_destroy: consumes c and frees it at once: call it only when no call is using it
+ *     (a child made from it stays valid and is still cancelled with it). */
 typedef struct weft_cancel weft_cancel_t;
 int weft_cancel_create(const weft_cancel_t* parent, weft_cancel_t** out);
 int weft_cancel_cancel(weft_cancel_t* c);
@@ -101,7 +106,7 @@ typedef struct weft_wait {
 typedef struct weft_runtime_options {
   uint32_t size;                 /* sizeof(weft_runtime_options_t) as the caller was built */
   uint32_t workers;              /* worker threads (0: one per core; at most 1,024) */
-  uint64_t stack_size;           /* bytes per fiber stack (0: 64 KiB; at most 1 GiB) */
+  uint64_t stack_size;           /* bytes per fiber stack (0: 64 KiB; at most 64 MiB) */
   uint32_t max_blocking_threads; /* 0.2: threads for weft_call_blocking (0: 64; at most 65,536) */
   uint32_t flags;                /* 0.2: WEFT_RUNTIME_* below; an unknown bit is -EINVAL */
 } weft_runtime_options_t;
@@ -116,12 +121,15 @@ typedef struct weft_runtime_options {
 int weft_runtime_create(const weft_runtime_options_t* options, weft_runtime_t** out);
 
 /* weft_runtime_destroy: shuts the runtime down and frees it (consumes rt). Every wait of every
- * fiber fails with -ECANCELED from then on, so fibers unwind; it returns once all have. Call it
- * from outside the runtime's fibers (-EDEADLK from one of them). */
+ * fiber fails with -ECANCELED from then on, so fibers unwind; it returns once all have (a fiber
+ * in weft_cond_wait first takes its mutex back: destroy waits for whoever holds it). Call it
+ * from outside the runtime: -EDEADLK from one of its fibers or weft_call_blocking functions. A
+ * thread whose weft_block_on on rt is returning meanwhile is waited for. */
 int weft_runtime_destroy(weft_runtime_t* rt);
 
-/* weft_block_on: runs fn(arg) on a fiber of rt and waits for it (blocks the calling thread, which
- * must not be one of rt's workers). -EIO if fn threw a C++ exception. */
+/* weft_block_on: runs fn(arg) on a fiber of rt and waits for it (blocks the calling thread).
+ * -EDEADLK from rt's own fibers and weft_call_blocking functions; -EIO if fn threw a C++
+ * exception. */
 int weft_block_on(weft_runtime_t* rt, weft_fn fn, void* arg);
 
 /* weft_runtime_stats_json: a snapshot of the runtime's counters, one JSON object (per worker:
@@ -143,7 +151,7 @@ typedef struct weft_fiber_options {
   uint32_t flags;         /* WEFT_FIBER_PINNED: run only on worker pinned_worker */
   uint64_t stack_size;    /* 0: the runtime's; rounded up to a class (16 KiB .. 64 MiB) */
   const char* name;       /* NULL: none. Copied (its first 31 bytes): shown in dumps */
-  uint32_t pinned_worker; /* with WEFT_FIBER_PINNED: that worker (modulo the count), never stolen */
+  uint32_t pinned_worker; /* WEFT_FIBER_PINNED: worker (modulo the count; <= INT_MAX), not stolen */
   uint32_t reserved;      /* 0 */
 } weft_fiber_options_t;
 #define WEFT_FIBER_PINNED 1u
@@ -155,7 +163,7 @@ int weft_spawn_ex(weft_runtime_t* rt, weft_fn fn, void* arg, const weft_fiber_op
 
 /* weft_fiber_join: waits for the fiber to end, then frees its handle (consumes f) and returns 0,
  * or -EIO if fn threw. timeout_ns < 0: no limit. -ETIMEDOUT (or -ECANCELED when the runtime of the
- * calling fiber shuts down) leaves f joinable. */
+ * calling fiber shuts down) leaves f joinable. -EBUSY: see the handle rules above. */
 int weft_fiber_join(weft_fiber_t* f, int64_t timeout_ns);
 int weft_fiber_join_ex(weft_fiber_t* f, const weft_wait_t* wait);
 
@@ -169,7 +177,7 @@ int weft_yield(void);
  * fiber's runtime shuts down meanwhile; -EINVAL for ns < 0. */
 int weft_sleep_ns(int64_t ns);
 /* weft_sleep_ex: as weft_sleep_ns, ending early with -ETIMEDOUT at wait's deadline and
- * -ECANCELED when its source is cancelled. */
+ * -ECANCELED when its source is cancelled. A sleep of 0 returns 0 at once. */
 int weft_sleep_ex(int64_t ns, const weft_wait_t* wait);
 
 /* weft_fiber_id: a process-unique id of the calling fiber; 0 outside fibers.
@@ -208,8 +216,9 @@ int weft_channel_destroy(weft_channel_t* ch);
 /* weft_select (0.2): exactly one of the n cases (at most 64) happens: a send of *elem on a
  * channel or a receive into *elem. When several are ready, one is picked at random. It returns
  * that case's index, and sets its result: 0, or -EPIPE when the channel was closed (a send
- * then sent nothing; a receive got nothing, the channel being closed and drained). Only the
- * chosen case's elem is read (send) or written (receive), and only its result is set.
+ * then sent nothing; a receive got nothing, the channel being closed and drained). Each send
+ * case's element is copied from elem when weft_select is called (what it sends is elem as it
+ * was then); only the chosen receive case's elem is written, and only the chosen result set.
  * flags WEFT_SELECT_NOWAIT: -EAGAIN at once when no case is ready (Go's default). Errors:
  * -ETIMEDOUT, -ECANCELED (wait); -EINVAL for n above 64, a NULL channel or elem, an unknown op
  * or flag, and for no cases with neither NOWAIT, deadline nor cancel source (it would never
@@ -229,9 +238,10 @@ int weft_select(weft_select_case_t* cases, uint32_t n, const weft_wait_t* wait, 
  *   weft_mutex_lock: -EDEADLK if the caller holds it already; -ETIMEDOUT; -ECANCELED.
  *   weft_mutex_try_lock: 0, or -EBUSY when held. weft_mutex_unlock: -EPERM if the caller does
  *     not hold it.
- *   weft_cond_wait: releases the mutex (which the caller holds), waits for a signal, and always
- *     returns with the mutex held again, also on -ETIMEDOUT and -ECANCELED. Wakes may be
- *     spurious: wait in a loop on the condition.
+ *   weft_cond_wait: releases the mutex (which the caller holds), waits for a signal, and
+ *     returns with the mutex held again, also on -ETIMEDOUT and -ECANCELED; -EPERM (at once,
+ *     without it) if the caller does not hold it. Wakes may be spurious: wait in a loop on the
+ *     condition.
  *   weft_mutex_destroy / weft_cond_destroy: consume the handle; only when no one holds or waits
  *     on it. */
 typedef struct weft_mutex weft_mutex_t;

@@ -12,6 +12,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +20,10 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+
+#ifdef __GLIBCXX__
+#include <cxxabi.h>  // abi::__forced_unwind
+#endif
 
 #include "weft/api/c/weft.h"
 #include "weft/api/weft.h"
@@ -87,18 +92,32 @@ class Handles {
   }
   void Add(const void* p, Kind k) {
     std::lock_guard<std::mutex> l(mu_);
-    live_[p] = k;
+    live_[p] = Entry{k, false};
   }
   bool Live(const void* p, Kind k) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = live_.find(p);
-    return it != live_.end() && it->second == k;
+    return it != live_.end() && it->second.kind == k;
+  }
+  // Claim: for a call that may consume p (a join, a detach): 0 and p marked busy, -EINVAL if it
+  // is not a live handle of kind k, -EBUSY if another such call has it. Unclaim: not consumed.
+  int Claim(const void* p, Kind k) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end() || it->second.kind != k) return -EINVAL;
+    if (it->second.busy) return -EBUSY;
+    it->second.busy = true;
+    return 0;
+  }
+  void Unclaim(const void* p) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = live_.find(p); it != live_.end()) it->second.busy = false;
   }
   // Remove: false if p is not a live handle of kind k (then nothing changes).
   bool Remove(const void* p, Kind k) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = live_.find(p);
-    if (it == live_.end() || it->second != k) return false;
+    if (it == live_.end() || it->second.kind != k) return false;
     live_.erase(it);
     return true;
   }
@@ -117,7 +136,11 @@ class Handles {
  private:
   static constexpr std::size_t kQuarantine = 1024;
   std::mutex mu_;
-  std::unordered_map<const void*, Kind> live_;
+  struct Entry {
+    Kind kind;
+    bool busy;  // a join or detach has it (Claim)
+  };
+  std::unordered_map<const void*, Entry> live_;
   std::deque<std::pair<void*, void (*)(void*)>> quarantine_;
 };
 
@@ -174,9 +197,18 @@ void Delete(T* p) {
 
 int Errno(std::errc e) { return -static_cast<int>(e); }
 
+// After: the deadline ns from now; none when that is past the clock's range (INT64_MAX ns:
+// "practically forever").
+std::optional<weft::SyncClock::time_point> After(std::int64_t ns) {
+  const weft::SyncClock::time_point t =
+      weft::SaturatingAfter(weft::SyncClock::now(), std::chrono::nanoseconds(ns));
+  if (t == weft::SyncClock::time_point::max()) return std::nullopt;
+  return t;
+}
+
 weft::WaitOptions Timeout(std::int64_t timeout_ns) {
   weft::WaitOptions o;
-  if (timeout_ns >= 0) o.deadline = weft::SyncClock::now() + std::chrono::nanoseconds(timeout_ns);
+  if (timeout_ns >= 0) o.deadline = After(timeout_ns);
   return o;
 }
 
@@ -184,8 +216,9 @@ weft::WaitOptions Timeout(std::int64_t timeout_ns) {
 int ReadWait(const weft_wait_t* wait, weft::WaitOptions* out) {
   if (wait == nullptr) return 0;
   if (wait->size != sizeof(weft_wait_t) || wait->flags != 0) return -EINVAL;
-  if (wait->deadline_ns != 0) {
-    out->deadline = weft::SyncClock::time_point(std::chrono::nanoseconds(wait->deadline_ns));
+  if (wait->deadline_ns != 0) {  // any negative one has passed, as 1 has
+    out->deadline = weft::SyncClock::time_point(
+        std::chrono::nanoseconds(std::max<std::int64_t>(wait->deadline_ns, 1)));
   }
   if (wait->cancel != nullptr) {
     if (!Valid(wait->cancel)) return -EINVAL;
@@ -200,10 +233,14 @@ int Run(weft_fn fn, void* arg) {
   try {
     fn(arg);
     return 0;
+#ifdef __GLIBCXX__
+  } catch (abi::__forced_unwind&) {
+    throw;  // pthread_exit or a thread cancellation unwinding: not an error, let it go on
+#endif
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "weft: a C callback's fiber threw %s; its join returns -EIO\n", e.what());
+    std::fprintf(stderr, "weft: a C callback threw %s; its caller gets -EIO\n", e.what());
   } catch (...) {
-    std::fprintf(stderr, "weft: a C callback's fiber threw; its join returns -EIO\n");
+    std::fprintf(stderr, "weft: a C callback threw; its caller gets -EIO\n");
   }
   return -EIO;
 }
@@ -213,6 +250,10 @@ template <typename F>
 auto Guard(F f) -> decltype(f()) {
   try {
     return f();
+#ifdef __GLIBCXX__
+  } catch (abi::__forced_unwind&) {
+    throw;
+#endif
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
   } catch (const std::system_error& e) {
@@ -264,13 +305,37 @@ bool Length(std::uint64_t len, std::size_t* out) {
   return true;
 }
 
+// The largest fiber stack (the largest stack class, context/stack.h).
+constexpr std::uint64_t kMaxStackSize = std::uint64_t{64} << 20;
+
 // The runtime options struct of ABI 0.1 ended before max_blocking_threads.
 constexpr std::uint32_t kRuntimeOptions01 = offsetof(weft_runtime_options_t, max_blocking_threads);
 
+// Claim / Unclaim: a consuming call's hold on f (checked builds), so that two of them at once
+// on one handle answer -EBUSY rather than both use it.
+int Claim(weft_fiber_t* f) {
+  if (f == nullptr) return -EINVAL;
+  if constexpr (kCheckHandles) return Handles::Get().Claim(f, weft_fiber::kKind);
+  return 0;
+}
+void Unclaim(weft_fiber_t* f) {
+  if constexpr (kCheckHandles) Handles::Get().Unclaim(f);
+}
+
 int Join(weft_fiber_t* f, const weft::WaitOptions& o) {
+  if (int e = Claim(f); e != 0) return e;
   return Guard([&] {
-    weft::Result<int> r = f->handle.join(o);
-    if (!r.ok() && f->handle.joinable()) return Errno(r.error());  // timed out: still joinable
+    weft::Result<int> r(std::errc::io_error);
+    try {
+      r = f->handle.join(o);
+    } catch (...) {
+      Unclaim(f);
+      throw;
+    }
+    if (!r.ok() && f->handle.joinable()) {  // timed out, cancelled: still joinable
+      Unclaim(f);
+      return Errno(r.error());
+    }
     Delete(f);
     return r.ok() ? *r : Errno(r.error());
   });
@@ -303,12 +368,15 @@ int Send(weft_channel_t* ch, const void* elem, const weft::WaitOptions& o) {
   });
 }
 
+// Recv: reads what it needs of ch before waiting: once the value is handed over, the channel
+// may be destroyed (no one waits on it any more) before this call returns.
 int Recv(weft_channel_t* ch, void* elem, const weft::WaitOptions& o) {
   if (!Valid(ch) || elem == nullptr) return -EINVAL;
+  const std::uint32_t size = ch->elem_size;
   return Guard([&] {
     weft::Result<std::string> r = ch->ch.recv(o);
     if (!r.ok()) return Errno(r.error());
-    std::memcpy(elem, r->data(), ch->elem_size);
+    std::memcpy(elem, r->data(), size);
     return 0;
   });
 }
@@ -353,7 +421,7 @@ int weft_runtime_create(const weft_runtime_options_t* options, weft_runtime_t** 
   if (in.workers > 1024) return -EINVAL;
   o.workers = in.workers;
   if (in.stack_size != 0) {
-    if (in.stack_size > (std::uint64_t{1} << 30)) return -EINVAL;
+    if (in.stack_size > kMaxStackSize) return -EINVAL;
     o.stack_size = static_cast<std::size_t>(in.stack_size);
   }
   if (in.max_blocking_threads != 0) {
@@ -372,7 +440,7 @@ int weft_runtime_create(const weft_runtime_options_t* options, weft_runtime_t** 
 
 int weft_runtime_destroy(weft_runtime_t* rt) {
   if (!Valid(rt)) return -EINVAL;
-  if (weft::scheduler_internal::InFiberOf(rt->rt)) return -EDEADLK;
+  if (weft::scheduler_internal::InsideOf(rt->rt)) return -EDEADLK;
   return Guard([&] {
     Delete(rt);
     return 0;
@@ -381,7 +449,7 @@ int weft_runtime_destroy(weft_runtime_t* rt) {
 
 int weft_block_on(weft_runtime_t* rt, weft_fn fn, void* arg) {
   if (!Valid(rt) || fn == nullptr) return -EINVAL;
-  if (weft::scheduler_internal::InFiberOf(rt->rt)) return -EDEADLK;
+  if (weft::scheduler_internal::InsideOf(rt->rt)) return -EDEADLK;
   return Guard([&] { return rt->rt.block_on([fn, arg] { return Run(fn, arg); }); });
 }
 
@@ -407,8 +475,7 @@ int weft_spawn_ex(weft_runtime_t* rt, weft_fn fn, void* arg, const weft_fiber_op
   weft::FiberOptions o;
   if (options != nullptr) {
     if (options->size != sizeof(weft_fiber_options_t) || options->reserved != 0 ||
-        (options->flags & ~WEFT_FIBER_PINNED) != 0 ||
-        options->stack_size > (std::uint64_t{64} << 20)) {
+        (options->flags & ~WEFT_FIBER_PINNED) != 0 || options->stack_size > kMaxStackSize) {
       return -EINVAL;
     }
     o.stack_size = static_cast<std::size_t>(options->stack_size);
@@ -436,7 +503,7 @@ int weft_fiber_join_ex(weft_fiber_t* f, const weft_wait_t* wait) {
 }
 
 int weft_fiber_detach(weft_fiber_t* f) {
-  if (!Valid(f)) return -EINVAL;
+  if (int e = Claim(f); e != 0) return e;
   Delete(f);  // the handle detaches
   return 0;
 }
@@ -450,17 +517,16 @@ int weft_yield(void) {
   return 0;
 }
 
-int weft_sleep_ns(int64_t ns) {
-  if (ns < 0) return -EINVAL;
-  return Guard([&] { return Status(weft::this_fiber::sleep_for(std::chrono::nanoseconds(ns))); });
-}
+int weft_sleep_ns(int64_t ns) { return weft_sleep_ex(ns, nullptr); }
 
 int weft_sleep_ex(int64_t ns, const weft_wait_t* wait) {
   if (ns < 0) return -EINVAL;
   weft::WaitOptions o;
   if (int e = ReadWait(wait, &o); e != 0) return e;
+  if (ns == 0) return 0;  // nothing to wait for, whatever the deadline
   return Guard([&] {
-    const weft::SyncClock::time_point wake = weft::SyncClock::now() + std::chrono::nanoseconds(ns);
+    const weft::SyncClock::time_point wake =
+        weft::SaturatingAfter(weft::SyncClock::now(), std::chrono::nanoseconds(ns));
     const bool cut = o.deadline.has_value() && *o.deadline < wake;  // the wait's deadline first
     weft::Result<void> r = weft::this_fiber::sleep_until(cut ? *o.deadline : wake, o.cancel);
     if (r.ok() && cut) return -ETIMEDOUT;
@@ -589,9 +655,12 @@ int weft_select(weft_select_case_t* cases, uint32_t n, const weft_wait_t* wait, 
   }
   return Guard([&] {
     std::string values[kMaxCases];  // a send's element; where a receive lands
+    // The element sizes, read before waiting (a channel may be destroyed once its case is done).
+    std::uint32_t sizes[kMaxCases];
     weft::SelectCase select_cases[kMaxCases];
     for (std::uint32_t i = 0; i < n; ++i) {
       weft_channel_t* ch = cases[i].channel;
+      sizes[i] = ch->elem_size;
       if (cases[i].op == WEFT_SELECT_SEND) {
         values[i].assign(static_cast<const char*>(cases[i].elem), ch->elem_size);
         select_cases[i] = ch->ch.send_case(values[i]);
@@ -607,7 +676,7 @@ int weft_select(weft_select_case_t* cases, uint32_t n, const weft_wait_t* wait, 
     weft_select_case_t& chosen = cases[r->index];
     chosen.result = r->ok ? 0 : -EPIPE;
     if (r->ok && chosen.op == WEFT_SELECT_RECV) {
-      std::memcpy(chosen.elem, values[r->index].data(), chosen.channel->elem_size);
+      std::memcpy(chosen.elem, values[r->index].data(), sizes[r->index]);
     }
     return r->index;
   });

@@ -9,8 +9,10 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -573,6 +575,152 @@ static void shutdown_mid_read(void) {
   close(p[1]);
 }
 
+/* ---- Edge cases an adversarial review found ----------------------------------------------- */
+
+struct recv_arg {
+  weft_channel_t* ch;
+  int64_t timeout_ns;
+  int rc;
+  uint64_t value;
+};
+
+static void recv_with_timeout(void* arg) {
+  struct recv_arg* r = (struct recv_arg*)arg;
+  r->rc = weft_channel_recv(r->ch, &r->value, r->timeout_ns);
+}
+
+static void send_then_destroy(void* arg) {
+  weft_channel_t* ch = (weft_channel_t*)arg;
+  uint64_t v = 77;
+  CHECK(weft_channel_send(ch, &v, -1) == 0); /* handed to the parked receiver */
+  CHECK(weft_channel_destroy(ch) == 0);      /* nobody waits on it any more */
+}
+
+struct joiner_arg {
+  weft_fiber_t* f;
+  int rc;
+};
+
+static void join_it(void* arg) {
+  struct joiner_arg* j = (struct joiner_arg*)arg;
+  j->rc = weft_fiber_join(j->f, -1);
+}
+
+static weft_runtime_t* blocking_rt;
+static int blocking_destroy_rc, blocking_block_on_rc;
+
+static void nop(void* arg) { (void)arg; }
+
+static void destroy_from_blocking(void* arg) {
+  (void)arg;
+  blocking_destroy_rc = weft_runtime_destroy(blocking_rt);
+  blocking_block_on_rc = weft_block_on(blocking_rt, nop, NULL);
+}
+
+static void call_destroy_from_blocking(void* arg) {
+  (void)arg;
+  CHECK(weft_call_blocking(destroy_from_blocking, NULL) == 0);
+}
+
+static void exit_thread(void* arg) {
+  (void)arg;
+  pthread_exit((void*)(intptr_t)42);
+}
+
+static void* thread_calling_blocking(void* arg) {
+  (void)arg;
+  weft_call_blocking(exit_thread, NULL);
+  return NULL; /* not reached: pthread_exit unwinds through the call */
+}
+
+static atomic_int sleeping_long;
+
+static void sleep_long(void* arg) {
+  (void)arg;
+  atomic_store(&sleeping_long, 1);
+  CHECK(weft_sleep_ns(60000 * kMs) == -ECANCELED);
+}
+
+static void* block_on_thread(void* arg) {
+  CHECK(weft_block_on((weft_runtime_t*)arg, sleep_long, NULL) == 0);
+  return NULL;
+}
+
+static void edges(weft_runtime_t* rt) {
+  /* Timeouts too long for the clock are no limit (they overflowed into "passed"). */
+  weft_channel_t* ch = NULL;
+  CHECK(weft_channel_create(8, 0, &ch) == 0);
+  struct recv_arg r = {ch, INT64_MAX, 1, 0};
+  weft_fiber_t* f = NULL;
+  CHECK(weft_spawn(rt, recv_with_timeout, &r, &f) == 0);
+  uint64_t v = 5;
+  CHECK(weft_sleep_ns(2 * kMs) == 0);
+  CHECK(weft_channel_send(ch, &v, INT64_MAX) == 0);
+  CHECK(weft_fiber_join(f, -1) == 0);
+  CHECK(r.rc == 0 && r.value == 5);
+  weft_cancel_t* c = NULL;
+  CHECK(weft_cancel_create(NULL, &c) == 0);
+  CHECK(weft_cancel_after_ns(c, INT64_MAX) == 0);
+  CHECK(weft_cancel_is_cancelled(c) == 0);
+  CHECK(weft_cancel_destroy(c) == 0);
+  /* A deadline far in the past, on a plain thread: -ETIMEDOUT at once (it waited for ever). */
+  weft_wait_t ancient = {.size = sizeof ancient, .deadline_ns = INT64_MIN};
+  CHECK(weft_channel_recv_ex(ch, &v, &ancient) == -ETIMEDOUT);
+  weft_wait_t negative = {.size = sizeof negative, .deadline_ns = -5};
+  CHECK(weft_sleep_ex(kMs, &negative) == -ETIMEDOUT);
+  CHECK(weft_sleep_ex(0, &ancient) == 0);
+  /* The value handed over, the channel destroyed before the receiver returns: the receive reads
+   * nothing of it after the wait. */
+  struct recv_arg r2 = {ch, -1, 1, 0};
+  CHECK(weft_spawn(rt, send_then_destroy, ch, NULL) == 0);
+  recv_with_timeout(&r2); /* this plain thread */
+  CHECK(r2.rc == 0 && r2.value == 77);
+  /* Two joins of one handle at once: the second is refused, not both run (checked builds). */
+  if (weft_handle_checks() == 1) {
+    weft_fiber_t* sleeper = NULL;
+    CHECK(weft_spawn(rt, long_sleep, NULL, &sleeper) == 0);
+    struct joiner_arg j = {sleeper, 1};
+    weft_fiber_options_t named = {.size = sizeof named, .name = "first-joiner"};
+    weft_fiber_t* joiner = NULL;
+    CHECK(weft_spawn_ex(rt, join_it, &j, &named, &joiner) == 0);
+    CHECK(parked(rt, "first-joiner", "JoinHandle"));
+    CHECK(weft_fiber_join(sleeper, -1) == -EBUSY);
+    CHECK(weft_fiber_detach(sleeper) == -EBUSY);
+    CHECK(weft_fiber_join(joiner, -1) == 0);
+    CHECK(j.rc == 0);
+    CHECK(weft_fiber_join(sleeper, -1) == -EINVAL); /* consumed by the first */
+  }
+  /* Destroy and block_on from a call_blocking function of the runtime itself: -EDEADLK, not a
+   * wait for the caller. */
+  weft_runtime_options_t o = {.size = sizeof o, .workers = 1};
+  CHECK(weft_runtime_create(&o, &blocking_rt) == 0);
+  CHECK(weft_block_on(blocking_rt, call_destroy_from_blocking, NULL) == 0);
+  CHECK(blocking_destroy_rc == -EDEADLK);
+  CHECK(blocking_block_on_rc == -EDEADLK);
+  CHECK(weft_runtime_destroy(blocking_rt) == 0);
+  /* A stack size past the largest class is refused at once, not by every spawn. */
+  weft_runtime_options_t big = {.size = sizeof big, .stack_size = (uint64_t)128 << 20};
+  weft_runtime_t* none = NULL;
+  CHECK(weft_runtime_create(&big, &none) == -EINVAL);
+  /* pthread_exit in a callback unwinds on (it was caught as an exception and aborted). */
+  pthread_t t;
+  void* ret = NULL;
+  CHECK(pthread_create(&t, NULL, thread_calling_blocking, NULL) == 0);
+  CHECK(pthread_join(t, &ret) == 0);
+  CHECK(ret == (void*)(intptr_t)42);
+  /* Destroyed while another thread's block_on returns: that thread is waited for. */
+  for (int i = 0; i < 20; ++i) {
+    weft_runtime_t* r3 = NULL;
+    CHECK(weft_runtime_create(&o, &r3) == 0);
+    pthread_t b;
+    atomic_store(&sleeping_long, 0);
+    CHECK(pthread_create(&b, NULL, block_on_thread, r3) == 0);
+    while (atomic_load(&sleeping_long) == 0) weft_sleep_ns(100 * 1000);
+    CHECK(weft_runtime_destroy(r3) == 0);
+    CHECK(pthread_join(b, NULL) == 0);
+  }
+}
+
 int main(void) {
   CHECK((weft_abi_version() >> 16) == WEFT_ABI_VERSION_MAJOR);
   CHECK((weft_abi_version() & 0xffffu) >= 2);
@@ -592,6 +740,7 @@ int main(void) {
   echo(rt);
   introspection(rt);
   handles(rt);
+  edges(rt);
   CHECK(weft_runtime_destroy(rt) == 0);
   if (weft_handle_checks() == 1) CHECK(weft_runtime_destroy(rt) == -EINVAL);
   shutdown_mid_read();

@@ -97,7 +97,7 @@ bool api_internal::DeliverConsoleEvent(unsigned long event) {
   std::lock_guard<std::mutex> lock(g_mutex);
   SignalSet::State* s = g_owner[IndexOf(signo)];
   if (s == nullptr) return false;
-  (void)s->mutex.lock();  // no deadline, no token: it waits until it has the lock
+  (void)s->mutex.lock({});  // no deadline, no token: it waits until it has the lock
   s->pending[IndexOf(signo)] = true;
   (void)s->mutex.unlock();
   s->ready.signal();
@@ -129,7 +129,7 @@ Result<SignalSet> SignalSet::open(std::span<const int> signals) {
 
 Result<int> SignalSet::try_recv() {
   if (state_ == nullptr) return std::errc::bad_file_descriptor;
-  (void)state_->mutex.lock();
+  (void)state_->mutex.lock({});
   const int signo = state_->ClaimLocked();
   (void)state_->mutex.unlock();
   if (signo != 0) return signo;

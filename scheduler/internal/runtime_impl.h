@@ -156,7 +156,9 @@ struct Runtime::Impl {
   // start. Made before the worker threads start and destroyed after they are joined: workers
   // tell it when they wake (Sleep).
   std::unique_ptr<scheduler_internal::Monitor> monitor;
-  std::atomic<int> block_on_waiters{0};  // threads in block_on (BlockOnScope); a hint
+  // block_on_waiters: threads in block_on (BlockOnScope): a hint for the monitor and the idle
+  // workers, and what ~Runtime waits to reach 0 before freeing this.
+  std::atomic<int> block_on_waiters{0};
   // DeadlockSuspected: every live fiber is parked with no timer and no I/O, nothing is runnable,
   // every worker sleeps, and a thread waits in block_on (monitor.cc). A snapshot, read relaxed.
   bool DeadlockSuspected();

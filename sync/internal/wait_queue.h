@@ -142,12 +142,13 @@ inline SyncClock::time_point Now() {
 enum class ParkResult { kWoken, kTimedOut, kCancelled };
 
 // Park: blocks the calling execution until done() is true, the deadline passes, the token is
-// cancelled, or the waiter is interrupted (cancelled too). Spins first: `spins` pause iterations,
-// or by default as long as the Waiter asks (threads: a futex wake costs ~19 us here). `what` and
-// `object` name the wait for a scheduler's dump of parked fibers.
+// cancelled, or the waiter is interrupted (cancelled too; not when `interruptible` is false: a
+// wait that must end with its condition, as a CondVar's re-lock of its mutex). Spins first:
+// `spins` pause iterations, or by default as long as the Waiter asks (threads: a futex wake
+// costs ~19 us here). `what` and `object` name the wait for a scheduler's dump of parked fibers.
 template <typename Done>
 ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, const char* what,
-                const void* object, int spins = -1) {
+                const void* object, int spins = -1, bool interruptible = true) {
   if (spins < 0) spins = waiter.spins_before_park();
   CancelRegistration reg;
   reg.fn = [](void* w) { static_cast<Waiter*>(w)->notify(); };
@@ -168,7 +169,8 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, const cha
   if (!finished) {
     waiter.note_wait(what, object);
     do {
-      if ((cancel_state != nullptr && options.cancel->is_cancelled()) || waiter.interrupted()) {
+      if ((cancel_state != nullptr && options.cancel->is_cancelled()) ||
+          (interruptible && waiter.interrupted())) {
         result = ParkResult::kCancelled;
         break;
       }
