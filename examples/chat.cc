@@ -28,30 +28,29 @@ struct ChatRoom::Client {
 };
 
 void ChatRoom::join(const std::shared_ptr<Client>& c) {
-  (void)mu_.lock();
+  MutexLock hold(mu_);
   clients_[c->id] = c;
-  (void)mu_.unlock();
 }
 
 void ChatRoom::leave(std::uint64_t id) {
-  (void)mu_.lock();
+  MutexLock hold(mu_);
   clients_.erase(id);
-  (void)mu_.unlock();
 }
 
 // broadcast: to every member. First without waiting; then each full outbox gets the grace to
 // make room, and past it the slow-consumer policy applies.
 void ChatRoom::broadcast(const std::shared_ptr<const std::string>& line) {
   std::vector<std::shared_ptr<Client>> to;
-  (void)mu_.lock();
-  to.reserve(clients_.size());
-  for (auto& [id, c] : clients_) to.push_back(c);
-  (void)mu_.unlock();
+  {
+    MutexLock hold(mu_);
+    to.reserve(clients_.size());
+    for (auto& [id, c] : clients_) to.push_back(c);
+  }
   std::vector<Client*> full;
   for (auto& c : to) {
     std::shared_ptr<const std::string> copy = line;
     Result<void> r = c->outbox.try_send(std::move(copy));
-    if (!r.ok() && r.error() == std::errc::resource_unavailable_try_again) full.push_back(c.get());
+    if (r == std::errc::resource_unavailable_try_again) full.push_back(c.get());
     // (any other error: that client left or was evicted)
   }
   for (Client* c : full) {
@@ -62,7 +61,7 @@ void ChatRoom::broadcast(const std::shared_ptr<const std::string>& line) {
     // Disconnect: the grace, once (after it the outbox is closed and sends fail at once).
     // SyncClock, not steady_clock: under simulation the grace is virtual time too.
     Result<void> r = c->outbox.send(line, {.deadline = SyncClock::now() + options_.grace});
-    if (!r.ok() && r.error() == std::errc::timed_out) c->Evict();
+    if (r == std::errc::timed_out) c->Evict();
   }
 }
 
@@ -76,10 +75,9 @@ void ChatRoom::serve(net::TcpStream stream, const CancellationToken& cancel) {
   Result<std::uint64_t> spawned = writer.spawn(
       [me, &stream] {
         CancellationToken evicted = me->evict.token();
-        for (;;) {
-          Result<std::shared_ptr<const std::string>> line = me->outbox.recv();
-          if (!line.ok()) break;
-          if (!stream.write_all((*line)->data(), (*line)->size(), {.cancel = &evicted}).ok()) {
+        // Until the outbox is closed (or a shutdown cancels the wait: range() ends, no throw).
+        for (const std::shared_ptr<const std::string>& line : me->outbox.range()) {
+          if (!stream.write_all(line->data(), line->size(), {.cancel = &evicted}).ok()) {
             me->outbox.close();  // senders stop waiting for us
             break;
           }

@@ -218,7 +218,7 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long
       for (;;) {
         auto n = s->read(buf, sizeof buf, {.deadline = Clock::now() + std::chrono::seconds(5)});
         if (n.ok() && *n > 0) continue;
-        if (n.ok() || n.error() != std::errc::timed_out) stalled_disconnected.fetch_add(1);
+        if (n != std::errc::timed_out) stalled_disconnected.fetch_add(1);
         return;
       }
     }));

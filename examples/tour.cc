@@ -41,7 +41,7 @@ int main() {
       for (int i = 0; i < 100; ++i) (void)ch.send(int(i));
       ch.close();
     });
-    for (weft::Result<int> v = ch.recv(); v.ok(); v = ch.recv()) sum += *v;
+    for (int v : ch) sum += v;  // until closed and drained
     (void)producer.join();
 
     (void)weft::this_fiber::sleep_for(std::chrono::milliseconds(5));

@@ -108,38 +108,44 @@ bool WaitUntilParked(const Runtime& rt, std::string_view name, std::string_view 
   return false;
 }
 
-// A MutexLock (and std::lock_guard) waiting when the runtime shuts down: the wait fails with
-// operation_canceled, which the guard throws; its scope is never entered unlocked.
-TEST(GuardsOnFibersTest, AGuardWaitingThroughShutdownThrowsAndNeverEntersUnlocked) {
+// A MutexLock (and a std::lock_guard) waiting when the runtime shuts down waits on for the
+// mutex, as a std::mutex would, and enters its scope holding it: never unlocked, and no
+// exception for a lock that is merely slow.
+TEST(GuardsOnFibersTest, AGuardWaitingThroughShutdownEntersHoldingTheMutex) {
   Mutex m;
-  ASSERT_TRUE(m.lock({}).ok());  // held by this thread throughout
-  std::atomic<int> entered{0}, canceled{0};
-  {
-    Runtime rt({.workers = 2});
-    for (int i = 0; i < 2; ++i) {
-      rt.spawn(
-            [&, i] {
-              try {
-                if (i == 0) {
-                  MutexLock hold(m);
-                  entered.fetch_add(1);
-                } else {
-                  std::lock_guard<Mutex> hold(m);
-                  entered.fetch_add(1);
-                }
-              } catch (const std::system_error& e) {
-                if (e.code() == std::errc::operation_canceled) canceled.fetch_add(1);
+  ASSERT_TRUE(m.lock({}).ok());  // held by this thread until the shutdown has begun
+  std::atomic<int> entered{0}, held{0}, threw{0};
+  auto rt = std::make_unique<Runtime>(RuntimeOptions{.workers = 2});
+  for (int i = 0; i < 2; ++i) {
+    rt->spawn(
+          [&, i] {
+            try {
+              if (i == 0) {
+                MutexLock hold(m);
+                entered.fetch_add(1);
+                if (!m.try_lock()) held.fetch_add(1);  // ours: not free
+              } else {
+                std::lock_guard<Mutex> hold(m);
+                entered.fetch_add(1);
+                if (!m.try_lock()) held.fetch_add(1);
               }
-            },
-            {.name = i == 0 ? "mutex-lock" : "lock-guard"})
-          .detach();
-    }
-    ASSERT_TRUE(WaitUntilParked(rt, "mutex-lock", "Mutex"));
-    ASSERT_TRUE(WaitUntilParked(rt, "lock-guard", "Mutex"));
-  }  // ~Runtime cancels both waits
-  EXPECT_EQ(entered.load(), 0);
-  EXPECT_EQ(canceled.load(), 2);
+            } catch (const std::system_error&) {
+              threw.fetch_add(1);
+            }
+          },
+          {.name = i == 0 ? "mutex-lock" : "lock-guard"})
+        .detach();
+  }
+  ASSERT_TRUE(WaitUntilParked(*rt, "mutex-lock", "Mutex"));
+  ASSERT_TRUE(WaitUntilParked(*rt, "lock-guard", "Mutex"));
+  std::thread shutdown([&] { rt.reset(); });  // interrupts both waits
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(entered.load(), 0);  // still waiting: the interruption did not let them in
   EXPECT_TRUE(m.unlock().ok());
+  shutdown.join();  // returns once both have had the mutex and ended
+  EXPECT_EQ(entered.load(), 2);
+  EXPECT_EQ(held.load(), 2);
+  EXPECT_EQ(threw.load(), 0);
 }
 
 // A CondVar wait ended by the shutdown takes its mutex back by parking, not by retrying a lock

@@ -147,7 +147,8 @@ TEST(UniqueLockTest, EachErrorIsReportedNeverIgnored) {
   // acquire: deadline and token as values.
   MutexLock hold(m);
   std::thread t([&] {
-    Result<UniqueLock> timed = UniqueLock::acquire(m, {.deadline = SyncClock::now() + milliseconds(2)});
+    Result<UniqueLock> timed =
+        UniqueLock::acquire(m, {.deadline = SyncClock::now() + milliseconds(2)});
     EXPECT_EQ(timed.error(), std::errc::timed_out);
     CancellationSource source;
     source.cancel();
@@ -192,7 +193,8 @@ TEST(UniqueLockTest, AcquireThenCondVarWaitWithAPredicate) {
   producer.join();
   // The predicate false when the time is up: timed_out, the lock held again.
   UniqueLock again(m);
-  Result<void> r = cv.wait(again, [] { return false; }, {.deadline = SyncClock::now() + milliseconds(1)});
+  Result<void> r =
+      cv.wait(again, [] { return false; }, {.deadline = SyncClock::now() + milliseconds(1)});
   EXPECT_EQ(r.error(), std::errc::timed_out);
   EXPECT_TRUE(again.owns_lock());
   UniqueLock empty;

@@ -88,14 +88,20 @@ Result<void> Mutex::lock(const WaitOptions& options) {
   return LockSlow(me, options);
 }
 
+// lock() and the timed forms wait through a shutdown (not interruptible): a guard waits for the
+// holder, as with std::mutex, rather than fail.
 void Mutex::lock() {
-  if (Result<void> r = lock(WaitOptions{}); !r.ok()) {
+  Waiter* me = &current_waiter();
+  if (TryAcquire(me)) return;
+  if (Result<void> r = LockSlow(me, WaitOptions{}, /*interruptible=*/false); !r.ok()) {
     throw std::system_error(r.error_code(), "weft::Mutex::lock");
   }
 }
 
 bool Mutex::TimedLock(SyncClock::time_point deadline) {
-  Result<void> r = lock({.deadline = deadline});
+  Waiter* me = &current_waiter();
+  if (TryAcquire(me)) return true;
+  Result<void> r = LockSlow(me, {.deadline = deadline}, /*interruptible=*/false);
   if (r.ok()) return true;
   if (r.error() == std::errc::timed_out) return false;
   throw std::system_error(r.error_code(), "weft::Mutex::try_lock_until");

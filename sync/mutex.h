@@ -49,15 +49,16 @@ class Mutex {
   // fiber or thread. `m.lock({})`: no deadline, no token, the errors as values.
   Result<void> lock(const WaitOptions& options);
   // lock(): the standard's Lockable form, for std::lock_guard, std::scoped_lock,
-  // std::unique_lock, MutexLock and UniqueLock. Blocks without limit and reports the errors by
-  // throwing std::system_error, as std::mutex::lock does: resource_deadlock_would_occur if the
-  // caller holds it (a programming error), operation_canceled if the runtime shuts down while
-  // it waits. A guard therefore never proceeds unlocked.
+  // std::unique_lock, MutexLock and UniqueLock. Waits until it has the mutex, as std::mutex's
+  // does, also while the runtime shuts down (the holder, interrupted too, lets go: a fiber
+  // waiting here delays the shutdown only as long as the mutex is held). Its one error, a lock
+  // the caller holds already (a programming error), throws std::system_error
+  // (resource_deadlock_would_occur), as std::mutex::lock may. A guard never proceeds unlocked.
   void lock();
   // try_lock: acquires if free, without waiting.
   bool try_lock();
   // try_lock_for / try_lock_until: TimedLockable's forms (std::unique_lock's try_lock_for):
-  // false once the time is up; the other errors thrown as lock() throws them.
+  // false once the time is up; otherwise as lock().
   template <typename Rep, typename Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
     return TimedLock(SyncClock::now() + std::chrono::ceil<SyncClock::duration>(d));
@@ -142,8 +143,8 @@ class CondVar {
 };
 
 // MutexLock: holds `mutex` for its scope (abseil's MutexLock). The constructor locks with
-// Mutex::lock(), so an error throws std::system_error (EDEADLK: the caller holds it already;
-// operation_canceled: the runtime shut down while it waited) and the scope is never entered
+// Mutex::lock(): it waits until it has the mutex (through a shutdown too), and throws
+// std::system_error (EDEADLK) for a mutex the caller holds already; the scope is never entered
 // unlocked. For a deadline or a token, use UniqueLock::acquire.
 class [[nodiscard]] MutexLock {
  public:
