@@ -18,16 +18,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "weft/api/c/c_check.h"
 #include "weft/api/c/weft.h"
 
-static int failures = 0;
-#define CHECK(cond)                                                             \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                               \
-    }                                                                           \
-  } while (0)
 
 static const int64_t kMs = 1000 * 1000;
 

@@ -16,15 +16,7 @@
 #else
 #include "weft/api/c/weft.h"
 #endif
-
-static int failures = 0;
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                      \
-    }                                                                  \
-  } while (0)
+#include "weft/api/c/c_check.h"
 
 static atomic_int counter;
 
