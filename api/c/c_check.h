@@ -7,12 +7,12 @@
 #include <stdio.h>
 
 static int failures = 0;
-#define CHECK(cond)                                                             \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                               \
-    }                                                                           \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 #endif /* WEFT_API_C_C_CHECK_H_ */

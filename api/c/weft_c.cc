@@ -22,7 +22,7 @@
 #include <utility>
 
 #ifdef __GLIBCXX__
-#include <cxxabi.h>  // abi::__forced_unwind
+#include <cxxabi.h>  // abi::__cxa_current_exception_type
 #endif
 
 #include "weft/api/c/weft.h"
@@ -227,19 +227,25 @@ int ReadWait(const weft_wait_t* wait, weft::WaitOptions* out) {
   return 0;
 }
 
+// RethrowIfForeign: in a catch (...), lets an unwinding that is not a C++ exception go on:
+// pthread_exit's or a thread cancellation's forced unwind (it must not be stopped), or another
+// language's. (Catching abi::__forced_unwind by type binds a reference the sanitizers reject.)
+void RethrowIfForeign() {
+#ifdef __GLIBCXX__
+  if (abi::__cxa_current_exception_type() == nullptr) throw;
+#endif
+}
+
 // Run: fn(arg), with any C++ exception that escapes it (a C++ callback behind a C pointer)
 // caught and reported once: -EIO for the joiner.
 int Run(weft_fn fn, void* arg) {
   try {
     fn(arg);
     return 0;
-#ifdef __GLIBCXX__
-  } catch (abi::__forced_unwind&) {
-    throw;  // pthread_exit or a thread cancellation unwinding: not an error, let it go on
-#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "weft: a C callback threw %s; its caller gets -EIO\n", e.what());
   } catch (...) {
+    RethrowIfForeign();
     std::fprintf(stderr, "weft: a C callback threw; its caller gets -EIO\n");
   }
   return -EIO;
@@ -250,15 +256,12 @@ template <typename F>
 auto Guard(F f) -> decltype(f()) {
   try {
     return f();
-#ifdef __GLIBCXX__
-  } catch (abi::__forced_unwind&) {
-    throw;
-#endif
   } catch (const std::bad_alloc&) {
     return -ENOMEM;
   } catch (const std::system_error& e) {
     return e.code().category() == std::generic_category() ? -e.code().value() : -EAGAIN;
   } catch (...) {
+    RethrowIfForeign();
     return -EIO;
   }
 }
