@@ -391,7 +391,12 @@ Result<void> CancellationSource::cancel_at(SyncClock::time_point deadline) {
   return sync_internal::DeadlineThread::Get().Arm(state_.get(), deadline);
 }
 
-void CancellationSource::cancel() { sync_internal::Cancel(state_.get()); }
+void CancellationSource::cancel() {
+  // A reference for the length of the cancel: a callback may drop the last other one (a linked
+  // child going away releases its parent), and the state must outlive the loop that runs them.
+  std::shared_ptr<sync_internal::CancelState> keep = state_;
+  sync_internal::Cancel(keep.get());
+}
 
 CancellationCallback::CancellationCallback(const CancellationToken& token, std::function<void()> fn)
     : state_(token.state_), fn_(std::move(fn)) {

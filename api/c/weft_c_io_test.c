@@ -81,9 +81,12 @@ static void waits(weft_runtime_t* rt) {
   weft_cancel_t* child = NULL;
   CHECK(weft_cancel_create(c, &child) == 0);
   struct later l = {c, 2 * kMs};
-  CHECK(weft_spawn(rt, cancel_later, &l, NULL) == 0);
+  weft_fiber_t* canceller = NULL;
+  CHECK(weft_spawn(rt, cancel_later, &l, &canceller) == 0);
   weft_wait_t by_child = cancelled_by(child);
   CHECK(weft_channel_recv_ex(ch, &v, &by_child) == -ECANCELED);
+  /* The canceller may still be in weft_cancel_cancel(c): c is destroyed only after it ends. */
+  CHECK(weft_fiber_join(canceller, -1) == 0);
   CHECK(weft_cancel_is_cancelled(c) == 1);
   CHECK(weft_cancel_is_cancelled(child) == 1);
   /* Every wait given a cancelled source ends at once. */
@@ -249,8 +252,10 @@ static void selects(weft_runtime_t* rt) {
   CHECK(weft_select(cases, 2, &brief, 0) == -ETIMEDOUT);
   /* A fiber sends on b: this plain thread's select takes it. */
   struct sender s = {b, 42};
-  CHECK(weft_spawn(rt, send_later, &s, NULL) == 0);
+  weft_fiber_t* sender = NULL;
+  CHECK(weft_spawn(rt, send_later, &s, &sender) == 0);
   CHECK(weft_select(cases, 2, NULL, 0) == 1);
+  CHECK(weft_fiber_join(sender, -1) == 0); /* s lives on this stack */
   CHECK(in_b == 42 && cases[1].result == 0);
   CHECK(in_a == 0 && cases[0].result == 99); /* the other case untouched */
   /* Both ready: each is picked some of the time. */
@@ -373,9 +378,11 @@ static void pipes(weft_runtime_t* rt) {
   weft_fiber_t* reader = NULL;
   CHECK(weft_spawn(rt, read_pipe, &pw, &reader) == 0);
   struct later l = {c, 2 * kMs};
-  CHECK(weft_spawn(rt, cancel_later, &l, NULL) == 0);
+  weft_fiber_t* canceller = NULL;
+  CHECK(weft_spawn(rt, cancel_later, &l, &canceller) == 0);
   CHECK(weft_fiber_join(reader, -1) == 0);
   CHECK(pw.result == -ECANCELED);
+  CHECK(weft_fiber_join(canceller, -1) == 0);
   CHECK(weft_cancel_destroy(c) == 0);
   /* A fiber's read, ended by weft_close from another fiber: -ECANCELED, not bytes of whatever
    * file takes the number next. */
