@@ -234,6 +234,11 @@ Runtime::~Runtime() {
   // touches impl_): wait for it before impl_ goes, so that destroying the runtime while another
   // thread's block_on returns is safe. acquire: pairs with ~BlockOnScope's release.
   while (impl_->block_on_waiters.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  // Likewise a thread outside the runtime still returning from waking one of its fibers
+  // (ScheduleElsewhere). acquire: pairs with its release decrement.
+  while (impl_->elsewhere_in_flight.load(std::memory_order_acquire) != 0) {
+    std::this_thread::yield();
+  }
 }
 
 unsigned Runtime::workers() const { return impl_->nworkers; }

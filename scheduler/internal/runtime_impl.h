@@ -159,6 +159,7 @@ struct Runtime::Impl {
   // block_on_waiters: threads in block_on (BlockOnScope): a hint for the monitor and the idle
   // workers, and what ~Runtime waits to reach 0 before freeing this.
   std::atomic<int> block_on_waiters{0};
+  std::atomic<int> elsewhere_in_flight{0};  // ScheduleElsewhere calls under way
   // DeadlockSuspected: every live fiber is parked with no timer and no I/O, nothing is runnable,
   // every worker sleeps, and a thread waits in block_on (monitor.cc). A snapshot, read relaxed.
   bool DeadlockSuspected();
@@ -256,13 +257,21 @@ struct Runtime::Impl {
   }
   // ScheduleElsewhere: f is pinned to another worker, or the caller is not a worker of this
   // runtime. Out of line, so that the common case above saves and restores no registers.
+  // The caller may be a thread outside the runtime (a plain thread unlocking a Mutex a fiber
+  // waits on): once f is queued it may run and finish, and the runtime's destructor could free
+  // this while the wake below still runs. elsewhere_in_flight counts such calls; ~Runtime waits
+  // for it to be 0. relaxed increment: sequenced before the queueing that hands f over, so
+  // before f runs and ends, and so before ~Runtime's acquire load; release decrement: after
+  // the last touch of this.
   [[gnu::noinline]] void ScheduleElsewhere(Fiber* f) {
+    elsewhere_in_flight.fetch_add(1, std::memory_order_relaxed);
     if (f->pinned != nullptr) {
       Mail(*f->pinned, f, nullptr);
-      return;
+    } else {
+      while (!inject.try_push(f)) std::this_thread::yield();
+      WakeOne();
     }
-    while (!inject.try_push(f)) std::this_thread::yield();
-    WakeOne();
+    elsewhere_in_flight.fetch_sub(1, std::memory_order_release);
   }
 
   // Overflow: w's run queue is full: its older half and f go to the overflow list, where every
