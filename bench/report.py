@@ -46,16 +46,19 @@ METRICS = [
     ("fib", "wall_ms", "ms", False, "W4 fib(30)"),
     ("sleep_fanout", "wall_ms", "ms", False, "W5 sleep fan-out"),
     ("tcp_echo", "msgs_per_s", "msgs/s", True, "W6 TCP echo"),
+    ("tcp_echo", "p99_us", "us p99", False, "W6 p99 round trip"),
     ("mutex_contended", "ns_per_op", "ns/lock", False, "W7 mutex"),
     ("park_many", "release_ms", "release ms", False, "W8 release"),
     ("park_many", "rss_kb_per_task", "KiB/task", False, "W8 RSS"),
     ("many_conn_echo", "msgs_per_s", "msgs/s", True, "W9 10k-connection echo"),
+    ("many_conn_echo", "p99_us", "us p99", False, "W9 p99 round trip"),
     ("many_conn_echo", "rss_kb_per_conn", "KiB/conn", False, "W9 RSS"),
     ("file_read_4k", "mib_per_s", "MiB/s", True, "W10 file 4 KiB"),
     ("file_read_1m", "mib_per_s", "MiB/s", True, "W10 file 1 MiB"),
 ]
-# Metrics measured once per line (no samples): the RSS figures.
-SINGLE_VALUES = ("rss_kb_per_task", "rss_kb_per_conn")
+# Metrics measured once per line (no samples): the RSS figures, and the latency percentiles
+# (each the median of the runs' own; the line has p50_us and p999_us beside p99_us).
+SINGLE_VALUES = ("rss_kb_per_task", "rss_kb_per_conn", "p99_us")
 PEER_ORDER = ["go", "tokio", "boost_fiber", "tbb", "weft_c"]
 # Said wherever a workload's ratios are shown, on the same line or group (WORKLOADS.md allows each
 # runtime its natural fork-join primitive for W4).

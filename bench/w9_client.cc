@@ -7,8 +7,9 @@
 // Connects CONNS loopback TCP connections to 127.0.0.1:PORT, prints "connected" and waits for a
 // line on stdin (the server measures its memory with every connection idle meanwhile). Then
 // every connection at once does TRIPS round trips of SIZE bytes, each message checked when it
-// comes back, and prints "done WALL_NS MESSAGES BAD" (BAD: messages lost or wrong). Closes with
-// a reset (SO_LINGER 0), so repetitions leave no TIME_WAIT behind.
+// comes back, and prints "done WALL_NS MESSAGES BAD P50_NS P99_NS P999_NS" (BAD: messages lost or
+// wrong; the percentiles of the round trips, each from its send to the last byte of its echo,
+// bench/latency.h). Closes with a reset (SO_LINGER 0), so repetitions leave no TIME_WAIT behind.
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,13 +27,16 @@
 #include <cstring>
 #include <vector>
 
+#include "weft/bench/latency.h"
+
 namespace {
 
 struct Conn {
   int fd = -1;
-  int trip = 0;          // the round trip under way
-  std::size_t sent = 0;  // of its message
-  std::size_t got = 0;   // of its echo
+  int trip = 0;                                   // the round trip under way
+  std::size_t sent = 0;                           // of its message
+  std::size_t got = 0;                            // of its echo
+  std::chrono::steady_clock::time_point sent_at;  // when its message began to go
   std::vector<char> out, in;
 };
 
@@ -101,10 +105,12 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   std::size_t active = conns;
   std::uint64_t messages = 0, bad = 0;
+  weft::bench::LatencyHistogram latency;
   // Blocking sends of SIZE bytes: a socket's buffer always has room for one small message.
   auto send_message = [&](std::size_t i) {
     Conn& c = cs[i];
     Fill(c, i, size);
+    c.sent_at = std::chrono::steady_clock::now();
     while (c.sent < size) {
       ssize_t n = ::send(c.fd, c.out.data() + c.sent, size - c.sent, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
@@ -139,6 +145,10 @@ int main(int argc, char** argv) {
         if (c.got < size) continue;
         if (std::memcmp(c.in.data(), c.out.data(), size) != 0) ++bad;
         ++messages;
+        latency.record(
+            static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now() - c.sent_at)
+                                           .count()));
         if (++c.trip == trips) {
           finished = true;
         } else if (!send_message(i)) {
@@ -155,9 +165,12 @@ int main(int argc, char** argv) {
   const auto wall = std::chrono::steady_clock::now() - start;
   bad += active * static_cast<std::uint64_t>(trips);  // connections that never finished
   std::printf(
-      "done %lld %llu %llu\n",
+      "done %lld %llu %llu %llu %llu %llu\n",
       static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count()),
-      static_cast<unsigned long long>(messages), static_cast<unsigned long long>(bad));
+      static_cast<unsigned long long>(messages), static_cast<unsigned long long>(bad),
+      static_cast<unsigned long long>(latency.percentile(0.5)),
+      static_cast<unsigned long long>(latency.percentile(0.99)),
+      static_cast<unsigned long long>(latency.percentile(0.999)));
   std::fflush(stdout);
   for (Conn& c : cs) {
     linger lg{1, 0};  // a reset: no TIME_WAIT

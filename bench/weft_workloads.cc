@@ -7,7 +7,8 @@
 //   ./bazelw run -c opt //bench:weft_workloads
 //
 // Extra fields: W4 adds "seq_ms" (sequential fib(30) in the same process) and "ns_per_task";
-// W6 adds "msgs_per_s"; W8 adds "release_ms" (ns_per_op is then unused) and "rss_kb_per_task";
+// W6 adds "msgs_per_s" and the round trips' "p50_us", "p99_us", "p999_us" (bench/latency.h; W9
+// too); W8 adds "release_ms" (ns_per_op is then unused) and "rss_kb_per_task";
 // W9 adds "msgs_per_s", "rss_kb_per_conn" (the first run's, as W8: later runs reuse its memory)
 // and "conns"; W10 (file_read_4k, file_read_1m) adds "mib_per_s".
 
@@ -156,7 +157,9 @@ void EchoThroughBuffer(net::TcpStream& st) {
 void W6(const Options& o, unsigned workers) {
   constexpr int kConns = 100, kTrips = 1000, kSize = 64;
   Runtime rt({.workers = workers});
+  std::vector<bench::Percentiles> latency;  // per run, the warm-up first
   auto s = Repeat(o, [&] {
+    std::vector<bench::LatencyHistogram> trips(kConns);  // each client's round trips (untimed)
     auto start = Clock::now();
     bool ok = rt.block_on([&] {
       auto listener = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
@@ -176,20 +179,26 @@ void W6(const Options& o, unsigned workers) {
       std::atomic<long> delivered{0};
       std::vector<JoinHandle<void>> clients;
       for (int c = 0; c < kConns; ++c) {
-        clients.push_back(rt.spawn([&] {
+        clients.push_back(rt.spawn([&, c] {
           auto st = net::TcpStream::connect(addr);
           if (!st.ok()) return;
           (void)st->set_nodelay(true);
           char out[kSize] = {}, in[kSize];
           for (int i = 0; i < kTrips; ++i) {
             std::memcpy(out, &i, sizeof i);
+            const auto sent = Clock::now();
             if (!st->write_all(out, kSize).ok() || !st->read_exact(in, kSize).ok()) return;
+            trips[c].record(static_cast<std::uint64_t>(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - sent).count()));
             if (std::memcmp(in, out, kSize) != 0) return;
             delivered.fetch_add(1, std::memory_order_relaxed);
           }
         }));
       }
       for (auto& h : clients) (void)h.join();
+      bench::LatencyHistogram all;
+      for (const auto& t : trips) all.merge(t);
+      latency.push_back(bench::PercentilesOf(all));
       (void)server.join();
       return delivered.load() == long{kConns} * kTrips;
     });
@@ -203,7 +212,8 @@ void W6(const Options& o, unsigned workers) {
   constexpr double kOps = double{kConns} * kTrips;
   char extra[64];
   std::snprintf(extra, sizeof extra, ",\"msgs_per_s\":%.0f", kOps / (wall / 1000.0));
-  Emit("tcp_echo", static_cast<long>(kOps), rt.workers(), wall * 1e6 / kOps, s, extra);
+  Emit("tcp_echo", static_cast<long>(kOps), rt.workers(), wall * 1e6 / kOps, s,
+       extra + bench::LatencyJson(latency));
 }
 
 // ---- W7: 1,000 fibers x 1,000 lock/increment/unlock on one mutex ------------------------------
@@ -287,6 +297,7 @@ void W9(const Options& o, unsigned workers) {
   const bool plain = read_env != nullptr && std::string(read_env) == "plain";
   Runtime rt({.workers = workers, .stack_size = 16 << 10});
   std::vector<double> rss_per_conn;
+  std::vector<bench::Percentiles> latency;  // per run, the warm-up first
   auto s = Repeat(o, [&] {
     return rt.block_on([&] {
       auto listener = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
@@ -328,7 +339,9 @@ void W9(const Options& o, unsigned workers) {
       rss_per_conn.push_back(static_cast<double>(RssKb() - rss0) / conns);
       client.WriteLine("go");
       call_blocking([&] { line = client.ReadLine(); });
-      const double wall = bench::W9WallMs(line, messages);
+      bench::Percentiles p;
+      const double wall = bench::W9WallMs(line, messages, &p);
+      latency.push_back(p);
       (void)server.join();  // the client's resets end every echoer
       return wall;
     });
@@ -338,7 +351,7 @@ void W9(const Options& o, unsigned workers) {
   std::snprintf(extra, sizeof extra, ",\"msgs_per_s\":%.0f,\"rss_kb_per_conn\":%.3f,\"conns\":%d",
                 static_cast<double>(messages) / (wall / 1000.0), rss_per_conn.front(), conns);
   Emit("many_conn_echo", messages, rt.workers(), wall * 1e6 / static_cast<double>(messages), s,
-       extra);
+       extra + bench::LatencyJson(latency));
 }
 
 // ---- W10: 16 fibers read a warm 1 GiB file, each its sixteenth, in 4 KiB and 1 MiB chunks -------

@@ -152,15 +152,34 @@ void W9Client::WriteLine(const std::string& line) {
   (void)!::write(to_, s.data(), s.size());
 }
 
-double W9WallMs(const std::string& done, long expected) {
+double W9WallMs(const std::string& done, long expected, Percentiles* latency) {
   long long ns = 0;
-  unsigned long long messages = 0, bad = 0;
-  if (std::sscanf(done.c_str(), "done %lld %llu %llu", &ns, &messages, &bad) != 3 || bad != 0 ||
-      static_cast<long>(messages) != expected) {
+  unsigned long long messages = 0, bad = 0, p50 = 0, p99 = 0, p999 = 0;
+  if (std::sscanf(done.c_str(), "done %lld %llu %llu %llu %llu %llu", &ns, &messages, &bad, &p50,
+                  &p99, &p999) != 6 ||
+      bad != 0 || static_cast<long>(messages) != expected) {
     std::fprintf(stderr, "W9: lost messages (client said \"%s\")\n", done.c_str());
     std::exit(1);
   }
+  *latency = {p50 / 1e3, p99 / 1e3, p999 / 1e3};
   return static_cast<double>(ns) / 1e6;
+}
+
+Percentiles PercentilesOf(const LatencyHistogram& h) {
+  return {h.percentile(0.5) / 1e3, h.percentile(0.99) / 1e3, h.percentile(0.999) / 1e3};
+}
+
+std::string LatencyJson(const std::vector<Percentiles>& runs) {
+  std::vector<double> p50, p99, p999;
+  for (std::size_t i = 1; i < runs.size(); ++i) {  // runs[0]: the warm-up
+    p50.push_back(runs[i].p50_us);
+    p99.push_back(runs[i].p99_us);
+    p999.push_back(runs[i].p999_us);
+  }
+  char out[128];
+  std::snprintf(out, sizeof out, ",\"p50_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f", Median(p50),
+                Median(p99), Median(p999));
+  return out;
 }
 
 }  // namespace weft::bench

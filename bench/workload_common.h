@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/bench/latency.h"
+
 namespace weft::bench {
 
 using Clock = std::chrono::steady_clock;
@@ -155,8 +157,18 @@ class W9Client {
   std::FILE* from_ = nullptr;
 };
 
-// W9Done: the client's "done WALL_NS MESSAGES BAD" line; exits with a message on lost messages.
-double W9WallMs(const std::string& done_line, long expected_messages);
+// Percentiles: one run's round-trip latency percentiles (W6, W9), in microseconds.
+struct Percentiles {
+  double p50_us = 0, p99_us = 0, p999_us = 0;
+};
+Percentiles PercentilesOf(const LatencyHistogram& h);
+// LatencyJson: the extra fields ",\"p50_us\":..,\"p99_us\":..,\"p999_us\":.." of a workload's
+// line: each the median over the timed runs (`runs` holds the warm-up first, which is dropped).
+std::string LatencyJson(const std::vector<Percentiles>& runs);
+
+// W9WallMs: the wall time of the client's "done WALL_NS MESSAGES BAD P50 P99 P999" line (its
+// percentiles into *latency); exits with a message on lost messages.
+double W9WallMs(const std::string& done_line, long expected_messages, Percentiles* latency);
 
 }  // namespace weft::bench
 

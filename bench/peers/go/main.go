@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"os"
 	"os/exec"
@@ -54,6 +55,73 @@ type line struct {
 	RssKbPerTask *float64 `json:"rss_kb_per_task,omitempty"`
 	RssKbPerConn *float64 `json:"rss_kb_per_conn,omitempty"`
 	Conns        int      `json:"conns,omitempty"`
+	// W6, W9: round-trip latency percentiles (us), each the median over the timed runs.
+	P50Us  *float64 `json:"p50_us,omitempty"`
+	P99Us  *float64 `json:"p99_us,omitempty"`
+	P999Us *float64 `json:"p999_us,omitempty"`
+}
+
+// latencyHistogram: bench/latency.h's histogram, the same buckets: below 64 ns one each, then
+// 64 per power of two; a percentile is the lower bound of its bucket.
+type latencyHistogram struct {
+	counts [64 + 64*(64-6)]uint64
+	total  uint64
+}
+
+func (h *latencyHistogram) record(ns uint64) {
+	i := ns
+	if ns >= 64 {
+		e := uint64(bits.Len64(ns) - 1)
+		i = 64 + 64*(e-6) + (ns>>(e-6))&63
+	}
+	h.counts[i]++
+	h.total++
+}
+
+func (h *latencyHistogram) merge(o *latencyHistogram) {
+	for i := range h.counts {
+		h.counts[i] += o.counts[i]
+	}
+	h.total += o.total
+}
+
+func latencyLowerBound(i uint64) uint64 {
+	if i < 64 {
+		return i
+	}
+	e := (i-64)/64 + 6
+	return (64 + (i-64)%64) << (e - 6)
+}
+
+func (h *latencyHistogram) percentile(q float64) uint64 {
+	if h.total == 0 {
+		return 0
+	}
+	rank := uint64(q * float64(h.total))
+	if rank == 0 {
+		rank = 1
+	}
+	seen := uint64(0)
+	for i, c := range h.counts {
+		seen += c
+		if seen >= rank {
+			return latencyLowerBound(uint64(i))
+		}
+	}
+	return latencyLowerBound(uint64(len(h.counts) - 1))
+}
+
+// percentiles: one run's p50, p99, p99.9 (us).
+type percentiles struct{ p50, p99, p999 float64 }
+
+// withLatency: l with the medians of runs' percentiles (runs[0], the warm-up, dropped).
+func withLatency(l line, runs []percentiles) line {
+	var a, b, c []float64
+	for _, r := range runs[1:] {
+		a, b, c = append(a, r.p50), append(b, r.p99), append(c, r.p999)
+	}
+	l.P50Us, l.P99Us, l.P999Us = f64(median(a)), f64(median(b)), f64(median(c))
+	return l
 }
 
 func rssKb() int64 {
@@ -255,7 +323,9 @@ func w5(reps, workers int) {
 
 func w6(reps, workers int) {
 	const conns, trips, size = 100, 1000, 64
+	var latency []percentiles
 	walls := repeat(reps, func() float64 {
+		hists := make([]latencyHistogram, conns) // each client's round trips (untimed)
 		start := time.Now()
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -279,7 +349,7 @@ func w6(reps, workers int) {
 		delivered := 0
 		for k := 0; k < conns; k++ {
 			wg.Add(1)
-			go func() {
+			go func(h *latencyHistogram) {
 				defer wg.Done()
 				c, err := net.Dial("tcp", ln.Addr().String())
 				if err != nil {
@@ -293,30 +363,38 @@ func w6(reps, workers int) {
 				ok := 0
 				for i := 0; i < trips; i++ {
 					out[0], out[1] = byte(i), byte(i>>8)
+					sent := time.Now()
 					if _, err := c.Write(out); err != nil {
 						break
 					}
 					if _, err := io.ReadFull(r, in); err != nil || !bytes.Equal(in, out) {
 						break
 					}
+					h.record(uint64(time.Since(sent).Nanoseconds()))
 					ok++
 				}
 				mu.Lock()
 				delivered += ok
 				mu.Unlock()
-			}()
+			}(&hists[k])
 		}
 		wg.Wait()
 		ln.Close()
+		wall := ms(time.Since(start))
 		if delivered != conns*trips {
 			panic("W6: lost messages")
 		}
-		return ms(time.Since(start))
+		var all latencyHistogram
+		for k := range hists {
+			all.merge(&hists[k])
+		}
+		latency = append(latency, percentiles{float64(all.percentile(0.5)) / 1e3, float64(all.percentile(0.99)) / 1e3, float64(all.percentile(0.999)) / 1e3})
+		return wall
 	})
 	wall := median(walls)
 	ops := float64(conns * trips)
-	emit(line{SamplesMs: walls, Workload: "tcp_echo", N: int64(ops), Workers: workers, NsPerOp: wall * 1e6 / ops, WallMs: wall,
-		MsgsPerS: f64(ops / (wall / 1000))})
+	emit(withLatency(line{SamplesMs: walls, Workload: "tcp_echo", N: int64(ops), Workers: workers, NsPerOp: wall * 1e6 / ops, WallMs: wall,
+		MsgsPerS: f64(ops / (wall / 1000))}, latency))
 }
 
 // w9: 10,000 connections, each echoed by its goroutine through a 1 KiB buffer, clients in a
@@ -335,6 +413,7 @@ func w9(reps, workers int) {
 		os.Exit(1)
 	}
 	var rssPerConn []float64
+	var latency []percentiles
 	walls := repeat(reps, func() float64 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -387,10 +466,11 @@ func w9(reps, workers int) {
 		io.WriteString(stdin, "go\n")
 		done, _ := r.ReadString('\n')
 		var ns int64
-		var msgs, bad uint64
-		if n, _ := fmt.Sscanf(done, "done %d %d %d", &ns, &msgs, &bad); n != 3 || bad != 0 || msgs != uint64(conns*trips) {
+		var msgs, bad, p50, p99, p999 uint64
+		if n, _ := fmt.Sscanf(done, "done %d %d %d %d %d %d", &ns, &msgs, &bad, &p50, &p99, &p999); n != 6 || bad != 0 || msgs != uint64(conns*trips) {
 			panic("W9: lost messages: " + done)
 		}
+		latency = append(latency, percentiles{float64(p50) / 1e3, float64(p99) / 1e3, float64(p999) / 1e3})
 		stdin.Close()
 		cmd.Wait()
 		echoers.Wait()
@@ -399,8 +479,8 @@ func w9(reps, workers int) {
 	})
 	wall := median(walls)
 	ops := float64(conns * trips)
-	emit(line{SamplesMs: walls, Workload: "many_conn_echo", N: int64(ops), Workers: workers, NsPerOp: wall * 1e6 / ops, WallMs: wall,
-		MsgsPerS: f64(ops / (wall / 1000)), RssKbPerConn: f64(rssPerConn[0]), Conns: conns})
+	emit(withLatency(line{SamplesMs: walls, Workload: "many_conn_echo", N: int64(ops), Workers: workers, NsPerOp: wall * 1e6 / ops, WallMs: wall,
+		MsgsPerS: f64(ops / (wall / 1000)), RssKbPerConn: f64(rssPerConn[0]), Conns: conns}, latency))
 }
 
 // w10File: W10's 1 GiB file, at $WEFT_W10_FILE or $TMPDIR/weft_w10.dat (made, as zeros, if

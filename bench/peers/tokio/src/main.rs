@@ -77,6 +77,67 @@ fn emit(l: Line) {
     println!("{}}}", s);
 }
 
+// LatencyHistogram: bench/latency.h's histogram, the same buckets: below 64 ns one each, then 64
+// per power of two; a percentile is the lower bound of its bucket.
+struct LatencyHistogram {
+    counts: Vec<u64>,
+    total: u64,
+}
+
+impl LatencyHistogram {
+    fn new() -> Self {
+        LatencyHistogram { counts: vec![0; 64 + 64 * (64 - 6)], total: 0 }
+    }
+    fn record(&mut self, ns: u64) {
+        let i = if ns < 64 {
+            ns
+        } else {
+            let e = 63 - u64::from(ns.leading_zeros());
+            64 + 64 * (e - 6) + ((ns >> (e - 6)) & 63)
+        };
+        self.counts[i as usize] += 1;
+        self.total += 1;
+    }
+    fn merge(&mut self, o: &LatencyHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(o.counts.iter()) {
+            *a += b;
+        }
+        self.total += o.total;
+    }
+    fn lower_bound(i: u64) -> u64 {
+        if i < 64 {
+            return i;
+        }
+        let e = (i - 64) / 64 + 6;
+        (64 + (i - 64) % 64) << (e - 6)
+    }
+    fn percentile(&self, q: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let rank = ((q * self.total as f64) as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Self::lower_bound(i as u64);
+            }
+        }
+        Self::lower_bound(self.counts.len() as u64 - 1)
+    }
+    // us: p50, p99, p99.9 in microseconds.
+    fn us(&self) -> [f64; 3] {
+        [0.5, 0.99, 0.999].map(|q| self.percentile(q) as f64 / 1e3)
+    }
+}
+
+// latency_extra: the medians over the timed runs (runs[0], the warm-up, dropped) of each
+// percentile, as the line's p50_us, p99_us, p999_us.
+fn latency_extra(runs: &[[f64; 3]]) -> Vec<(&'static str, f64)> {
+    let col = |k: usize| median(&runs[1..].iter().map(|r| r[k]).collect::<Vec<_>>());
+    vec![("p50_us", col(0)), ("p99_us", col(1)), ("p999_us", col(2))]
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -314,8 +375,11 @@ fn w6(rt: &Runtime, reps: usize, workers: usize) {
     const CONNS: usize = 100;
     const TRIPS: usize = 1000;
     const SIZE: usize = 64;
+    let mut latency: Vec<[f64; 3]> = Vec::new();
     let samples = repeat(reps, || {
-        root(rt, async {
+        let (wall, us) = root(rt, async {
+            // Each client's round trips, made before the clock starts.
+            let hists: Vec<LatencyHistogram> = (0..CONNS).map(|_| LatencyHistogram::new()).collect();
             let start = Instant::now();
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let addr = listener.local_addr().unwrap();
@@ -332,7 +396,7 @@ fn w6(rt: &Runtime, reps: usize, workers: usize) {
             });
             let delivered = Arc::new(AtomicUsize::new(0));
             let mut clients = Vec::with_capacity(CONNS);
-            for _ in 0..CONNS {
+            for mut h in hists {
                 let delivered = delivered.clone();
                 clients.push(tokio::spawn(async move {
                     let mut s = TcpStream::connect(addr).await.expect("connect");
@@ -342,27 +406,34 @@ fn w6(rt: &Runtime, reps: usize, workers: usize) {
                     for i in 0..TRIPS {
                         out[0] = i as u8;
                         out[1] = (i >> 8) as u8;
+                        let sent = Instant::now();
                         if s.write_all(&out).await.is_err()
                             || s.read_exact(&mut inb).await.is_err()
                             || inb != out
                         {
                             break;
                         }
+                        h.record(sent.elapsed().as_nanos() as u64);
                         delivered.fetch_add(1, Ordering::Relaxed);
                     }
+                    h
                 }));
             }
+            let mut all = LatencyHistogram::new();
             for c in clients {
-                c.await.unwrap();
+                all.merge(&c.await.unwrap());
             }
             server.await.unwrap();
+            let wall = ms(start.elapsed());
             assert_eq!(
                 delivered.load(Ordering::Relaxed),
                 CONNS * TRIPS,
                 "W6: lost messages"
             );
-            ms(start.elapsed())
-        })
+            (wall, all.us())
+        });
+        latency.push(us);
+        wall
     });
     let wall = median(&samples);
     let ops = (CONNS * TRIPS) as f64;
@@ -373,7 +444,7 @@ fn w6(rt: &Runtime, reps: usize, workers: usize) {
         workers,
         ns_per_op: wall * 1e6 / ops,
         wall_ms: wall,
-        extra: vec![("msgs_per_s", ops / (wall / 1000.0))],
+        extra: [vec![("msgs_per_s", ops / (wall / 1000.0))], latency_extra(&latency)].concat(),
         ..Default::default()
     });
 }
@@ -581,6 +652,7 @@ fn w9(rt: &Runtime, reps: usize, workers: usize) {
         std::process::exit(1);
     };
     let mut rss_per_conn = Vec::new();
+    let mut latency: Vec<[f64; 3]> = Vec::new();
     let samples = repeat(reps, || {
         let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
         let port = listener.local_addr().unwrap().port();
@@ -622,9 +694,10 @@ fn w9(rt: &Runtime, reps: usize, workers: usize) {
         line.clear();
         out.read_line(&mut line).unwrap();
         let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
-        if f.len() != 3 || f[2] != 0 || f[1] != (conns * TRIPS) as u64 {
+        if f.len() != 6 || f[2] != 0 || f[1] != (conns * TRIPS) as u64 {
             panic!("W9: lost messages: {line}");
         }
+        latency.push([f[3] as f64 / 1e3, f[4] as f64 / 1e3, f[5] as f64 / 1e3]);
         drop(stdin);
         let _ = child.wait();
         rt.block_on(server).unwrap();
@@ -639,11 +712,15 @@ fn w9(rt: &Runtime, reps: usize, workers: usize) {
         ns_per_op: wall * 1e6 / ops,
         wall_ms: wall,
         samples,
-        extra: vec![
-            ("msgs_per_s", ops / (wall / 1000.0)),
-            ("rss_kb_per_conn", rss_per_conn[0]),
-            ("conns", conns as f64),
-        ],
+        extra: [
+            vec![
+                ("msgs_per_s", ops / (wall / 1000.0)),
+                ("rss_kb_per_conn", rss_per_conn[0]),
+                ("conns", conns as f64),
+            ],
+            latency_extra(&latency),
+        ]
+        .concat(),
         ..Default::default()
     });
 }
