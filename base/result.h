@@ -7,8 +7,9 @@
 // Result<T> has the names and meaning of C++23's std::expected<T, std::errc> (has_value,
 // value_or, error_or, and_then, transform, or_else, transform_error, comparison with an error),
 // so code written against it moves to std::expected by an alias; what differs is how an error is
-// made (`return std::errc::timed_out;` here, `return std::unexpected(...)` there) and that
-// value() of an error aborts rather than throws.
+// made (`return std::errc::timed_out;` here, `return std::unexpected(...)` there), that an
+// error is never std::errc{} (which Result<void> reads as success), and that value() of an
+// error aborts rather than throws.
 //
 //   Result<Config> Load(std::string_view path) {
 //     WEFT_ASSIGN_OR_RETURN(auto file, fs::File::open(path));
@@ -55,6 +56,21 @@ struct IsResult : std::false_type {};
 template <typename U>
 struct IsResult<Result<U>> : std::true_type {};
 
+// NoErrorCode: the code of a Result<T> made from std::errc{} without a value (a bug: an
+// error needs a code, errno read after a call that did not set it). Debug builds (NDEBUG not
+// defined) abort with a message, so tests find it; others report io_error rather than end the
+// process.
+inline std::errc NoErrorCode() {
+#ifndef NDEBUG
+  std::fprintf(stderr,
+               "weft: Result<T> made from std::errc{} (0, no error) without a value; an error "
+               "needs a code\n");
+  std::abort();
+#else
+  return std::errc::io_error;
+#endif
+}
+
 [[noreturn]] inline void ValueOfError(std::errc e) {
   std::fprintf(stderr, "weft: Result::value() called on an error: %s\n",
                std::make_error_code(e).message().c_str());
@@ -93,12 +109,20 @@ class [[nodiscard]] Result {
   using rebind = Result<U>;
 
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit, like std::expected
-  Result(std::errc error) : error_(error) {}     // NOLINT
+  // Result(error): an error. std::errc{} is no error: a Result<T> made from it would read as
+  // failed here and as success once passed on as a Result<void>; see NoErrorCode.
+  Result(std::errc error) : error_(error) {  // NOLINT
+    if (error == std::errc{}) [[unlikely]]
+      error_ = result_internal::NoErrorCode();
+  }
+  // Result(std::in_place, args...): the value made in place (no move of a T).
+  template <typename... A>
+  explicit Result(std::in_place_t, A&&... args) : value_(std::in_place, std::forward<A>(args)...) {}
 
   bool ok() const { return value_.has_value(); }
   bool has_value() const { return ok(); }
   explicit operator bool() const { return ok(); }
-  // error: the failure; std::errc{} (0) when ok().
+  // error: the failure (never std::errc{}); std::errc{} when ok().
   std::errc error() const { return error_; }
   std::error_code error_code() const { return std::make_error_code(error_); }
 
@@ -120,14 +144,19 @@ class [[nodiscard]] Result {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
-  // value_or: the value, or `fallback` (converted to T) for an error.
+  // value_or: the value, or `fallback` (implicitly converted to T, as std::expected) for an
+  // error.
   template <typename U>
   T value_or(U&& fallback) const& {
-    return ok() ? *value_ : static_cast<T>(std::forward<U>(fallback));
+    static_assert(std::is_convertible_v<U&&, T>, "value_or's fallback converts to T implicitly");
+    if (ok()) return *value_;
+    return std::forward<U>(fallback);
   }
   template <typename U>
   T value_or(U&& fallback) && {
-    return ok() ? std::move(*value_) : static_cast<T>(std::forward<U>(fallback));
+    static_assert(std::is_convertible_v<U&&, T>, "value_or's fallback converts to T implicitly");
+    if (ok()) return std::move(*value_);
+    return std::forward<U>(fallback);
   }
   // error_or: the error, or `fallback` when there is a value.
   std::errc error_or(std::errc fallback) const { return ok() ? fallback : error_; }
@@ -173,16 +202,21 @@ class [[nodiscard]] Result {
     if (ok()) return std::move(*this);
     return std::invoke(std::forward<F>(f), error_);
   }
-  // transform_error: this value, or the error f(error) (a std::errc) makes of this one.
+  // transform_error: this value, or the error f(error) (a std::errc, not std::errc{}) makes of
+  // this one.
   template <typename F>
   Result transform_error(F&& f) const& {
+    static_assert(std::is_same_v<std::invoke_result_t<F, std::errc>, std::errc>,
+                  "transform_error's function returns a std::errc");
     if (ok()) return *this;
-    return Result(static_cast<std::errc>(std::invoke(std::forward<F>(f), error_)));
+    return Result(std::invoke(std::forward<F>(f), error_));
   }
   template <typename F>
   Result transform_error(F&& f) && {
+    static_assert(std::is_same_v<std::invoke_result_t<F, std::errc>, std::errc>,
+                  "transform_error's function returns a std::errc");
     if (ok()) return std::move(*this);
-    return Result(static_cast<std::errc>(std::invoke(std::forward<F>(f), error_)));
+    return Result(std::invoke(std::forward<F>(f), error_));
   }
 
   // r == e: r holds the error e (never true for a value, whatever e is).
@@ -258,10 +292,13 @@ class [[nodiscard]] Result<void> {
     if (ok()) return *this;
     return std::invoke(std::forward<F>(f), error_);
   }
+  // transform_error: success, or the error f(error) returns (a std::errc{} from f is success).
   template <typename F>
   Result transform_error(F&& f) const {
+    static_assert(std::is_same_v<std::invoke_result_t<F, std::errc>, std::errc>,
+                  "transform_error's function returns a std::errc");
     if (ok()) return *this;
-    return Result(static_cast<std::errc>(std::invoke(std::forward<F>(f), error_)));
+    return Result(std::invoke(std::forward<F>(f), error_));
   }
 
   friend bool operator==(const Result& r, std::errc e) { return !r.ok() && r.error_ == e; }
@@ -306,7 +343,7 @@ std::basic_ostream<CharT, Traits>& operator<<(std::basic_ostream<CharT, Traits>&
 // (`WEFT_ASSIGN_OR_RETURN(auto conn, listener.accept());`). One statement; not in an if
 // without braces.
 #define WEFT_ASSIGN_OR_RETURN(lhs, expr) \
-  WEFT_ASSIGN_OR_RETURN_IMPL_(WEFT_RESULT_CONCAT_(weft_result_, __LINE__), lhs, expr)
+  WEFT_ASSIGN_OR_RETURN_IMPL_(WEFT_RESULT_CONCAT_(weft_result_, __COUNTER__), lhs, expr)
 #define WEFT_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                \
   if (!tmp.ok()) return tmp.error();                \

@@ -169,6 +169,21 @@ TEST(ResultTest, StreamsTheValueOrTheError) {
   EXPECT_EQ(to_string(std::errc::timed_out), "Connection timed out");
 }
 
+TEST(ResultTest, AnErrorNeverBecomesSuccess) {
+  // A Result<void>'s transform_error may clear the error on purpose (std::errc{} is success).
+  Result<void> cleared =
+      Result<void>(std::errc::timed_out).transform_error([](std::errc) { return std::errc{}; });
+  EXPECT_TRUE(cleared.ok());
+  // A Result<T> cannot hold the error std::errc{} (below: debug builds abort; NDEBUG builds
+  // report io_error), so passing its error on never reads as success.
+}
+
+#ifndef NDEBUG
+TEST(ResultDeathTest, AnErrorWithoutACodeAborts) {
+  EXPECT_DEATH({ Result<int> r = std::errc{}; }, "made from std::errc\\{\\}");
+}
+#endif
+
 TEST(ResultDeathTest, ValueOfErrorAborts) {
   Result<int> bad = std::errc::not_enough_memory;
   EXPECT_DEATH((void)bad.value(), "Result::value\\(\\) called on an error");

@@ -414,7 +414,10 @@ class Runtime {
   // ~Runtime: graceful shutdown. Every wait of every fiber, parked now or later (sync
   // primitives, join, sleep, fiber I/O), fails with operation_canceled, so fibers unwind and
   // return; then the workers stop. A fiber that ignores the error and keeps working, or sits in
-  // call_blocking, delays the destructor until it returns. Call it from outside the runtime.
+  // call_blocking, delays the destructor until it returns; so does one waiting in Mutex::lock()
+  // or re-taking a CondVar's mutex, until the holder lets go. Call it from outside the runtime
+  // (not from its fibers or call_blocking functions). Threads outside still returning from its
+  // block_on, or from waking one of its fibers (unlocking a Mutex one waits on), are waited for.
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

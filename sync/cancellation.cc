@@ -67,6 +67,10 @@ struct CancelState : std::enable_shared_from_this<CancelState> {
   // arms without one.) relaxed: the destructor runs after every owner let go, which the
   // shared_ptr count orders after any Arm.
   std::atomic<bool> armed{false};
+  // force_pending: armed by CancelOnDeadlineThread (a cancel requested now, with no deadline of
+  // its own) and not fired yet; a later cancel_at neither moves nor removes that entry. Guarded
+  // by the deadline thread's mutex.
+  bool force_pending = false;
   // On the deadline thread's heap while a deadline is armed (guarded by that thread's mutex).
   struct DeadlineEntry {
     TimerNode node;  // first member: the heap hands back &node
@@ -198,10 +202,11 @@ class DeadlineThread {
     return *t;
   }
 
-  // Arm: s is cancelled at `at` (replacing an earlier deadline). Errors: no memory for the heap,
-  // or no thread.
-  Result<void> Arm(CancelState* s, SyncClock::time_point at) {
+  // Arm: s is cancelled at `at` (replacing an earlier deadline; not a pending forced cancel,
+  // which `force` arms). Errors: no memory for the heap, or no thread.
+  Result<void> Arm(CancelState* s, SyncClock::time_point at, bool force = false) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (s->force_pending && s->deadline_entry.node.queued()) return {};  // fires soon anyway
     if (!started_) {
       try {
         std::thread([this] { Loop(); }).detach();
@@ -214,6 +219,7 @@ class DeadlineThread {
     Result<void> r = node.queued() ? heap_.reschedule(node, at) : heap_.insert(node, at);
     if (!r.ok()) return r;
     s->armed.store(true, std::memory_order_relaxed);
+    s->force_pending = force;
     if (heap_.next_deadline() == at) cv_.notify_one();  // a new earliest deadline
     return {};
   }
@@ -221,6 +227,13 @@ class DeadlineThread {
   void Remove(CancelState* s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (s->deadline_entry.node.queued()) heap_.cancel(s->deadline_entry.node);
+  }
+
+  // Disarm: s's deadline is gone (cancel_at of the end of time): its entry leaves the heap,
+  // unless it is a pending forced cancel.
+  void Disarm(CancelState* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s->force_pending && s->deadline_entry.node.queued()) heap_.cancel(s->deadline_entry.node);
   }
 
  private:
@@ -243,6 +256,7 @@ class DeadlineThread {
       std::shared_ptr<CancelState> s =
           reinterpret_cast<CancelState::DeadlineEntry*>(node)->state->weak_from_this().lock();
       if (s == nullptr) continue;
+      s->force_pending = false;
       lock.unlock();
       Cancel(s.get());
       s.reset();  // may destroy the state, whose destructor takes mu_
@@ -364,7 +378,7 @@ Result<void> CancelOnDeadlineThread(CancelState* state) {
   if (DeadlineService* service = t_deadline_service) {
     return service->Arm(state->weak_from_this(), SyncClock::now(), /*force=*/true);
   }
-  return DeadlineThread::Get().Arm(state, SyncClock::now());
+  return DeadlineThread::Get().Arm(state, SyncClock::now(), /*force=*/true);
 }
 
 void FireDeadline(CancelState* state, SyncClock::time_point at, bool force) {
@@ -382,9 +396,15 @@ Result<void> CancellationSource::cancel_at(SyncClock::time_point deadline) {
   }
   // relaxed: a hint (CancelState::deadline); the deadline thread's cancel is what orders.
   state_->deadline.store(deadline.time_since_epoch().count(), std::memory_order_relaxed);
-  // The end of time is no deadline (kNoDeadline): a deadline armed before finds, when it fires,
-  // that it was replaced (FireDeadline), and nothing is armed for this one.
-  if (deadline == SyncClock::time_point::max()) return {};
+  // The end of time is no deadline (kNoDeadline): one armed before is taken off the deadline
+  // thread's heap (a simulated runtime's service, FireDeadline, checks the stored deadline).
+  if (deadline == SyncClock::time_point::max()) {
+    if (sync_internal::t_deadline_service == nullptr &&
+        state_->armed.load(std::memory_order_relaxed)) {
+      sync_internal::DeadlineThread::Get().Disarm(state_.get());
+    }
+    return {};
+  }
   if (sync_internal::DeadlineService* service = sync_internal::t_deadline_service) {
     return service->Arm(state_, deadline, /*force=*/false);
   }

@@ -9,8 +9,10 @@
 // EPIPE once it is closed, and their value is not consumed (still theirs).
 //
 // A T whose move constructor or assignment throws: the send, receive or select that moved it
-// throws that exception, and the channel is as it was (the value stays with its sender, or in
-// the buffer); nothing is lost and no lock stays held.
+// throws that exception, and no lock stays held. A move into or out of the channel's buffer
+// that throws leaves the channel as it was (the value stays with its sender, or in the
+// buffer). A receive's later move, of the value already taken out of the channel into the
+// caller's Result, destroys that value when it throws: it is lost, with the exception.
 //
 // Errors (std::errc): broken_pipe (closed), resource_unavailable_try_again (try_* and not
 // ready), timed_out, operation_canceled.
@@ -235,7 +237,8 @@ class Channel {
   SelectCase send_case(T& value) { return SelectCase{&core_, true, &value}; }
   SelectCase recv_case(T& out) { return SelectCase{&core_, false, &out}; }
 
-  // Iteration. `for (T v : channel)` receives until the channel is closed and drained; any other
+  // Iteration. `for (T v : channel)` (`for (T& v : channel)` for a move-only T: the loop's
+  // element is the iterator's) receives until the channel is closed and drained; any other
   // error (operation_canceled: the runtime shutting down) is thrown as std::system_error, so a
   // loop never ends silently on a failure. Channel is an input range (std::ranges::input_range:
   // one pass, each value received once), so ranges algorithms and views such as
@@ -247,7 +250,12 @@ class Channel {
     using value_type = T;
     using difference_type = std::ptrdiff_t;
     using iterator_concept = std::input_iterator_tag;
-    iterator() = default;
+    iterator() = default;  // compares equal to the end
+    // Move-only: each copy would receive values of its own.
+    iterator(iterator&&) = default;
+    iterator& operator=(iterator&&) = default;
+    iterator(const iterator&) = delete;
+    iterator& operator=(const iterator&) = delete;
     T& operator*() const {
       Fetch();
       return *current_;
@@ -270,13 +278,19 @@ class Channel {
         : channel_(channel), options_(options), error_(error) {}
     // Fetch: receives the next value, once per step, when it is first needed (comparing with
     // the end or reading it): a loop that stops after n values (std::views::take) receives n.
+    // A move of T that throws leaves the step to do again: the next look receives anew.
     void Fetch() const {
       if (fetched_) return;
-      fetched_ = true;
       current_.reset();
+      if (channel_ == nullptr) {  // a default iterator: the end
+        fetched_ = true;
+        return;
+      }
       Result<T> r = channel_->recv(options_ != nullptr ? *options_ : WaitOptions{});
+      if (r.ok()) current_.emplace(std::move(*r));
+      fetched_ = true;
       if (r.ok()) {
-        current_.emplace(std::move(*r));
+        return;
       } else if (error_ != nullptr) {
         *error_ = r.error() == std::errc::broken_pipe ? std::errc{} : r.error();
       } else if (r.error() != std::errc::broken_pipe) {
@@ -294,10 +308,13 @@ class Channel {
 
   class Range {
    public:
-    iterator begin() { return iterator(channel_, &options_, &error_); }
+    iterator begin() {
+      error_ = std::errc{};
+      return iterator(channel_, &options_, &error_);
+    }
     std::default_sentinel_t end() const { return {}; }
-    // error: why the last loop ended: std::errc{} when the channel was closed and drained,
-    // else timed_out, operation_canceled...
+    // error: why the last loop ended: std::errc{} when the channel was closed and drained (or
+    // the loop stopped by itself), else timed_out, operation_canceled...
     std::errc error() const { return error_; }
 
    private:
@@ -319,9 +336,13 @@ class Channel {
     std::errc e = core_.recv(storage, false, wait, options);
     if (e != std::errc{}) return e;
     T* p = std::launder(reinterpret_cast<T*>(storage));
-    Result<T> r(std::move(*p));
-    p->~T();
-    return r;
+    // The received value is destroyed on every way out, also when its move below throws (it
+    // has left the channel by then: that value is lost, with the exception).
+    struct Destroy {
+      T* p;
+      ~Destroy() { p->~T(); }
+    } destroy{p};
+    return Result<T>(std::in_place, std::move(*p));
   }
 
   sync_internal::ChannelCore core_;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <ranges>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <system_error>
@@ -175,6 +176,42 @@ TEST(UniqueLockTest, EachErrorIsReportedNeverIgnored) {
   EXPECT_TRUE(n.unlock().ok());  // this thread still held it
 }
 
+TEST(UniqueLockDeathTest, DestroyedByAnotherThreadAbortsRatherThanStayLocked) {
+  EXPECT_DEATH(
+      {
+        Mutex m;
+        UniqueLock here(m);
+        std::thread away([l = std::move(here)] {});  // ~UniqueLock on the other thread
+        away.join();
+      },
+      "locked for good");
+}
+
+TEST(MutexTest, TimedLocksAtTheEndsOfTime) {
+  Mutex m;
+  ASSERT_TRUE(m.lock({}).ok());
+  std::atomic<bool> got{false}, tried{false};
+  std::thread waiter([&] {
+    // Passed already, for any clock: false at once, no overflow.
+    EXPECT_FALSE(m.try_lock_until(std::chrono::system_clock::time_point::min()));
+    EXPECT_FALSE(m.try_lock_until(std::chrono::steady_clock::time_point::min()));
+    EXPECT_FALSE(m.try_lock_for(std::chrono::nanoseconds::min()));
+    tried = true;
+    // No limit: waits until the mutex is free (it overflowed into an instant false).
+    got = m.try_lock_for(std::chrono::nanoseconds::max());
+    EXPECT_TRUE(m.unlock().ok());
+    EXPECT_TRUE(m.try_lock_until(
+        std::chrono::time_point<std::chrono::steady_clock, std::chrono::hours>::max()));
+    EXPECT_TRUE(m.unlock().ok());
+  });
+  while (!tried.load()) std::this_thread::yield();  // the mutex stays held until then
+  std::this_thread::sleep_for(milliseconds(2));
+  EXPECT_FALSE(got.load());
+  EXPECT_TRUE(m.unlock().ok());
+  waiter.join();
+  EXPECT_TRUE(got.load());
+}
+
 TEST(UniqueLockTest, AcquireThenCondVarWaitWithAPredicate) {
   Mutex m;
   CondVar cv;
@@ -296,11 +333,64 @@ TEST(ChannelRangeTest, AnInputRangeForStandardAlgorithms) {
   std::ranges::copy(ch, std::back_inserter(rest));
   // take(3) received exactly three: the fourth is still there.
   EXPECT_EQ(rest, (std::vector<int>{4, 5, 6, 7, 8, 9, 10}));
-  // Move-only values.
+  // Move-only values: the loop's element is the iterator's.
   Channel<std::unique_ptr<int>> boxes(2);
   ASSERT_TRUE(boxes.send(std::make_unique<int>(5)).ok());
   boxes.close();
-  for (auto& box : boxes) EXPECT_EQ(*std::move(box), 5);
+  for (std::unique_ptr<int>& box : boxes) EXPECT_EQ(*std::move(box), 5);
+}
+
+// Throwy: counts live objects; its move constructor throws on the moves_left-th move from now.
+struct Throwy {
+  static inline int live = 0;
+  static inline int moves_left = -1;  // -1: never
+  int v;
+  explicit Throwy(int x) : v(x) { ++live; }
+  Throwy(Throwy&& o) : v(o.v) {
+    if (moves_left > 0 && --moves_left == 0) throw std::runtime_error("move");
+    ++live;
+  }
+  Throwy& operator=(Throwy&&) = default;
+  ~Throwy() { --live; }
+};
+
+TEST(ChannelRangeTest, AReceiveWhoseMoveThrowsDestroysWhatItTook) {
+  {
+    Channel<Throwy> ch(2);
+    ASSERT_TRUE(ch.send(Throwy(1)).ok());
+    ASSERT_TRUE(ch.send(Throwy(2)).ok());
+    const int in_channel = Throwy::live;
+    // Each move in turn throws: out of the buffer (the value stays), then into the Result (the
+    // value, out of the channel, is destroyed: nothing leaks).
+    for (int nth = 1; nth <= 2; ++nth) {
+      Throwy::moves_left = nth;
+      try {
+        Result<Throwy> r = ch.recv();
+        Throwy::moves_left = -1;
+        ADD_FAILURE() << "no throw at move " << nth;
+      } catch (const std::runtime_error&) {
+      }
+      Throwy::moves_left = -1;
+      EXPECT_LE(Throwy::live, in_channel) << "move " << nth << " leaked";
+    }
+  }
+  EXPECT_EQ(Throwy::live, 0);
+}
+
+TEST(ChannelRangeTest, IteratorsAreMoveOnlyAndADefaultOneIsTheEnd) {
+  static_assert(!std::is_copy_constructible_v<Channel<int>::iterator>);
+  Channel<int>::iterator none;
+  EXPECT_TRUE(none == std::default_sentinel);
+  Channel<int> ch(2);
+  ASSERT_TRUE(ch.send(1).ok());
+  ASSERT_TRUE(ch.send(2).ok());
+  ch.close();
+  auto it = ch.begin();
+  EXPECT_EQ(*it, 1);
+  auto moved = std::move(it);
+  EXPECT_EQ(*moved, 1);  // the same step: nothing received twice
+  ++moved;
+  EXPECT_EQ(*moved, 2);
 }
 
 TEST(ChannelRangeTest, ErrorsOtherThanClosedAreSurfaced) {
@@ -322,6 +412,30 @@ TEST(ChannelRangeTest, ErrorsOtherThanClosedAreSurfaced) {
   for (int v : closed) got.push_back(v);
   EXPECT_EQ(got, std::vector<int>{7});
   EXPECT_EQ(closed.error(), std::errc{});
+  // A new loop over a range starts without the last one's error.
+  Channel<int> open(1);
+  auto again = open.range({.deadline = SyncClock::now() + milliseconds(1)});
+  for (int v : again) ADD_FAILURE() << v;
+  EXPECT_EQ(again.error(), std::errc::timed_out);
+  ASSERT_TRUE(open.send(3).ok());
+  for (int v : again) {
+    EXPECT_EQ(v, 3);
+    break;  // stopped by the loop itself
+  }
+  EXPECT_EQ(again.error(), std::errc{});
+}
+
+TEST(StopTokenTest, ADeadlineReplacedByNoneDoesNotFire) {
+  CancellationSource source;
+  std::stop_token st = source.token().stop_token();
+  // (100 ms: far enough that the replacement comes first even on a loaded machine.)
+  ASSERT_TRUE(source.cancel_after(milliseconds(100)).ok());
+  ASSERT_TRUE(source.cancel_after(std::chrono::nanoseconds::max()).ok());  // no deadline now
+  std::this_thread::sleep_for(milliseconds(150));
+  EXPECT_FALSE(source.is_cancelled());
+  EXPECT_FALSE(st.stop_requested());
+  ASSERT_TRUE(source.cancel_at(SyncClock::time_point::max()).ok());
+  EXPECT_FALSE(source.is_cancelled());
 }
 
 }  // namespace

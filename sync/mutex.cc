@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <system_error>
 #include <vector>
 
@@ -96,6 +98,17 @@ void Mutex::lock() {
   if (Result<void> r = LockSlow(me, WaitOptions{}, /*interruptible=*/false); !r.ok()) {
     throw std::system_error(r.error_code(), "weft::Mutex::lock");
   }
+}
+
+bool Mutex::TryLockForSeconds(double seconds) {
+  constexpr double kCentury = 100 * 365.25 * 24 * 3600;
+  if (!(seconds > 0)) return try_lock();  // passed (NaN too)
+  if (seconds >= kCentury) {
+    lock();
+    return true;
+  }
+  return TimedLock(SyncClock::now() +
+                   std::chrono::ceil<SyncClock::duration>(std::chrono::duration<double>(seconds)));
 }
 
 bool Mutex::TimedLock(SyncClock::time_point deadline) {
@@ -290,6 +303,16 @@ void UniqueLock::Check() const {
     throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
                             "weft::UniqueLock owns its mutex already");
   }
+}
+
+void UniqueLock::UnlockOrAbort() noexcept {
+  if (!mutex_->unlock().ok()) {
+    std::fprintf(stderr,
+                 "weft: a UniqueLock released by another fiber or thread than the one that "
+                 "locked its mutex; the mutex would stay locked for good\n");
+    std::abort();
+  }
+  owns_ = false;
 }
 
 void UniqueLock::unlock() {

@@ -59,17 +59,18 @@ class Mutex {
   bool try_lock();
   // try_lock_for / try_lock_until: TimedLockable's forms (std::unique_lock's try_lock_for):
   // false once the time is up; otherwise as lock().
+  // A time beyond a century from now is no limit (as lock()); one passed, a try_lock().
   template <typename Rep, typename Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return TimedLock(SyncClock::now() + std::chrono::ceil<SyncClock::duration>(d));
+    return TryLockForSeconds(std::chrono::duration<double>(d).count());
   }
   template <typename Clock, typename Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& t) {
-    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
-      return TimedLock(std::chrono::time_point_cast<SyncClock::duration>(t));
-    } else {  // another clock: the same distance from now on weft's
-      return TimedLock(SyncClock::now() + std::chrono::ceil<SyncClock::duration>(t - Clock::now()));
-    }
+    // In double seconds: no overflow for any clock, duration or distance (min() and max()
+    // included); the rounding (well below a microsecond here) does not matter to a lock.
+    const double left = std::chrono::duration<double>(t.time_since_epoch()).count() -
+                        std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+    return TryLockForSeconds(left);
   }
   // unlock: EPERM if the caller does not hold it.
   Result<void> unlock();
@@ -84,6 +85,7 @@ class Mutex {
 
   bool TryAcquire(Waiter* me);
   bool TimedLock(SyncClock::time_point deadline);
+  bool TryLockForSeconds(double seconds);
   // AcquireOrAnnounceWaiter: takes the lock if it is free, else sets kWaiters while it is held.
   // Under queue_lock_ only.
   bool AcquireOrAnnounceWaiter(Waiter* me);
@@ -183,14 +185,17 @@ class [[nodiscard]] UniqueLock {
       : mutex_(std::exchange(other.mutex_, nullptr)), owns_(std::exchange(other.owns_, false)) {}
   UniqueLock& operator=(UniqueLock&& other) noexcept {
     if (this != &other) {
-      if (owns_) (void)mutex_->unlock();
+      if (owns_) UnlockOrAbort();
       mutex_ = std::exchange(other.mutex_, nullptr);
       owns_ = std::exchange(other.owns_, false);
     }
     return *this;
   }
+  // ~UniqueLock: unlocks what it owns. Ownership is the locking fiber's or thread's, not the
+  // object's: destroyed elsewhere (moved to another fiber), it cannot unlock, and aborts with a
+  // message rather than leave the mutex locked for good.
   ~UniqueLock() {
-    if (owns_) (void)mutex_->unlock();
+    if (owns_) UnlockOrAbort();
   }
   UniqueLock(const UniqueLock&) = delete;
   UniqueLock& operator=(const UniqueLock&) = delete;
@@ -249,6 +254,7 @@ class [[nodiscard]] UniqueLock {
   friend class CondVar;
   // Check: the precondition of a locking call, std::unique_lock's way.
   void Check() const;
+  void UnlockOrAbort() noexcept;
 
   Mutex* mutex_ = nullptr;
   bool owns_ = false;
