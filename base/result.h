@@ -92,8 +92,42 @@ auto Transform(F&& f, A&&... args) {
 }
 }  // namespace result_internal
 
-// to_string: the error's text, as strerror gives it ("Connection timed out").
-inline std::string to_string(std::errc e) { return std::make_error_code(e).message(); }
+// to_string: the error's text, as glibc's strerror gives it ("Connection timed out"), also
+// where the C library has none for it (Windows' CRT knows no network or cancellation codes).
+inline std::string to_string(std::errc e) {
+  std::string text = std::make_error_code(e).message();
+  if (text.rfind("Unknown error", 0) != 0) return text;
+  switch (e) {
+    case std::errc::timed_out:
+      return "Connection timed out";
+    case std::errc::operation_canceled:
+      return "Operation canceled";
+    case std::errc::connection_reset:
+      return "Connection reset by peer";
+    case std::errc::connection_refused:
+      return "Connection refused";
+    case std::errc::connection_aborted:
+      return "Software caused connection abort";
+    case std::errc::not_connected:
+      return "Transport endpoint is not connected";
+    case std::errc::address_in_use:
+      return "Address already in use";
+    case std::errc::address_not_available:
+      return "Cannot assign requested address";
+    case std::errc::network_unreachable:
+      return "Network is unreachable";
+    case std::errc::host_unreachable:
+      return "No route to host";
+    case std::errc::operation_would_block:
+      return "Resource temporarily unavailable";
+    case std::errc::not_supported:
+      return "Operation not supported";
+    case std::errc::message_size:
+      return "Message too long";
+    default:
+      return text;
+  }
+}
 
 // Result<T>: either a T or an error code. Reading value() of an error is a programming error: it
 // prints the code and aborts (check ok() first, or use value_or).
