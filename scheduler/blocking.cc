@@ -106,7 +106,8 @@ bool RunBlocking(void (*fn)(void*), void* arg) {
 }
 
 bool InsideOf(const Runtime& rt) {
-  return InFiberOf(rt) || Runtime::current() == &rt || t_blocking_call_of == rt.impl_.get();
+  // Runtime::current(): rt's fibers, on its workers or in a BlockingRegion.
+  return Runtime::current() == &rt || t_blocking_call_of == rt.impl_.get();
 }
 
 }  // namespace scheduler_internal

@@ -230,13 +230,11 @@ Runtime::~Runtime() {
       }
     }
   }
-  // A thread in block_on whose fiber has finished may still be leaving it (~BlockOnScope
-  // touches impl_): wait for it before impl_ goes, so that destroying the runtime while another
-  // thread's block_on returns is safe. acquire: pairs with ~BlockOnScope's release.
-  while (impl_->block_on_waiters.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  // Likewise a thread outside the runtime still returning from waking one of its fibers
-  // (ScheduleElsewhere). acquire: pairs with its release decrement.
-  while (impl_->elsewhere_in_flight.load(std::memory_order_acquire) != 0) {
+  // Threads outside may still be on their way out of impl_: one in block_on whose fiber has
+  // finished (~BlockOnScope), one returning from waking a fiber (ScheduleElsewhere). Wait for
+  // them before impl_ goes. acquire (both): pairs with their release decrements.
+  while (impl_->block_on_waiters.load(std::memory_order_acquire) != 0 ||
+         impl_->elsewhere_in_flight.load(std::memory_order_acquire) != 0) {
     std::this_thread::yield();
   }
 }

@@ -287,11 +287,13 @@ class Channel {
         return;
       }
       Result<T> r = channel_->recv(options_ != nullptr ? *options_ : WaitOptions{});
-      if (r.ok()) current_.emplace(std::move(*r));
-      fetched_ = true;
       if (r.ok()) {
+        current_.emplace(std::move(*r));  // if this throws, fetched_ stays false
+        fetched_ = true;
         return;
-      } else if (error_ != nullptr) {
+      }
+      fetched_ = true;
+      if (error_ != nullptr) {
         *error_ = r.error() == std::errc::broken_pipe ? std::errc{} : r.error();
       } else if (r.error() != std::errc::broken_pipe) {
         throw std::system_error(r.error_code(), "weft::Channel iteration");

@@ -308,9 +308,6 @@ bool Length(std::uint64_t len, std::size_t* out) {
   return true;
 }
 
-// The largest fiber stack (the largest stack class, context/stack.h).
-constexpr std::uint64_t kMaxStackSize = std::uint64_t{64} << 20;
-
 // The runtime options struct of ABI 0.1 ended before max_blocking_threads.
 constexpr std::uint32_t kRuntimeOptions01 = offsetof(weft_runtime_options_t, max_blocking_threads);
 
@@ -424,7 +421,7 @@ int weft_runtime_create(const weft_runtime_options_t* options, weft_runtime_t** 
   if (in.workers > 1024) return -EINVAL;
   o.workers = in.workers;
   if (in.stack_size != 0) {
-    if (in.stack_size > kMaxStackSize) return -EINVAL;
+    if (in.stack_size > weft::kMaxStackSize) return -EINVAL;
     o.stack_size = static_cast<std::size_t>(in.stack_size);
   }
   if (in.max_blocking_threads != 0) {
@@ -478,7 +475,7 @@ int weft_spawn_ex(weft_runtime_t* rt, weft_fn fn, void* arg, const weft_fiber_op
   weft::FiberOptions o;
   if (options != nullptr) {
     if (options->size != sizeof(weft_fiber_options_t) || options->reserved != 0 ||
-        (options->flags & ~WEFT_FIBER_PINNED) != 0 || options->stack_size > kMaxStackSize) {
+        (options->flags & ~WEFT_FIBER_PINNED) != 0 || options->stack_size > weft::kMaxStackSize) {
       return -EINVAL;
     }
     o.stack_size = static_cast<std::size_t>(options->stack_size);
@@ -493,13 +490,10 @@ int weft_spawn_ex(weft_runtime_t* rt, weft_fn fn, void* arg, const weft_fiber_op
   return Spawn(rt, fn, arg, o, out);
 }
 
-int weft_fiber_join(weft_fiber_t* f, int64_t timeout_ns) {
-  if (!Valid(f)) return -EINVAL;
-  return Join(f, Timeout(timeout_ns));
-}
+// (Join's Claim checks f.)
+int weft_fiber_join(weft_fiber_t* f, int64_t timeout_ns) { return Join(f, Timeout(timeout_ns)); }
 
 int weft_fiber_join_ex(weft_fiber_t* f, const weft_wait_t* wait) {
-  if (!Valid(f)) return -EINVAL;
   weft::WaitOptions o;
   if (int e = ReadWait(wait, &o); e != 0) return e;
   return Join(f, o);
