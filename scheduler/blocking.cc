@@ -82,6 +82,8 @@ bool RunBlocking(void (*fn)(void*), void* arg) {
   // Outside a fiber the caller runs fn itself; in a simulation too (on its one thread, where
   // the run stays deterministic).
   if (f == nullptr || f->rt->sim != nullptr) return false;
+  if (IsTask(f)) [[unlikely]]
+    TaskBlocked(f, "called call_blocking");
   BlockingCall call;
   call.task.run = [](BlockingTask* t) {
     auto* c = reinterpret_cast<BlockingCall*>(t);
@@ -118,6 +120,8 @@ BlockingRegion::BlockingRegion() : entered_(false) {
   Worker* w = t_worker;
   Fiber* f = w != nullptr ? w->current : nullptr;
   if (f == nullptr) return;
+  if (IsTask(f)) [[unlikely]]
+    TaskBlocked(f, "entered a BlockingRegion");
   entered_ = true;
   f->region_task.task.run = &RunRegion;
   f->saved_errno = *w->errno_slot;  // RunRegion puts it back, on the blocking thread

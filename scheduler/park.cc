@@ -26,7 +26,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -109,7 +112,82 @@ bool RegionWait(Fiber* f, std::optional<SyncClock::time_point> deadline) {
   return true;
 }
 
+// One turn of a wait, in two halves around the time the fiber (or task) is away: BeginStep
+// readies the park (a new generation, the deadline's timer entry), EndStep sorts out how it came
+// back. FiberWaiter::wait runs them around a switch; a task runs them around a suspension of
+// its coroutine (TaskWait).
+enum class StepStart { kPark, kTimedOut, kNoMemory };
+enum class StepEnd { kWoken, kTimedOut, kSpurious };
+
+[[gnu::always_inline]] inline StepStart BeginStep(Fiber* f,
+                                                  std::optional<SyncClock::time_point> deadline,
+                                                  bool deadline_checked, TimerEntry** entry_out,
+                                                  std::uint64_t* gen_out) {
+  if (deadline && !deadline_checked && *deadline <= SyncClock::now()) return StepStart::kTimedOut;
+  // wait_gen has one writer, this fiber: a load and a store, no read-modify-write. release:
+  // a timer entry that reads the new value sees the wait it belongs to.
+  std::uint64_t gen = f->wait_gen.load(std::memory_order_relaxed) + 1;
+  f->wait_gen.store(gen, std::memory_order_release);
+  f->woken_by_notify = false;  // before AfterPark publishes kParked: only then can it be set
+  TimerEntry* entry = nullptr;
+  if (deadline) {  // inserted into the worker's heap by AfterPark, on the worker's thread
+    entry = NewTimerEntry();
+    if (entry == nullptr) [[unlikely]]
+      return StepStart::kNoMemory;
+    entry->fiber = f;
+    entry->gen = gen;
+    entry->deadline = *deadline;
+  }
+  f->pending_timer = entry;
+  *entry_out = entry;
+  *gen_out = gen;
+  return StepStart::kPark;
+}
+
+[[gnu::always_inline]] inline StepEnd EndStep(Fiber* f, TimerEntry* entry, std::uint64_t gen) {
+  f->state.store(kRunning, std::memory_order_relaxed);
+  // Any timer of this wait is now stale (one writer, as above).
+  f->wait_gen.store(gen + 1, std::memory_order_release);
+  bool timed_out = false;
+  if (entry != nullptr && f->pending_timer == entry) {
+    f->pending_timer = nullptr;
+    timed_out = entry->fired;  // before our reference goes
+    // Take it out of its owner's heap now (the heap side's reference with it), unless it was
+    // popped already (it fired, or an idle worker rescued it): on any worker, under the
+    // owner's timer lock. Left for the owner to pop at its deadline, a woken wait's entry
+    // would hold memory for as long as its timeout (waits resumed on another worker with a
+    // 1 h timeout: 80 B per wait for an hour).
+    // A timer that fired was popped: no lock needed to know it is out of the heap.
+    if (Worker* owner = entry->owner; owner != nullptr && !timed_out) {
+      owner->timer_mu.lock();
+      bool queued = entry->node.queued();
+      if (queued) {
+        owner->timers.cancel(entry->node);
+        PublishTimerHead(*owner);
+      }
+      owner->timer_mu.unlock();
+      if (queued) Release(entry);
+    }
+    Release(entry);
+  }
+  if (TakeWakeUp(*f)) return StepEnd::kWoken;
+  // A resume can come without a permit: a notifier that stored its permit for an earlier wait
+  // (which consumed it) may still win the CAS from this wait's kParked. Such a resume is
+  // spurious; only a passed deadline (its own timer, popped as due) makes the wait time out.
+  return timed_out ? StepEnd::kTimedOut : StepEnd::kSpurious;
+}
+
 }  // namespace
+
+void TaskBlocked(Fiber* f, const char* how) {
+  const char* what = f->waiter.waiting_on();
+  std::fprintf(stderr,
+               "weft: task %llu %s (%s), which would block its worker; a task waits with "
+               "co_await (the async_ forms), a fiber or thread with the blocking calls\n",
+               static_cast<unsigned long long>(f->id), how, what != nullptr ? what : "a wait");
+  std::fflush(stderr);
+  std::abort();
+}
 
 bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
   Fiber* f = fiber();
@@ -117,67 +195,97 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
   // that moved it): block that thread instead of parking.
   if (f->state.load(std::memory_order_relaxed) == kBlocking) [[unlikely]]
     return RegionWait(f, deadline);
+  // A task has no stack to switch away from: it waits with co_await (suspend, TaskWait).
+  if (IsTask(f)) [[unlikely]]
+    TaskBlocked(f, "called a blocking wait");
   // A permit this misses is found by the on-top function (AfterPark), after kParked is
   // published: the Dekker read is there.
   bool deadline_checked = std::exchange(f->deadline_checked, false);
   if (TakePermit(*f)) return true;
-  // A resume can come without a permit: a notifier that stored its permit for an earlier wait
-  // (which consumed it) may still win the CAS from this wait's kParked. Such a resume is
-  // spurious; only a passed deadline makes this return false.
   for (;;) {
-    if (deadline && !deadline_checked && *deadline <= SyncClock::now()) return false;
-    deadline_checked = false;
-    // wait_gen has one writer, this fiber: a load and a store, no read-modify-write. release:
-    // a timer entry that reads the new value sees the wait it belongs to.
-    std::uint64_t gen = f->wait_gen.load(std::memory_order_relaxed) + 1;
-    f->wait_gen.store(gen, std::memory_order_release);
-    f->woken_by_notify = false;  // before AfterPark publishes kParked: only then can it be set
     TimerEntry* entry = nullptr;
-    if (deadline) {  // inserted into the worker's heap by AfterPark, on the worker's thread
-      entry = NewTimerEntry();
-      if (entry == nullptr) [[unlikely]] {
+    std::uint64_t gen = 0;
+    switch (BeginStep(f, deadline, deadline_checked, &entry, &gen)) {
+      case StepStart::kPark:
+        break;
+      case StepStart::kTimedOut:
+        return false;
+      case StepStart::kNoMemory:
         // No memory for the deadline's timer: wait by yielding instead, until notified (a
         // notify that finds the fiber not parked leaves its permit) or the deadline passes.
         // A poll, but only while memory is short; an exception here would unwind through a
         // sync primitive with its wait node still queued.
         this_fiber::yield();
         if (TakePermit(*f)) return true;
+        deadline_checked = false;
         continue;
-      }
-      entry->fiber = f;
-      entry->gen = gen;
-      entry->deadline = *deadline;
     }
-    f->pending_timer = entry;
+    deadline_checked = false;
     Leave(*f->worker, f, &AfterPark);
     // Resumed, perhaps on another worker (f->worker was updated by Run).
-    f->state.store(kRunning, std::memory_order_relaxed);
-    // Any timer of this wait is now stale (one writer, as above).
-    f->wait_gen.store(gen + 1, std::memory_order_release);
-    bool timed_out = false;
-    if (entry != nullptr && f->pending_timer == entry) {
-      f->pending_timer = nullptr;
-      timed_out = entry->fired;  // before our reference goes
-      // Take it out of its owner's heap now (the heap side's reference with it), unless it was
-      // popped already (it fired, or an idle worker rescued it): on any worker, under the
-      // owner's timer lock. Left for the owner to pop at its deadline, a woken wait's entry
-      // would hold memory for as long as its timeout (waits resumed on another worker with a
-      // 1 h timeout: 80 B per wait for an hour).
-      // A timer that fired was popped: no lock needed to know it is out of the heap.
-      if (Worker* owner = entry->owner; owner != nullptr && !timed_out) {
-        owner->timer_mu.lock();
-        bool queued = entry->node.queued();
-        if (queued) {
-          owner->timers.cancel(entry->node);
-          PublishTimerHead(*owner);
-        }
-        owner->timer_mu.unlock();
-        if (queued) Release(entry);
-      }
-      Release(entry);
+    switch (EndStep(f, entry, gen)) {
+      case StepEnd::kWoken:
+        return true;
+      case StepEnd::kTimedOut:
+        return false;
+      case StepEnd::kSpurious:
+        continue;
     }
-    if (TakeWakeUp(*f)) return true;
-    if (timed_out) return false;  // its own timer, popped as due
+  }
+}
+
+bool FiberWaiter::suspend(sync_internal::AsyncPark& park, std::coroutine_handle<> h) {
+  Fiber* f = fiber();
+  if (!IsTask(f)) return false;  // a coroutine on a fiber: AsyncPark blocks the fiber
+  f->task_frame = h.address();
+  f->task_park = &park;
+  f->task_exit = kTaskParking;
+  return true;
+}
+
+// TaskWait: the wait a task is suspended in (f->task_park), driven on its worker w: after the
+// coroutine suspended into it (parked false), or as the task runs again after a park (parked
+// true). Returns true when the wait is over and the coroutine resumes now; false when the task
+// was parked (published: it may already run elsewhere, so the caller must not touch it) or
+// queued to try again.
+bool TaskWait(Worker& w, Fiber* f, bool parked) {
+  sync_internal::AsyncPark* park = f->task_park;
+  bool spurious = false;
+  if (parked) {
+    const StepEnd end = EndStep(f, f->task_timer, f->task_gen);
+    f->task_timer = nullptr;
+    if (end != StepEnd::kSpurious) {
+      if (park->Continue(end == StepEnd::kWoken)) return true;
+    } else {
+      spurious = true;  // wait again, without asking the condition (as FiberWaiter::wait)
+    }
+  }
+  f->task_retry = false;
+  for (;;) {
+    if (!spurious && TakePermit(*f)) {
+      if (park->Continue(true)) return true;
+      continue;
+    }
+    spurious = false;
+    TimerEntry* entry = nullptr;
+    std::uint64_t gen = 0;
+    switch (BeginStep(f, park->deadline(), false, &entry, &gen)) {
+      case StepStart::kPark:
+        break;
+      case StepStart::kTimedOut:
+        if (park->Continue(false)) return true;
+        continue;
+      case StepStart::kNoMemory:
+        // As FiberWaiter::wait: poll by yielding while memory is short.
+        f->task_retry = true;
+        f->state.store(kRunnable, std::memory_order_relaxed);
+        w.yields.push(f);
+        return false;
+    }
+    f->task_timer = entry;
+    f->task_gen = gen;
+    AfterPark(Transfer{nullptr, f});
+    return false;
   }
 }
 

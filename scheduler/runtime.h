@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -35,6 +36,7 @@
 #include "weft/reactor/reactor.h"
 #include "weft/sync/cancellation.h"
 #include "weft/sync/coordination.h"
+#include "weft/sync/internal/wait_queue.h"
 #include "weft/sync/waiter.h"
 
 namespace weft {
@@ -144,8 +146,15 @@ struct FiberOptions {
 };
 
 class Runtime;
+template <typename T>
+class Task;  // scheduler/task.h
 
 namespace scheduler_internal {
+
+template <typename T>
+struct IsTaskType : std::false_type {};
+template <typename T>
+struct IsTaskType<Task<T>> : std::true_type {};
 
 // JoinSignal: the "finished" flag of a fiber's join state, with room for the one caller that
 // waits on it (a JoinHandle is move-only, joined by its owner). It also decides who frees the
@@ -187,6 +196,43 @@ class JoinSignal {
     if (is_set()) return {};
     return WaitSlow(options, interrupt);
   }
+  // Claim / Withdraw: the two ends of a wait, for wait() and for a task's co_await (Awaiter
+  // below). Claim: registers `self` as the joiner: true to park; false with the wait's outcome
+  // in *result ({} when set already, EBUSY when another wait is in progress). Withdraw: after a
+  // park that ended with r: {} if set() came first after all, else the error to report.
+  bool Claim(Waiter& self, Result<void>* result);
+  Result<void> Withdraw(Waiter& self, sync_internal::ParkResult r);
+
+  // Awaiter: wait() for a task: co_await signal.async_wait(options) (JoinHandle::async_join).
+  class Awaiter {
+   public:
+    Awaiter(JoinSignal* signal, const WaitOptions& options)
+        : signal_(signal), options_(options), park_(&Done, signal) {}
+    bool await_ready() const noexcept { return signal_->is_set(); }
+    bool await_suspend(std::coroutine_handle<> h) {
+      self_ = &current_waiter();
+      if (!signal_->Claim(*self_, &result_)) return false;
+      parked_ = true;
+      return park_.Begin(*self_, h, options_, "JoinHandle", signal_);
+    }
+    Result<void> await_resume() {
+      if (!parked_) return result_;
+      parked_ = false;
+      sync_internal::ParkResult r = park_.End();
+      if (r == sync_internal::ParkResult::kWoken && signal_->is_set()) return {};
+      return signal_->Withdraw(*self_, r);
+    }
+
+   private:
+    static bool Done(void* signal) { return static_cast<JoinSignal*>(signal)->is_set(); }
+    JoinSignal* signal_;
+    WaitOptions options_;
+    sync_internal::AsyncPark park_;
+    Waiter* self_ = nullptr;
+    Result<void> result_;
+    bool parked_ = false;
+  };
+  Awaiter async_wait(const WaitOptions& options) { return Awaiter(this, options); }
 
  private:
   Result<void> WaitSlow(const WaitOptions& options, const atomic<bool>* interrupt);
@@ -291,8 +337,10 @@ struct SpawnState final : JoinState<T>, FiberBody {
 
 // Spawn: a fiber that runs body; throws std::system_error (EINVAL) for a stack size no class
 // has, std::bad_alloc; on a throw, body is untouched (the caller still owns it). site: where the
-// user's spawn call is, kept for diagnostics.
-void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::source_location site);
+// user's spawn call is, kept for diagnostics. With task_frame (a coroutine's address), a task
+// (scheduler/task.h) that resumes it, with no stack; body is then a TaskBody.
+void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::source_location site,
+           void* task_frame = nullptr);
 
 // RunBlocking: runs fn(arg) on the blocking pool of the calling fiber's runtime while the fiber
 // parks; false when the caller is not a fiber (the caller then runs it itself).
@@ -377,12 +425,43 @@ class [[nodiscard]] JoinHandle {
 
   bool joinable() const { return state_ != nullptr; }
 
+  using Value = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
+
   // join: EINVAL if already joined or detached; timed_out / operation_canceled per options.
-  Result<std::conditional_t<std::is_void_v<T>, std::monostate, T>> join(
-      const WaitOptions& options = {}) {
+  Result<Value> join(const WaitOptions& options = {}) {
     if (state_ == nullptr) return std::errc::invalid_argument;
     if (Result<void> r = state_->done.wait(options); !r) return r.error();
-    // The fiber finished (set, acquire): the state is ours alone, freed as we return.
+    return Take();
+  }
+
+  // async_join: join() for a task (scheduler/task.h), which must not block its worker:
+  // `co_await handle.async_join(options)`, or `co_await handle` without options. The same
+  // results; the handle stays joinable after a timeout. Joins a fiber or a task alike.
+  class JoinAwaiter {
+   public:
+    bool await_ready() const noexcept { return handle_->state_ == nullptr || wait_.await_ready(); }
+    bool await_suspend(std::coroutine_handle<> h) { return wait_.await_suspend(h); }
+    Result<Value> await_resume() {
+      if (handle_->state_ == nullptr) return std::errc::invalid_argument;
+      if (Result<void> r = wait_.await_resume(); !r) return r.error();
+      return handle_->Take();
+    }
+
+   private:
+    friend class JoinHandle;
+    JoinAwaiter(JoinHandle* handle, const WaitOptions& options)
+        : handle_(handle),
+          wait_(handle->state_ != nullptr ? &handle->state_->done : nullptr, options) {}
+    JoinHandle* handle_;
+    scheduler_internal::JoinSignal::Awaiter wait_;
+  };
+  JoinAwaiter async_join(const WaitOptions& options = {}) { return JoinAwaiter(this, options); }
+  JoinAwaiter operator co_await() { return async_join(); }
+
+ private:
+  // Take: the result of a finished fiber or task (set, acquire): the state is ours alone, freed
+  // as we return.
+  Result<Value> Take() {
     struct Release {
       scheduler_internal::JoinBase* state;
       ~Release() { state->destroy(state); }
@@ -395,6 +474,8 @@ class [[nodiscard]] JoinHandle {
       return std::move(*state->value);
     }
   }
+
+ public:
   void detach() {
     scheduler_internal::JoinState<T>* state = std::exchange(state_, nullptr);
     if (state != nullptr && state->done.drop()) state->destroy(state);
@@ -439,6 +520,19 @@ class Runtime {
     }
     return JoinHandle<T>(state);
   }
+
+  // spawn_task: runs a stackless task (scheduler/task.h, which defines these two; include it):
+  // the coroutine f() returns, with f kept alive until it ends (so a lambda coroutine may use
+  // its captures), or `task` itself. Any thread, fiber or task. options: name and
+  // pinned_worker apply (a task has no stack). Throws what the allocation throws.
+  template <typename F>
+    requires scheduler_internal::IsTaskType<std::invoke_result_t<F&>>::value
+  auto spawn_task(F f, const FiberOptions& options = {},
+                  std::source_location site = std::source_location::current())
+      -> JoinHandle<typename std::invoke_result_t<F&>::value_type>;
+  template <typename T>
+  JoinHandle<T> spawn_task(Task<T> task, const FiberOptions& options = {},
+                           std::source_location site = std::source_location::current());
 
   // block_on: runs f() on a fiber and returns its result; call it from outside the runtime (a
   // plain thread such as main).
@@ -513,7 +607,7 @@ class Runtime {
   friend bool scheduler_internal::InsideOf(const Runtime& rt);
   friend int scheduler_internal::ForkJoinWorkerForSpare(const Runtime& rt);
   friend void scheduler_internal::Spawn(Runtime&, scheduler_internal::FiberBody*,
-                                        const FiberOptions&, std::source_location);
+                                        const FiberOptions&, std::source_location, void*);
   std::unique_ptr<Impl> impl_;
 };
 

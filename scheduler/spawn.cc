@@ -20,7 +20,8 @@
 namespace weft {
 namespace scheduler_internal {
 
-void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::source_location site) {
+void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::source_location site,
+           void* task_frame) {
   Runtime::Impl& impl = *rt.impl_;
   Worker* w = WorkerOf(&impl);
   StackOptions so{.size = options.stack_size != 0 ? options.stack_size : impl.options.stack_size,
@@ -39,6 +40,14 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::sourc
   f->stack_size = static_cast<std::uint32_t>(so.size);
   f->stack_protection = so.protection;
   f->body = body;
+  if (task_frame != nullptr) {
+    // A task: no stack, ever (Prepare sees a context); its worker resumes the frame.
+    f->set_context(TaskContext());
+    f->task_frame = task_frame;
+    f->task_park = nullptr;
+    f->task_retry = false;
+    f->saved_errno = 0;
+  }
   f->permit.store(false, std::memory_order_relaxed);
   f->pending_timer = nullptr;
   // (The waiter's note_wait is null already: every wait resets it as it ends.)
@@ -124,17 +133,35 @@ void FreeSpawnState(void* p) noexcept {
   }
 }
 
-Result<void> JoinSignal::WaitSlow(const WaitOptions& options, const atomic<bool>* interrupt) {
-  Waiter& self = current_waiter();
+bool JoinSignal::Claim(Waiter& self, Result<void>* result) {
   const auto me = reinterpret_cast<std::uintptr_t>(&self);
   std::uintptr_t seen = kOpen;
   // release: our Waiter is ready before set() can see it; acquire (also on failure): a kSet we
   // find comes with the result.
-  if (!word_.compare_exchange_strong(seen, me, std::memory_order_acq_rel,
-                                     std::memory_order_acquire)) {
-    if (seen == kSet) return {};
-    return std::errc::device_or_resource_busy;
+  if (word_.compare_exchange_strong(seen, me, std::memory_order_acq_rel,
+                                    std::memory_order_acquire)) {
+    return true;
   }
+  *result = seen == kSet ? Result<void>() : Result<void>(std::errc::device_or_resource_busy);
+  return false;
+}
+
+Result<void> JoinSignal::Withdraw(Waiter& self, sync_internal::ParkResult r) {
+  // Gave up or interrupted: withdraw, unless set() took the word first; then the join succeeded
+  // after all, and its notify leaves a stale permit, which every wait tolerates
+  // (sync/waiter.h). acquire: as in Claim, for the result.
+  std::uintptr_t seen = reinterpret_cast<std::uintptr_t>(&self);
+  if (word_.compare_exchange_strong(seen, kOpen, std::memory_order_acquire)) {
+    return r == sync_internal::ParkResult::kWoken ? std::errc::interrupted
+                                                  : sync_internal::ErrorOf(r);
+  }
+  return {};
+}
+
+Result<void> JoinSignal::WaitSlow(const WaitOptions& options, const atomic<bool>* interrupt) {
+  Waiter& self = current_waiter();
+  Result<void> claimed;
+  if (!Claim(self, &claimed)) return claimed;
   sync_internal::ParkResult r = sync_internal::Park(
       self,
       [&] {
@@ -143,15 +170,7 @@ Result<void> JoinSignal::WaitSlow(const WaitOptions& options, const atomic<bool>
       },
       options, "JoinHandle", this);
   if (r == sync_internal::ParkResult::kWoken && is_set()) return {};
-  // Gave up or interrupted: withdraw, unless set() took the word first; then the join succeeded
-  // after all, and its notify leaves a stale permit, which every wait tolerates
-  // (sync/waiter.h). acquire: as above, for the result.
-  seen = me;
-  if (word_.compare_exchange_strong(seen, kOpen, std::memory_order_acquire)) {
-    return r == sync_internal::ParkResult::kWoken ? std::errc::interrupted
-                                                  : sync_internal::ErrorOf(r);
-  }
-  return {};
+  return Withdraw(self, r);
 }
 
 }  // namespace scheduler_internal

@@ -56,6 +56,8 @@ void yield() {
     std::this_thread::yield();
     return;
   }
+  if (IsTask(f)) [[unlikely]]
+    TaskBlocked(f, "called this_fiber::yield");
   f->saved_errno = *w->errno_slot;  // before DirectNext puts the next fiber's in place
   if (Fiber* next = f->rt->DirectNext(*w)) {
     // Straight to the next fiber, with no on-top function: the ring is this worker's alone, so

@@ -200,6 +200,10 @@ void Runtime::Impl::HelpHeld(Worker& w) {
 }
 
 [[gnu::always_inline]] inline void Runtime::Impl::Run(Worker& w, Fiber* f) {
+  if (IsTask(f)) [[unlikely]] {
+    RunTask(w, f);
+    return;
+  }
   Started(w, f);
   jump_context(f->context(), f);
   // Back on the worker's own context: the last fiber of a chain of direct switches left.

@@ -183,23 +183,46 @@ void ChannelCore::Dequeue(ChannelNode* node, bool is_send) {
   (is_send ? sendq_ : recvq_).remove(node);
 }
 
+std::errc ChannelCore::FinishWait(ChannelNode& node, bool is_send, ParkResult r) {
+  if (r != ParkResult::kWoken) {
+    lock_.lock();
+    if (node.state.load(std::memory_order_relaxed) == kWaiting) {
+      Dequeue(&node, is_send);
+      lock_.unlock();
+      return ErrorOf(r);
+    }
+    lock_.unlock();  // completed as we gave up: the completion stands
+  }
+  return node.state.load(std::memory_order_acquire) == kGranted ? std::errc{}
+                                                                : std::errc::broken_pipe;
+}
+
 // WaitFor: the common tail of send and recv: park on `node`, then sort out the outcome.
 static std::errc WaitFor(ChannelCore& ch, ChannelNode& node, bool is_send,
                          const WaitOptions& options) {
   ParkResult r = Park(
       *node.waiter, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
       is_send ? "Channel send" : "Channel recv", &ch);
-  if (r != ParkResult::kWoken) {
-    ch.lock_.lock();
-    if (node.state.load(std::memory_order_relaxed) == kWaiting) {
-      ch.Dequeue(&node, is_send);
-      ch.lock_.unlock();
-      return ErrorOf(r);
-    }
-    ch.lock_.unlock();  // completed as we gave up: the completion stands
+  return ch.FinishWait(node, is_send, r);
+}
+
+std::errc ChannelCore::StartWait(ChannelNode& node, bool is_send) {
+  Waiter* notify = nullptr;
+  lock_.lock();
+  std::errc e = LockedCall(lock_, [&] {
+    return is_send ? TrySendLocked(node.value, &notify)
+                   : TryRecvLocked(node.value, node.assign, &notify);
+  });
+  if (e != std::errc::resource_unavailable_try_again) {
+    lock_.unlock();
+    if (notify != nullptr) notify->notify();
+    return e;
   }
-  return node.state.load(std::memory_order_acquire) == kGranted ? std::errc{}
-                                                                : std::errc::broken_pipe;
+  // relaxed: the node is published to the other side by lock_.
+  node.state.store(kWaiting, std::memory_order_relaxed);
+  (is_send ? sendq_ : recvq_).push_back(&node);
+  lock_.unlock();
+  return std::errc::operation_in_progress;
 }
 
 // WaiterOrUnlock: send and recv look up the calling Waiter only when they have to wait, under

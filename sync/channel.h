@@ -28,6 +28,7 @@
 #ifndef WEFT_SYNC_CHANNEL_H_
 #define WEFT_SYNC_CHANNEL_H_
 
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -98,6 +99,11 @@ class ChannelCore {
   std::errc TryRecvLocked(void* out, bool assign, Waiter** to_notify);
   void Enqueue(ChannelNode* node, bool is_send);
   void Dequeue(ChannelNode* node, bool is_send);
+  // For the awaitables (Channel::async_send, async_recv). StartWait: the send (of *node.value)
+  // or receive (into node.value) now, else queues `node`, whose waiter is set, and returns
+  // operation_in_progress. FinishWait: the outcome of a queued node's wait that ended with r.
+  std::errc StartWait(ChannelNode& node, bool is_send);
+  std::errc FinishWait(ChannelNode& node, bool is_send, ParkResult r);
 
   mutable SpinLock lock_;  // mutable: const accessors (size, closed) take it too
 
@@ -225,6 +231,18 @@ class Channel {
   // try_recv: without waiting; EAGAIN when nothing is ready.
   Result<T> try_recv() { return Receive(false, {}); }
 
+  // async_send / async_recv: send and recv for a task (scheduler/task.h), which waits without
+  // blocking its worker: `co_await ch.async_send(std::move(v))`, `Result<T> r = co_await
+  // ch.async_recv()`. The same results and errors; `value` must live until the send completes
+  // (a temporary in the co_await's expression does). From a coroutine that is not a task, they
+  // block the fiber or thread that runs it, as send and recv.
+  class SendAwaiter;
+  class RecvAwaiter;
+  SendAwaiter async_send(T&& value, const WaitOptions& options = {}) {
+    return SendAwaiter(core_, &value, options);
+  }
+  RecvAwaiter async_recv(const WaitOptions& options = {}) { return RecvAwaiter(core_, options); }
+
   // close: idempotent; wakes every waiter (senders get EPIPE, receivers drain then EPIPE).
   void close() { core_.close(); }
   bool closed() const { return core_.closed(); }
@@ -348,6 +366,80 @@ class Channel {
   }
 
   sync_internal::ChannelCore core_;
+};
+
+namespace sync_internal {
+// ChannelAwait: what Channel's two awaiters share: the node, queued (if the operation must wait)
+// in await_ready, the wait in await_suspend, the outcome in Finish.
+class ChannelAwait {
+ protected:
+  ChannelAwait(ChannelCore& core, void* value, bool is_send, const WaitOptions& options)
+      : core_(core), options_(options), park_(&Done, &node_), is_send_(is_send) {
+    node_.value = value;
+  }
+  bool Start() {
+    node_.waiter = &current_waiter();
+    error_ = core_.StartWait(node_, is_send_);
+    return error_ != std::errc::operation_in_progress;
+  }
+  bool Suspend(std::coroutine_handle<> h) {
+    return park_.Begin(*node_.waiter, h, options_, is_send_ ? "Channel send" : "Channel recv",
+                       &core_);
+  }
+  std::errc Finish() {
+    if (error_ == std::errc::operation_in_progress) {
+      error_ = core_.FinishWait(node_, is_send_, park_.End());
+    }
+    return error_;
+  }
+
+ private:
+  static bool Done(void* node) {
+    // acquire: pairs with Grant's release; the delivery is visible.
+    return static_cast<ChannelNode*>(node)->state.load(std::memory_order_acquire) != kWaiting;
+  }
+  ChannelCore& core_;
+  WaitOptions options_;
+  ChannelNode node_;
+  AsyncPark park_;
+  bool is_send_;
+  std::errc error_{};
+};
+}  // namespace sync_internal
+
+template <typename T>
+class Channel<T>::SendAwaiter : sync_internal::ChannelAwait {
+ public:
+  bool await_ready() { return Start(); }
+  bool await_suspend(std::coroutine_handle<> h) { return Suspend(h); }
+  Result<void> await_resume() { return Wrap(Finish()); }
+
+ private:
+  friend class Channel;
+  SendAwaiter(sync_internal::ChannelCore& core, T* value, const WaitOptions& options)
+      : ChannelAwait(core, value, /*is_send=*/true, options) {}
+};
+
+template <typename T>
+class Channel<T>::RecvAwaiter : sync_internal::ChannelAwait {
+ public:
+  bool await_ready() { return Start(); }
+  bool await_suspend(std::coroutine_handle<> h) { return Suspend(h); }
+  Result<T> await_resume() {
+    if (std::errc e = Finish(); e != std::errc{}) return e;
+    T* p = std::launder(reinterpret_cast<T*>(storage_));
+    struct Destroy {  // as Receive: on every way out
+      T* p;
+      ~Destroy() { p->~T(); }
+    } destroy{p};
+    return Result<T>(std::in_place, std::move(*p));
+  }
+
+ private:
+  friend class Channel;
+  RecvAwaiter(sync_internal::ChannelCore& core, const WaitOptions& options)
+      : ChannelAwait(core, storage_, /*is_send=*/false, options) {}
+  alignas(T) unsigned char storage_[sizeof(T)];
 };
 
 }  // namespace weft

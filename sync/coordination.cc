@@ -51,6 +51,48 @@ Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) 
   return {};  // granted as we gave up: it stands
 }
 
+bool WaitList::Awaiter::await_ready() {
+  list_.lock_.lock();
+  if (ready_(list_)) {
+    list_.lock_.unlock();
+    return true;
+  }
+  Waiter& self = current_waiter();
+  // The node lives in the Waiter, as WaitQueued's.
+  WaitNode& node = self.own_node();
+  assert(!node.queued);
+  node.waiter = &self;
+  // relaxed: nobody else sees the node before push_back (under lock_) publishes it.
+  node.state.store(kWaiting, std::memory_order_relaxed);
+  list_.queue_.push_back(&node);
+  list_.lock_.unlock();
+  node_ = &node;
+  return false;
+}
+
+bool WaitList::Awaiter::Done(void* self) {
+  // acquire: pairs with Grant's release.
+  return static_cast<Awaiter*>(self)->node_->state.load(std::memory_order_acquire) != kWaiting;
+}
+
+bool WaitList::Awaiter::await_suspend(std::coroutine_handle<> h) {
+  return park_.Begin(*node_->waiter, h, options_, list_.what_, &list_);
+}
+
+Result<void> WaitList::Awaiter::await_resume() {
+  if (node_ == nullptr) return {};
+  ParkResult r = park_.End();
+  if (r == ParkResult::kWoken) return {};
+  list_.lock_.lock();
+  if (node_->state.load(std::memory_order_relaxed) == kWaiting) {
+    list_.queue_.remove(node_);
+    list_.lock_.unlock();
+    return sync_internal::ErrorOf(r);
+  }
+  list_.lock_.unlock();
+  return {};  // granted as we gave up: it stands
+}
+
 namespace {
 // Fault injection for tests: WEFT_TEST_NOTIFY_DELAY_MS holds a release between unlocking and
 // notifying the waiters it granted, the window in which a woken fiber's runtime may go away.
@@ -91,6 +133,17 @@ Result<void> Semaphore::acquire(const WaitOptions& options) {
   // A permit released to us is handed over directly (release skips count_), so aborting has
   // nothing to undo.
   return WaitQueued(options, [] {});
+}
+
+WaitList::Awaiter Semaphore::async_acquire(const WaitOptions& options) {
+  return AsyncWait(
+      [](WaitList& list) {
+        auto& self = static_cast<Semaphore&>(list);
+        if (self.count_ <= 0) return false;
+        --self.count_;
+        return true;
+      },
+      options);
 }
 
 bool Semaphore::try_acquire() {
@@ -143,6 +196,11 @@ Result<void> WaitGroup::wait(const WaitOptions& options) {
   return WaitQueued(options, [] {});
 }
 
+WaitList::Awaiter WaitGroup::async_wait(const WaitOptions& options) {
+  return AsyncWait([](WaitList& list) { return static_cast<WaitGroup&>(list).count_ == 0; },
+                   options);
+}
+
 std::int64_t WaitGroup::count() const {
   lock_.lock();
   std::int64_t c = count_;
@@ -172,6 +230,10 @@ Result<void> Event::wait(const WaitOptions& options) {
     return {};
   }
   return WaitQueued(options, [] {});
+}
+
+WaitList::Awaiter Event::async_wait(const WaitOptions& options) {
+  return AsyncWait([](WaitList& list) { return static_cast<Event&>(list).set_; }, options);
 }
 
 // ---- Barrier ----

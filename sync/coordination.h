@@ -9,6 +9,7 @@
 #ifndef WEFT_SYNC_COORDINATION_H_
 #define WEFT_SYNC_COORDINATION_H_
 
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 
@@ -21,6 +22,31 @@ namespace weft {
 
 // WaitList: the lock and queue the primitives below share, with the common wait.
 class WaitList {
+ public:
+  // Awaiter: the common wait for a task (scheduler/task.h), which must not block its worker:
+  // what each primitive's async_ form returns (co_await event.async_wait()). `ready`, called
+  // with lock_ held, says whether the wait is over at once (and takes what it needs: a
+  // Semaphore's permit); otherwise the task queues and waits as WaitQueued would, with no undo.
+  // From a coroutine that is not a task, it blocks the fiber or thread that runs it.
+  class Awaiter {
+   public:
+    bool await_ready();
+    bool await_suspend(std::coroutine_handle<> h);
+    Result<void> await_resume();
+
+   private:
+    friend class WaitList;
+    using ReadyFn = bool (*)(WaitList& list);
+    Awaiter(WaitList& list, ReadyFn ready, const WaitOptions& options)
+        : list_(list), ready_(ready), options_(options), park_(&Done, this) {}
+    static bool Done(void* self);
+    WaitList& list_;
+    ReadyFn ready_;
+    WaitOptions options_;
+    sync_internal::AsyncPark park_;
+    sync_internal::WaitNode* node_ = nullptr;  // queued: the waiter's own_node
+  };
+
  protected:
   explicit WaitList(const char* what) : what_(what) {}
   ~WaitList();
@@ -34,6 +60,9 @@ class WaitList {
   // notify it), so that each batch's waiters are still in the cache when notified. Only for a
   // state in which no new waiter can queue (a set Event): a later waiter would be woken too.
   void WakeAllInBatchesAndUnlock();
+  Awaiter AsyncWait(Awaiter::ReadyFn ready, const WaitOptions& options) {
+    return Awaiter(*this, ready, options);
+  }
 
   const char* what_;                      // the kind named in dumps of parked fibers
   mutable sync_internal::SpinLock lock_;  // mutable: const accessors take it too
@@ -46,6 +75,7 @@ class Semaphore : private WaitList {
  public:
   explicit Semaphore(std::int64_t initial) : WaitList("Semaphore"), count_(initial) {}
   Result<void> acquire(const WaitOptions& options = {});
+  Awaiter async_acquire(const WaitOptions& options = {});  // acquire for a task: co_await
   bool try_acquire();
   void release(std::int64_t n = 1);
   std::int64_t available() const;
@@ -61,6 +91,7 @@ class WaitGroup : private WaitList {
   Result<void> add(std::int64_t n);
   void done() { (void)add(-1); }
   Result<void> wait(const WaitOptions& options = {});
+  Awaiter async_wait(const WaitOptions& options = {});  // wait for a task: co_await
   std::int64_t count() const;
 
  private:
@@ -74,6 +105,7 @@ class Event : private WaitList {
   void set();
   bool is_set() const;
   Result<void> wait(const WaitOptions& options = {});
+  Awaiter async_wait(const WaitOptions& options = {});  // wait for a task: co_await
 
  private:
   bool set_ ABSL_GUARDED_BY(lock_) = false;

@@ -21,6 +21,7 @@ namespace {
 using sync_internal::Grant;
 using sync_internal::kGranted;
 using sync_internal::kWaiting;
+using sync_internal::MutexNode;
 using sync_internal::Park;
 using sync_internal::ParkResult;
 using sync_internal::WaitNode;
@@ -29,10 +30,6 @@ using sync_internal::WaitNode;
 constexpr int kWoken = 3;
 constexpr auto kStarvation = std::chrono::milliseconds(1);
 constexpr int kMutexSpins = 64;
-
-struct MutexNode : WaitNode {
-  SyncClock::time_point since;
-};
 
 }  // namespace
 
@@ -137,50 +134,12 @@ Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options, bool interr
   node.since = sync_internal::Now();
   bool front = false;  // a woken waiter that lost the race goes back to the front
   for (;;) {
-    queue_lock_.lock();
-#ifndef WEFT_MODEL_PLANTED_MUTEX_LOST_WAKEUP
-    if (AcquireOrAnnounceWaiter(me)) {
-#else
-    // The lost wake-up this protocol once had, kept for the model checker's test that finds it
-    // (//sync:mutex_planted_bug_model_test defines it; no other build does): a failed acquire, then
-    // a separate mark after queueing, which an unlock in between does not see.
-    if (TryAcquire(me)) {
-#endif
-      queue_lock_.unlock();
-      return {};
-    }
-    // kWaiters is set and the lock is held by someone else: its unlock takes UnlockSlow, which
-    // waits for queue_lock_ and so finds this node.
-    // relaxed: the node is published to the releaser by queue_lock_.
-    node.state.store(kWaiting, std::memory_order_relaxed);
-    if (front)
-      queue_.push_front(&node);
-    else
-      queue_.push_back(&node);
-#ifdef WEFT_MODEL_PLANTED_MUTEX_LOST_WAKEUP
-    state_.fetch_or(kWaiters, std::memory_order_relaxed);
-#endif
-    queue_lock_.unlock();
-
+    if (AcquireOrQueue(node, front)) return {};
     // No spinning once queued: the holder will wake us; spinning here only contends.
     ParkResult r = Park(
         *me, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
         "Mutex", this, /*spins=*/0, interruptible);
-    if (r != ParkResult::kWoken) {
-      queue_lock_.lock();
-      int st = node.state.load(std::memory_order_relaxed);
-      if (st == kWaiting) {
-        queue_.remove(&node);
-        if (queue_.empty()) state_.fetch_and(~kWaiters, std::memory_order_relaxed);
-        queue_lock_.unlock();
-        return sync_internal::ErrorOf(r);
-      }
-      queue_lock_.unlock();
-      if (st == kGranted) return {};  // handed the lock as we gave up: it is ours
-      // Woken to compete as we gave up: pass the wake-up on, then report the timeout.
-      WakeNext();
-      return sync_internal::ErrorOf(r);
-    }
+    if (r != ParkResult::kWoken) return GiveUp(node, r);
     if (node.state.load(std::memory_order_acquire) == kGranted) return {};  // handed off
     // We are the woken waiter: let the next unlock wake another. relaxed: a hint; the lock
     // word's own CAS orders the critical sections.
@@ -188,6 +147,94 @@ Result<void> Mutex::LockSlow(Waiter* me, const WaitOptions& options, bool interr
     front = true;  // woken: compete, and if we lose, wait at the front
     if (TryAcquire(me)) return {};
   }
+}
+
+bool Mutex::AcquireOrQueue(MutexNode& node, bool front) {
+  Waiter* me = node.waiter;
+  queue_lock_.lock();
+#ifndef WEFT_MODEL_PLANTED_MUTEX_LOST_WAKEUP
+  if (AcquireOrAnnounceWaiter(me)) {
+#else
+  // The lost wake-up this protocol once had, kept for the model checker's test that finds it
+  // (//sync:mutex_planted_bug_model_test defines it; no other build does): a failed acquire, then
+  // a separate mark after queueing, which an unlock in between does not see.
+  if (TryAcquire(me)) {
+#endif
+    queue_lock_.unlock();
+    return true;
+  }
+  // kWaiters is set and the lock is held by someone else: its unlock takes UnlockSlow, which
+  // waits for queue_lock_ and so finds this node.
+  // relaxed: the node is published to the releaser by queue_lock_.
+  node.state.store(kWaiting, std::memory_order_relaxed);
+  if (front)
+    queue_.push_front(&node);
+  else
+    queue_.push_back(&node);
+#ifdef WEFT_MODEL_PLANTED_MUTEX_LOST_WAKEUP
+  state_.fetch_or(kWaiters, std::memory_order_relaxed);
+#endif
+  queue_lock_.unlock();
+  return false;
+}
+
+Result<void> Mutex::GiveUp(MutexNode& node, ParkResult r) {
+  queue_lock_.lock();
+  int st = node.state.load(std::memory_order_relaxed);
+  if (st == kWaiting) {
+    queue_.remove(&node);
+    if (queue_.empty()) state_.fetch_and(~kWaiters, std::memory_order_relaxed);
+    queue_lock_.unlock();
+    return sync_internal::ErrorOf(r);
+  }
+  queue_lock_.unlock();
+  if (st == kGranted) return {};  // handed the lock as we gave up: it is ours
+  // Woken to compete as we gave up: pass the wake-up on, then report the timeout.
+  WakeNext();
+  return sync_internal::ErrorOf(r);
+}
+
+bool Mutex::LockAwaiter::await_ready() {
+  Waiter* me = &current_waiter();
+  node_.waiter = me;
+  if (mutex_.TryAcquire(me)) return true;
+  // relaxed: if it is us, we wrote it ourselves; if not, the value does not matter.
+  if (mutex_.owner_.load(std::memory_order_relaxed) == me->identity()) {
+    result_ = std::errc::resource_deadlock_would_occur;
+    return true;
+  }
+  node_.since = sync_internal::Now();
+  if (mutex_.AcquireOrQueue(node_, /*front=*/false)) return true;
+  queued_ = true;
+  return false;
+}
+
+bool Mutex::LockAwaiter::await_suspend(std::coroutine_handle<> h) {
+  return park_.Begin(*node_.waiter, h, options_, "Mutex", &mutex_);
+}
+
+bool Mutex::LockAwaiter::Step(void* self) {
+  auto& a = *static_cast<LockAwaiter*>(self);
+  Mutex& m = a.mutex_;
+  // acquire: pairs with Grant's release (a hand-off: the holder's critical section is ours).
+  const int st = a.node_.state.load(std::memory_order_acquire);
+  if (st == kWaiting) return false;
+  if (st == kGranted) return true;
+  // Woken to compete (kWoken), as LockSlow after its Park: the next unlock may wake another.
+  m.state_.fetch_and(~kWakePending, std::memory_order_relaxed);
+  if (m.TryAcquire(a.node_.waiter) || m.AcquireOrQueue(a.node_, /*front=*/true)) {
+    // Holding it, off the queue: later looks (and await_resume) see it as handed over.
+    a.node_.state.store(kGranted, std::memory_order_relaxed);
+    return true;
+  }
+  return false;  // queued again at the front
+}
+
+Result<void> Mutex::LockAwaiter::await_resume() {
+  if (!queued_) return result_;
+  ParkResult r = park_.End();
+  if (r == ParkResult::kWoken) return {};  // Step saw it ours
+  return mutex_.GiveUp(node_, r);
 }
 
 Result<void> Mutex::unlock() {

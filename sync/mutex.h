@@ -23,6 +23,7 @@
 #define WEFT_SYNC_MUTEX_H_
 
 #include <chrono>
+#include <coroutine>
 #include <cstdint>
 #include <mutex>  // std::defer_lock_t, std::try_to_lock_t, std::adopt_lock_t
 #include <type_traits>
@@ -36,6 +37,13 @@
 #include "weft/sync/waiter.h"
 
 namespace weft {
+
+namespace sync_internal {
+// A Mutex's waiting lock: since when it waits (for the hand-off to a waiter that waited long).
+struct MutexNode : WaitNode {
+  SyncClock::time_point since;
+};
+}  // namespace sync_internal
 
 class Mutex {
  public:
@@ -75,6 +83,32 @@ class Mutex {
   // unlock: EPERM if the caller does not hold it.
   Result<void> unlock();
 
+  // async_lock: lock(options) for a task (scheduler/task.h), which waits without blocking its
+  // worker: `if (Result<void> r = co_await mu.async_lock(); !r) ...`. The same results; the
+  // task then holds the mutex (unlock() from it). From a coroutine that is not a task, it
+  // blocks the fiber or thread that runs it.
+  class LockAwaiter {
+   public:
+    bool await_ready();
+    bool await_suspend(std::coroutine_handle<> h);
+    Result<void> await_resume();
+
+   private:
+    friend class Mutex;
+    LockAwaiter(Mutex& mutex, const WaitOptions& options)
+        : mutex_(mutex), options_(options), park_(&Step, this) {}
+    // Step: the wait's condition, on the task's side: granted, or woken and now holding it
+    // (competing as LockSlow's loop does; a loser queues again at the front).
+    static bool Step(void* self);
+    Mutex& mutex_;
+    WaitOptions options_;
+    sync_internal::MutexNode node_;
+    sync_internal::AsyncPark park_;
+    Result<void> result_;
+    bool queued_ = false;
+  };
+  LockAwaiter async_lock(const WaitOptions& options = {}) { return LockAwaiter(*this, options); }
+
  private:
   friend class CondVar;
   static constexpr std::uint32_t kLocked = 1;
@@ -92,6 +126,12 @@ class Mutex {
   // LockSlow: lock(options)'s wait; `interruptible` false for CondVar's re-lock, which must
   // end holding the mutex even while the runtime shuts down (parked, not spinning).
   Result<void> LockSlow(Waiter* me, const WaitOptions& options, bool interruptible = true);
+  // AcquireOrQueue: one turn of LockSlow's loop before it parks: takes the lock (true), or
+  // queues `node` (at the front: a woken waiter that lost) with kWaiters set (false).
+  bool AcquireOrQueue(sync_internal::MutexNode& node, bool front);
+  // GiveUp: after a wait on `node` that ended with r (not woken): withdraws, unless the lock
+  // was handed over meanwhile ({}); a wake-up that came as it gave up passes on.
+  Result<void> GiveUp(sync_internal::MutexNode& node, sync_internal::ParkResult r);
   void UnlockSlow();
   void WakeNext();  // wakes the first waiter to compete, leaving the lock as it is
 

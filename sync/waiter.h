@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstdint>
 #include <optional>
 
@@ -19,6 +20,10 @@
 #include "weft/sync/internal/wait_node.h"
 
 namespace weft {
+
+namespace sync_internal {
+class AsyncPark;
+}  // namespace sync_internal
 
 // SyncClock (weft/base/clock.h): steady_clock, or a simulated runtime's virtual clock.
 
@@ -38,6 +43,17 @@ class Waiter {
   virtual bool wait(std::optional<SyncClock::time_point> deadline) = 0;
   // notify: any thread.
   virtual void notify() = 0;
+  // suspend: for a Waiter that stands for a stackless task (a C++20 coroutine that a scheduler
+  // runs): the task, suspended at `h` once the caller's await_suspend returns, waits as `park`
+  // says: its scheduler calls park.Continue each time the task is woken (a notify, or the
+  // deadline park.deadline() passing) and resumes `h` once Continue returns true. Returns true.
+  // Owner only. Threads and fibers return false (the default): they cannot suspend a coroutine
+  // without blocking, so the awaitable blocks them in wait() instead.
+  virtual bool suspend(sync_internal::AsyncPark& park, std::coroutine_handle<> h) {
+    (void)park;
+    (void)h;
+    return false;
+  }
 
   // The rest is read or written on every wait, so it is plain data, not virtual calls (three
   // indirect calls per park were 4% of a channel round trip between fibers).

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -40,6 +41,7 @@
 #include "weft/scheduler/internal/park.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/internal/spin_lock.h"
+#include "weft/sync/internal/wait_queue.h"
 #include "weft/sync/waiter.h"
 #include "weft/timer/timer_heap.h"
 
@@ -98,6 +100,7 @@ class FiberWaiter final : public Waiter {
       : Waiter(/*spins_before_park=*/0, shutting_down) {}
   bool wait(std::optional<SyncClock::time_point> deadline) override;
   void notify() override;
+  bool suspend(sync_internal::AsyncPark& park, std::coroutine_handle<> h) override;
   // Renew: a new fiber in this Fiber object: its id is the Waiter's identity (Mutex ownership).
   void Renew(std::uint64_t fiber_id) { set_identity(fiber_id); }
   // Rebind: the Fiber object now belongs to another runtime (a retired FiberBlock reused).
@@ -226,7 +229,27 @@ struct alignas(64) Fiber {
   // In a simulation, the simulated host it runs on (0: the default host), set at spawn from its
   // spawner's and changed by sim::Network::enter (api/sim.h). The simulation's thread only.
   std::uint32_t sim_host = 0;
+  // A stackless task (scheduler/task.h) lives in a Fiber object too, with no stack: its context
+  // is TaskContext(), and its worker resumes its coroutine on the worker's own stack (RunTask).
+  // task_frame: where it resumes (the innermost coroutine of its chain, as it suspended);
+  // task_park: the wait it is suspended in (null: it resumes as soon as it runs); task_timer and
+  // task_gen: that wait's timer entry and generation while it is parked; task_exit: why its
+  // coroutine last returned to the worker; task_retry: its wait found no memory for its timer
+  // and is to be tried again when it next runs. Its worker's thread only.
+  void* task_frame = nullptr;
+  sync_internal::AsyncPark* task_park = nullptr;
+  TimerEntry* task_timer = nullptr;
+  std::uint64_t task_gen = 0;
+  std::uint8_t task_exit = 0;
+  bool task_retry = false;
 };
+
+// TaskContext: the context of a Fiber object that holds a task: not null (Prepare then gives it
+// no stack) and never a real context record (nothing switches to it: Run and DirectNext look).
+inline Context TaskContext() { return reinterpret_cast<Context>(std::uintptr_t{64}); }
+inline bool IsTask(const Fiber* f) { return f->context() == TaskContext(); }
+// Why a task's coroutine returned to its worker (Fiber::task_exit).
+enum TaskExit : std::uint8_t { kTaskRunning, kTaskParking, kTaskYielding, kTaskFinished };
 
 // FiberBlock: Fiber objects are made kFibers at a time, kStride bytes apart, in one page-aligned
 // block whose pages get their memory with one system call (context_internal::VmPrefaultWrite:

@@ -46,6 +46,11 @@ namespace weft {
 namespace scheduler_internal {
 // FiberMain: where every fiber's context starts (made by Impl::Prepare; worker_loop.cc).
 [[noreturn]] void FiberMain(Transfer t);
+// Tasks (scheduler/task.cc, park.cc). TaskWait: drives the wait a task is suspended in (true:
+// resume its coroutine now; false: it was parked or queued). TaskBlocked: a task called
+// something that blocks (a blocking wait, a fiber's yield): aborts with a message naming it.
+bool TaskWait(Worker& w, Fiber* f, bool parked);
+[[noreturn]] void TaskBlocked(Fiber* f, const char* how);
 }  // namespace scheduler_internal
 
 struct Runtime::Impl {
@@ -463,7 +468,14 @@ struct Runtime::Impl {
   Fiber* DirectNext(Worker& w) {
     if (w.tick - w.fair_tick >= kFairnessInterval) return nullptr;
     Fiber* next = NextLocal(w);
-    if (next == nullptr || !Prepare(w, next)) return nullptr;
+    if (next == nullptr) return nullptr;
+    if (IsTask(next)) [[unlikely]] {
+      // A task runs on the worker's own stack: through the loop (run_next is free: NextLocal
+      // took it, or found it empty).
+      w.run_next = next;
+      return nullptr;
+    }
+    if (!Prepare(w, next)) return nullptr;
     Started(w, next);
     return next;
   }
@@ -562,6 +574,9 @@ struct Runtime::Impl {
   // before the caller's last look for work), or until woken; counted in sleeps and idle_ns.
   void WaitIdle(Worker& w, std::uint32_t word, Clock::time_point deadline);
   void Run(Worker& w, Fiber* f);
+  // RunTask: Run for a task: resumes its coroutine on w's stack until it parks, yields or ends.
+  void RunTask(Worker& w, Fiber* f);
+  void FinishTask(Worker& w, Fiber* f);
 };
 
 }  // namespace weft

@@ -55,4 +55,76 @@ void WakeAndUnlock(SpinLock& lock, WaitQueue& q, NodeState state, std::size_t ma
   for (Waiter* w : wake) w->notify();
 }
 
+bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptions& options,
+                      const char* what, const void* object, bool interruptible) {
+  waiter_ = &waiter;
+  options_ = &options;
+  interruptible_ = interruptible;
+  result_ = ParkResult::kWoken;
+  reg_.fn = [](void* w) { static_cast<Waiter*>(w)->notify(); };
+  reg_.arg = &waiter;
+  cancel_state_ = options.cancel != nullptr ? StateOf(*options.cancel) : nullptr;
+  if (cancel_state_ != nullptr && !Register(cancel_state_, &reg_)) {
+    cancel_state_ = nullptr;  // not registered: nothing to take back
+    result_ = ParkResult::kCancelled;
+    return false;
+  }
+  deadline_ = DeadlineOf(options);
+  if (done_(done_arg_)) {
+    result_ = ParkResult::kWoken;
+    return false;
+  }
+  if (Cancelled()) {
+    result_ = ParkResult::kCancelled;
+    return false;
+  }
+  waiter.note_wait(what, object);
+  if (waiter.suspend(*this, h)) return true;
+  // Not a task: this thread or fiber blocks, as Park does (the registration made above serves).
+  bool finished = false;
+  ParkResult r = ParkResult::kWoken;
+  do {
+    bool woken = waiter.wait(deadline_.at);
+    finished = done_(done_arg_);
+    if (!woken && !finished) {
+      r = deadline_.by_token ? ParkResult::kCancelled : ParkResult::kTimedOut;
+      break;
+    }
+    if (!woken) break;
+    if (!finished && Cancelled()) {
+      r = ParkResult::kCancelled;
+      break;
+    }
+  } while (!finished);
+  result_ = r;
+  return false;
+}
+
+bool AsyncPark::Continue(bool woken) {
+  const bool finished = done_(done_arg_);
+  if (!woken) {
+    result_ = finished ? ParkResult::kWoken
+                       : (deadline_.by_token ? ParkResult::kCancelled : ParkResult::kTimedOut);
+    return true;
+  }
+  if (finished) {
+    result_ = ParkResult::kWoken;
+    return true;
+  }
+  if (Cancelled()) {
+    result_ = ParkResult::kCancelled;
+    return true;
+  }
+  return false;
+}
+
+ParkResult AsyncPark::End() {
+  waiter_->note_wait(nullptr, nullptr);
+  if (cancel_state_ != nullptr) {
+    Deregister(cancel_state_, &reg_);
+    cancel_state_ = nullptr;
+  }
+  return result_;
+}
+
 }  // namespace weft::sync_internal

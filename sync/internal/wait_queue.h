@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstddef>
 #include <initializer_list>
 #include <system_error>
@@ -186,6 +187,56 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, const cha
   if (cancel_state != nullptr) Deregister(cancel_state, &reg);
   return result;
 }
+
+// AsyncPark: Park for a stackless task (a C++20 coroutine), the same loop turned inside out:
+// the awaitable's await_suspend calls Begin, which suspends the task through its Waiter
+// (Waiter::suspend) instead of blocking; the task's scheduler calls Continue each time the task
+// is woken, which does what one turn of Park's loop does after wait() returns and says whether
+// the task resumes now or waits again; the awaitable's await_resume calls End. Where the Waiter
+// cannot suspend (a coroutine resumed by a plain thread or a fiber), Begin runs Park itself and
+// returns with the wait over, so an awaitable works from any coroutine, blocking the thread or
+// fiber that runs it.
+//
+// done: the wait's condition, as Park's; called on the task's side only (Begin, Continue), so
+// it may act for the task (a Mutex's competes for the lock when woken).
+class AsyncPark {
+ public:
+  using DoneFn = bool (*)(void* arg);
+  AsyncPark(DoneFn done, void* arg) : done_(done), done_arg_(arg) {}
+  AsyncPark(const AsyncPark&) = delete;
+  AsyncPark& operator=(const AsyncPark&) = delete;
+
+  // Begin: true: the task stays suspended at `h` until Continue says otherwise; false: the
+  // wait is over (result() tells how) and the coroutine goes on at once. `options` must outlive
+  // the wait (awaitables keep a copy).
+  bool Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptions& options,
+             const char* what, const void* object, bool interruptible = true);
+  // Continue: by the task's scheduler, on the task's behalf, after a wake-up: woken by a notify
+  // (true), or the deadline passed (false). True: the wait is over, resume the task; false:
+  // wait again, until deadline().
+  bool Continue(bool woken);
+  std::optional<SyncClock::time_point> deadline() const { return deadline_.at; }
+  // End: from await_resume, on the task: ends the wait (its cancellation registration) and
+  // returns how it ended.
+  ParkResult End();
+  ParkResult result() const { return result_; }
+
+ private:
+  bool Cancelled() const {
+    return (cancel_state_ != nullptr && options_->cancel->is_cancelled()) ||
+           (interruptible_ && waiter_->interrupted());
+  }
+
+  DoneFn done_;
+  void* done_arg_;
+  Waiter* waiter_ = nullptr;
+  const WaitOptions* options_ = nullptr;
+  CancelState* cancel_state_ = nullptr;
+  CancelRegistration reg_;
+  EffectiveDeadline deadline_;
+  ParkResult result_ = ParkResult::kWoken;
+  bool interruptible_ = true;
+};
 
 // AbortIfWaitedOn: the destructor check of every primitive: destroying one while something waits
 // on it aborts with a message rather than leaving waiters on freed memory.

@@ -1,0 +1,82 @@
+// scheduler/task.cc: how a worker runs a stackless task (scheduler/task.h). A task lives in a
+// Fiber object whose context is TaskContext(): the queues, stealing, wake-ups and timers treat
+// it as any fiber, and Run hands it to RunTask, which resumes its coroutine on the worker's own
+// stack. The coroutine comes back to RunTask when it suspends through weft: into a wait
+// (FiberWaiter::suspend: RunTask then drives the wait, TaskWait in park.cc), a yield, or its
+// end. A park is published as a fiber's is (AfterPark), so a notify wakes a task and a fiber
+// alike.
+
+#include <atomic>
+#include <coroutine>
+#include <cstdio>
+#include <cstdlib>
+
+#include "internal/runtime_impl.h"
+#include "weft/scheduler/task.h"
+
+namespace weft {
+namespace scheduler_internal {
+
+void TaskFinished() noexcept {
+  Fiber* f = CurrentFiber();
+  if (f != nullptr && IsTask(f)) f->task_exit = kTaskFinished;
+}
+
+bool YieldTask(std::coroutine_handle<> h) noexcept {
+  Fiber* f = CurrentFiber();
+  if (f == nullptr || !IsTask(f)) return false;
+  f->task_frame = h.address();
+  f->task_exit = kTaskYielding;
+  return true;
+}
+
+}  // namespace scheduler_internal
+
+using namespace scheduler_internal;
+
+void Runtime::Impl::RunTask(Worker& w, Fiber* f) {
+  Started(w, f);
+  // Woken in a wait (or back to retry one that found no memory): the rest of it first.
+  bool resume = f->task_park == nullptr || TaskWait(w, f, /*parked=*/!f->task_retry);
+  while (resume) {
+    f->task_park = nullptr;
+    f->task_exit = kTaskRunning;
+    std::coroutine_handle<>::from_address(f->task_frame).resume();
+    switch (f->task_exit) {
+      case kTaskParking:
+        // Saved before TaskWait may publish the park (the task may then run elsewhere).
+        f->saved_errno = *w.errno_slot;
+        resume = TaskWait(w, f, /*parked=*/false);
+        break;
+      case kTaskYielding:
+        f->saved_errno = *w.errno_slot;
+        f->state.store(kRunnable, std::memory_order_relaxed);
+        if (w.measure_latency) [[unlikely]]
+          StampNow(f);
+        w.yields.push(f);  // behind the worker's other runnable ones, as a fiber's yield
+        resume = false;
+        break;
+      case kTaskFinished:
+        FinishTask(w, f);
+        resume = false;
+        break;
+      default:
+        // The coroutine suspended in an awaitable that is not weft's: nothing would resume it
+        // on a worker (and whatever does would race the worker).
+        TaskBlocked(f, "suspended in an awaitable that is not weft's");
+    }
+  }
+  w.current = nullptr;
+}
+
+void Runtime::Impl::FinishTask(Worker& w, Fiber* f) {
+  auto* body = static_cast<TaskBody*>(f->body);
+  body->finish();  // may free the body (a detached task)
+  f->body = nullptr;
+  f->locals.clear();  // still current, so destructors may use fiber features
+  f->task_frame = nullptr;
+  f->set_context(nullptr);  // a plain Fiber object again, for the next spawn
+  Retire(w, f);
+}
+
+}  // namespace weft

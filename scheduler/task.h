@@ -1,0 +1,307 @@
+// scheduler/task.h: stackless tasks, C++20 coroutines that run on a Runtime's workers beside its
+// fibers: the same run queues, stealing, timers and reactor, and the same primitives.
+//
+// Defines: weft::Task<T>, weft::Runtime::spawn_task, weft::this_task::yield,
+// weft::this_task::sleep_for, weft::this_task::sleep_until.
+//
+//   weft::Task<int> answer(weft::Channel<int>& ch) {
+//     weft::Result<int> v = co_await ch.async_recv();      // parks the task, not the worker
+//     co_await weft::this_task::sleep_for(1ms);
+//     co_return v.value_or(0) + co_await helper();          // a Task awaited runs inline
+//   }
+//   weft::JoinHandle<int> h = rt.spawn_task([&] { return answer(ch); });
+//   int v = *h.join();           // from a fiber or thread; a task writes co_await h
+//
+// A task is a coroutine whose return type is Task<T>. Spawned (Runtime::spawn_task) it runs on
+// the workers; awaited from another task (`co_await child()`) it runs inline, as a call, and the
+// awaiter gets its value or its exception. A Task is lazy: nothing runs until it is spawned or
+// awaited. Tasks wait only through co_await: the async_ forms of the primitives
+// (Channel::async_send / async_recv, Mutex::async_lock, Event::async_wait,
+// JoinHandle::async_join, this_task::sleep_for), each with the same deadlines, cancellation and
+// errors as its blocking form, completing exactly once. A fiber and a task may share any of
+// them and wake each other. A blocking call from a task (a blocking wait, this_fiber::yield,
+// call_blocking, a BlockingRegion) would stall its worker: it aborts the process with a message
+// naming the call. Awaiting anything else that suspends (another library's awaitable) is not
+// supported and aborts the same way.
+//
+// Memory: a task has no stack. It holds its coroutine frames (from the spawning worker's slab,
+// like a fiber's spawn state: no malloc) and a task record shared with fibers (448 bytes).
+// docs/api.md, "Fibers and tasks", compares the costs.
+
+#ifndef WEFT_SCHEDULER_TASK_H_
+#define WEFT_SCHEDULER_TASK_H_
+
+#include <chrono>
+#include <coroutine>
+#include <exception>
+#include <new>
+#include <optional>
+#include <source_location>
+#include <type_traits>
+#include <utility>
+
+#include "weft/base/clock.h"
+#include "weft/base/result.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/internal/wait_queue.h"
+#include "weft/sync/waiter.h"
+
+namespace weft {
+
+template <typename T = void>
+class Task;
+
+namespace scheduler_internal {
+
+// TaskFinished: the running task's outermost coroutine has finished (its final awaiter).
+void TaskFinished() noexcept;
+// YieldTask: the running task yields, to resume at h: true; false if the caller is not a task.
+bool YieldTask(std::coroutine_handle<> h) noexcept;
+
+// TaskBody: a task's FiberBody: finish() takes the finished coroutine's result into the join
+// state, destroys the frame and signals the joiner (on the worker, after the coroutine ends).
+struct TaskBody : FiberBody {
+  virtual void finish() noexcept = 0;
+  void run() override { std::terminate(); }         // a task never runs as a fiber
+  void fail(std::exception_ptr) override { std::terminate(); }  // nor fails to start
+
+ protected:
+  ~TaskBody() = default;
+};
+
+// TaskResult: where a coroutine's value or exception waits for its awaiter.
+template <typename T>
+struct TaskResult {
+  std::optional<T> value;
+  std::exception_ptr error;
+  template <typename U = T>
+    requires std::is_convertible_v<U&&, T>
+  void return_value(U&& v) {
+    value.emplace(std::forward<U>(v));
+  }
+  T take() {
+    if (error) std::rethrow_exception(error);
+    return std::move(*value);
+  }
+};
+template <>
+struct TaskResult<void> {
+  std::exception_ptr error;
+  void return_void() noexcept {}
+  void take() {
+    if (error) std::rethrow_exception(error);
+  }
+};
+
+}  // namespace scheduler_internal
+
+// Task<T>: see the file comment. Move-only; destroying a Task that never ran destroys its frame.
+template <typename T>
+class [[nodiscard]] Task {
+ public:
+  using value_type = T;
+  struct promise_type;
+  using handle_type = std::coroutine_handle<promise_type>;
+
+  struct promise_type : scheduler_internal::TaskResult<T> {
+    // The coroutine that awaits this one (resumed when it ends), or null for a spawned task's
+    // outermost coroutine.
+    std::coroutine_handle<> continuation;
+
+    Task get_return_object() noexcept { return Task(handle_type::from_promise(*this)); }
+    std::suspend_always initial_suspend() noexcept { return {}; }
+    struct FinalAwaiter {
+      bool await_ready() noexcept { return false; }
+      std::coroutine_handle<> await_suspend(handle_type h) noexcept {
+        if (std::coroutine_handle<> c = h.promise().continuation) return c;
+        scheduler_internal::TaskFinished();
+        return std::noop_coroutine();
+      }
+      void await_resume() noexcept {}
+    };
+    FinalAwaiter final_suspend() noexcept { return {}; }
+    void unhandled_exception() noexcept { this->error = std::current_exception(); }
+    // Frames come from the calling worker's slab (a plain thread's: the heap), as spawn states.
+    static void* operator new(std::size_t bytes) {
+      return scheduler_internal::AllocateSpawnState(bytes);
+    }
+    static void operator delete(void* p) noexcept { scheduler_internal::FreeSpawnState(p); }
+  };
+
+  Task(Task&& other) noexcept : h_(std::exchange(other.h_, nullptr)) {}
+  Task& operator=(Task&& other) noexcept {
+    if (this != &other) {
+      if (h_) h_.destroy();
+      h_ = std::exchange(other.h_, nullptr);
+    }
+    return *this;
+  }
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+  ~Task() {
+    if (h_) h_.destroy();
+  }
+
+  // co_await task: runs it now, on the awaiting coroutine's task, and gives its value (or
+  // rethrows its exception).
+  auto operator co_await() && noexcept {
+    struct Awaiter {
+      handle_type h;
+      bool await_ready() noexcept { return false; }
+      std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept {
+        h.promise().continuation = caller;
+        return h;
+      }
+      T await_resume() { return h.promise().take(); }
+    };
+    return Awaiter{h_};
+  }
+
+ private:
+  template <typename>
+  friend class Task;
+  friend class Runtime;
+  explicit Task(handle_type h) : h_(h) {}
+  handle_type release() { return std::exchange(h_, nullptr); }
+  handle_type h_;
+};
+
+namespace scheduler_internal {
+
+// TaskState: a spawned task's join state and body in one allocation (as SpawnState), with the
+// callable that made its coroutine, kept until the task ends (the coroutine may refer to the
+// callable's captures: a lambda coroutine's `this` is the lambda).
+template <typename T, typename F>
+struct TaskState final : JoinState<T>, TaskBody {
+  explicit TaskState(F&& f) : fn(std::move(f)) { this->destroy = &Destroy; }
+  static TaskState* New(F&& f) {
+    void* p = AllocateSpawnState(sizeof(TaskState));
+    try {
+      return ::new (p) TaskState(std::move(f));
+    } catch (...) {
+      FreeSpawnState(p);
+      throw;
+    }
+  }
+  static void Destroy(JoinBase* base) noexcept {
+    auto* self = static_cast<TaskState*>(static_cast<JoinState<T>*>(base));
+    self->~TaskState();
+    FreeSpawnState(self);
+  }
+  void finish() noexcept override {
+    auto& promise = root.promise();
+    if (promise.error) {
+      this->error = promise.error;
+    } else if constexpr (std::is_void_v<T>) {
+      this->value.emplace();
+    } else {
+      try {
+        this->value.emplace(std::move(*promise.value));
+      } catch (...) {
+        this->error = std::current_exception();
+      }
+    }
+    root.destroy();
+    fn.reset();
+    if (this->done.set()) Destroy(this);  // the handle was dropped: ours alone
+  }
+  std::optional<F> fn;
+  typename Task<T>::handle_type root;
+};
+
+// NoCallable: the F of a task spawned from a Task object.
+struct NoCallable {};
+
+}  // namespace scheduler_internal
+
+template <typename F>
+  requires scheduler_internal::IsTaskType<std::invoke_result_t<F&>>::value
+auto Runtime::spawn_task(F f, const FiberOptions& options, std::source_location site)
+    -> JoinHandle<typename std::invoke_result_t<F&>::value_type> {
+  using T = typename std::invoke_result_t<F&>::value_type;
+  using State = scheduler_internal::TaskState<T, F>;
+  State* state = State::New(std::move(f));
+  try {
+    state->root = (*state->fn)().release();
+    scheduler_internal::Spawn(*this, state, options, site, state->root.address());
+  } catch (...) {
+    if (state->root) state->root.destroy();
+    State::Destroy(state);
+    throw;
+  }
+  return JoinHandle<T>(state);
+}
+
+template <typename T>
+JoinHandle<T> Runtime::spawn_task(Task<T> task, const FiberOptions& options,
+                                  std::source_location site) {
+  using State = scheduler_internal::TaskState<T, scheduler_internal::NoCallable>;
+  State* state = State::New(scheduler_internal::NoCallable{});
+  state->root = task.release();
+  try {
+    scheduler_internal::Spawn(*this, state, options, site, state->root.address());
+  } catch (...) {
+    state->root.destroy();
+    State::Destroy(state);
+    throw;
+  }
+  return JoinHandle<T>(state);
+}
+
+namespace this_task {
+
+// yield: the task goes behind the worker's other runnable fibers and tasks. In a coroutine that
+// is not a task (run by a fiber or thread), this_fiber::yield.
+inline auto yield() noexcept {
+  struct Awaiter {
+    bool await_ready() noexcept { return false; }
+    bool await_suspend(std::coroutine_handle<> h) noexcept {
+      if (scheduler_internal::YieldTask(h)) return true;
+      this_fiber::yield();
+      return false;
+    }
+    void await_resume() noexcept {}
+  };
+  return Awaiter{};
+}
+
+// SleepAwaiter: what sleep_until and sleep_for return.
+class [[nodiscard]] SleepAwaiter {
+ public:
+  SleepAwaiter(SyncClock::time_point when, const CancellationToken* cancel)
+      : when_(when), options_{.deadline = when, .cancel = cancel}, park_(&Done, this) {}
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> h) {
+    return park_.Begin(current_waiter(), h, options_, "sleep", nullptr);
+  }
+  // {} once the time has come; operation_canceled if the token is cancelled or the runtime
+  // shuts down first.
+  Result<void> await_resume() {
+    if (park_.End() == sync_internal::ParkResult::kCancelled) return std::errc::operation_canceled;
+    return {};
+  }
+
+ private:
+  static bool Done(void* self) {
+    return static_cast<SleepAwaiter*>(self)->when_ <= SyncClock::now();
+  }
+  SyncClock::time_point when_;
+  WaitOptions options_;
+  sync_internal::AsyncPark park_;
+};
+
+// sleep_until / sleep_for: this_fiber's sleeps for a task: co_await this_task::sleep_for(d).
+inline SleepAwaiter sleep_until(SyncClock::time_point when,
+                                const CancellationToken* cancel = nullptr) {
+  return SleepAwaiter(when, cancel);
+}
+inline SleepAwaiter sleep_for(SyncClock::duration d, const CancellationToken* cancel = nullptr) {
+  return SleepAwaiter(SaturatingAfter(SyncClock::now(), d), cancel);
+}
+
+}  // namespace this_task
+
+}  // namespace weft
+
+#endif  // WEFT_SCHEDULER_TASK_H_

@@ -1,0 +1,484 @@
+// Stackless tasks (scheduler/task.h): spawning and joining, inline awaits, exceptions, yields
+// and sleeps, every awaitable primitive from tasks and shared with fibers, deadlines and
+// cancellation, shutdown with parked tasks, and the abort of a blocking call from a task. Each
+// concurrent test runs on 1, 2 and 4 workers. WEFT_STRESS_SCALE=N multiplies the loop counts.
+
+#include "weft/scheduler/task.h"
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "weft/base/stress_scale.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/channel.h"
+#include "weft/sync/coordination.h"
+#include "weft/sync/mutex.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::DeathTestStyle;
+using testing::StressScale;
+
+Task<int> Add(int a, int b) { co_return a + b; }
+
+Task<int> SumByAwaits(int n) {
+  int sum = 0;
+  for (int i = 0; i < n; ++i) sum += co_await Add(i, 1);
+  co_return sum;
+}
+
+Task<int> Throws() {
+  co_await this_task::yield();
+  throw std::runtime_error("from a task");
+}
+
+Task<std::string> CatchesFromAChild() {
+  try {
+    (void)co_await Throws();
+  } catch (const std::runtime_error& e) {
+    co_return std::string("caught ") + e.what();
+  }
+  co_return "not thrown";
+}
+
+TEST(TaskTest, SpawnedTaskIsJoinedFromAThread) {
+  Runtime rt({.workers = 2});
+  JoinHandle<int> h = rt.spawn_task(SumByAwaits(100));
+  Result<int> r = h.join();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 100 * 99 / 2 + 100);
+}
+
+TEST(TaskTest, ExceptionsReachTheAwaiterAndTheJoiner) {
+  Runtime rt({.workers = 1});
+  EXPECT_EQ(*rt.spawn_task(CatchesFromAChild()).join(), "caught from a task");
+  JoinHandle<int> h = rt.spawn_task(Throws());
+  EXPECT_THROW((void)h.join(), std::runtime_error);
+}
+
+TEST(TaskTest, TheCallableOutlivesItsCoroutine) {
+  Runtime rt({.workers = 2});
+  auto big = std::make_unique<std::vector<int>>(1000, 7);
+  // A lambda coroutine reads its captures through the lambda: spawn_task keeps it alive.
+  JoinHandle<int> h = rt.spawn_task([v = std::move(big)]() -> Task<int> {
+    co_await this_task::yield();
+    co_await this_task::sleep_for(1ms);
+    int sum = 0;
+    for (int x : *v) sum += x;
+    co_return sum;
+  });
+  EXPECT_EQ(*h.join(), 7000);
+}
+
+TEST(TaskTest, ADetachedTaskRunsToItsEnd) {
+  std::atomic<int> done{0};
+  {
+    Runtime rt({.workers = 2});
+    for (int i = 0; i < 100; ++i) {
+      rt.spawn_task([&done]() -> Task<> {
+          co_await this_task::yield();
+          done.fetch_add(1);
+        }).detach();
+    }
+  }  // ~Runtime waits for every task
+  EXPECT_EQ(done.load(), 100);
+}
+
+TEST(TaskTest, TaskIdsAndTheRunningRuntime) {
+  Runtime rt({.workers = 1});
+  auto h = rt.spawn_task([&rt]() -> Task<bool> {
+    co_return Runtime::current() == &rt && this_fiber::in_fiber() && this_fiber::id() != 0 &&
+        this_fiber::worker_index() == 0;
+  });
+  EXPECT_TRUE(*h.join());
+}
+
+class TaskWorkersTest : public ::testing::TestWithParam<unsigned> {};
+INSTANTIATE_TEST_SUITE_P(Workers, TaskWorkersTest, ::testing::Values(1u, 2u, 4u));
+
+TEST_P(TaskWorkersTest, ManyTasksSpawnAndJoinTasks) {
+  Runtime rt({.workers = GetParam()});
+  const int n = 50 * StressScale();
+  auto h = rt.spawn_task([&rt, n]() -> Task<long> {
+    std::vector<JoinHandle<long>> children;
+    for (int i = 0; i < n; ++i) {
+      children.push_back(rt.spawn_task([i, n, &rt]() -> Task<long> {
+        std::vector<JoinHandle<int>> leaves;
+        for (int j = 0; j < n; ++j) leaves.push_back(rt.spawn_task(Add(i, j)));
+        long sum = 0;
+        for (auto& leaf : leaves) sum += *co_await leaf;
+        co_return sum;
+      }));
+    }
+    long total = 0;
+    for (auto& c : children) total += *co_await c;
+    co_return total;
+  });
+  long expected = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) expected += i + j;
+  EXPECT_EQ(*h.join(), expected);
+}
+
+TEST_P(TaskWorkersTest, ChannelPingPongBetweenTwoTasks) {
+  Runtime rt({.workers = GetParam()});
+  const int rounds = 5000 * StressScale();
+  Channel<int> ping, pong;  // unbuffered: every send waits for its receiver
+  auto server = rt.spawn_task([&]() -> Task<int> {
+    int served = 0;
+    for (;;) {
+      Result<int> v = co_await ping.async_recv();
+      if (!v) co_return served;
+      if (!(co_await pong.async_send(*v + 1))) co_return -1;
+      ++served;
+    }
+  });
+  auto client = rt.spawn_task([&]() -> Task<bool> {
+    for (int i = 0; i < rounds; ++i) {
+      if (!(co_await ping.async_send(int{i}))) co_return false;
+      Result<int> r = co_await pong.async_recv();
+      if (!r || *r != i + 1) co_return false;
+    }
+    ping.close();
+    co_return true;
+  });
+  EXPECT_TRUE(*client.join());
+  EXPECT_EQ(*server.join(), rounds);
+}
+
+// Fibers and tasks on both ends of one channel: every value is received exactly once.
+TEST_P(TaskWorkersTest, FibersAndTasksShareAChannel) {
+  Runtime rt({.workers = GetParam()});
+  const int per_producer = 2000 * StressScale();
+  constexpr int kProducers = 4;  // two fibers, two tasks
+  Channel<int> ch(8);
+  std::vector<std::atomic<int>> seen(kProducers * per_producer);
+  std::vector<JoinHandle<void>> producers, consumers;
+  for (int p = 0; p < kProducers; ++p) {
+    if (p % 2 == 0) {
+      producers.push_back(rt.spawn([&, p] {
+        for (int i = 0; i < per_producer; ++i) ASSERT_TRUE(ch.send(p * per_producer + i).ok());
+      }));
+    } else {
+      producers.push_back(rt.spawn_task([&, p]() -> Task<> {
+        for (int i = 0; i < per_producer; ++i) {
+          EXPECT_TRUE(co_await ch.async_send(p * per_producer + i));
+        }
+      }));
+    }
+  }
+  for (int c = 0; c < 4; ++c) {
+    if (c % 2 == 0) {
+      consumers.push_back(rt.spawn([&] {
+        for (int v : ch) seen[v].fetch_add(1);
+      }));
+    } else {
+      consumers.push_back(rt.spawn_task([&]() -> Task<> {
+        for (;;) {
+          Result<int> v = co_await ch.async_recv();
+          if (!v) {
+            EXPECT_EQ(v.error(), std::errc::broken_pipe);
+            co_return;
+          }
+          seen[*v].fetch_add(1);
+        }
+      }));
+    }
+  }
+  for (auto& h : producers) ASSERT_TRUE(h.join().ok());
+  ch.close();
+  for (auto& h : consumers) ASSERT_TRUE(h.join().ok());
+  for (auto& s : seen) ASSERT_EQ(s.load(), 1);
+}
+
+// A Mutex contended by fibers, tasks and a plain thread: no increment is lost, and each holder
+// unlocks what it locked.
+TEST_P(TaskWorkersTest, FibersTasksAndAThreadShareAMutex) {
+  Runtime rt({.workers = GetParam()});
+  const int per = 2000 * StressScale();
+  Mutex mu;
+  long counter = 0;
+  std::vector<JoinHandle<void>> hs;
+  for (int k = 0; k < 3; ++k) {
+    hs.push_back(rt.spawn([&] {
+      for (int i = 0; i < per; ++i) {
+        MutexLock hold(mu);
+        ++counter;
+      }
+    }));
+    hs.push_back(rt.spawn_task([&]() -> Task<> {
+      for (int i = 0; i < per; ++i) {
+        Result<void> r = co_await mu.async_lock();
+        EXPECT_TRUE(r.ok());
+        ++counter;
+        if (i % 7 == 0) co_await this_task::yield();  // held across a suspension
+        EXPECT_TRUE(mu.unlock().ok());
+      }
+    }));
+  }
+  std::thread outside([&] {
+    for (int i = 0; i < per; ++i) {
+      MutexLock hold(mu);
+      ++counter;
+    }
+  });
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  outside.join();
+  EXPECT_EQ(counter, 7L * per);
+}
+
+TEST_P(TaskWorkersTest, AnEventWakesParkedTasksAndFibers) {
+  Runtime rt({.workers = GetParam()});
+  Event go;
+  WaitGroup ready;
+  std::atomic<int> woken{0};
+  std::vector<JoinHandle<void>> hs;
+  constexpr int kEach = 200;
+  ASSERT_TRUE(ready.add(2 * kEach).ok());
+  for (int i = 0; i < kEach; ++i) {
+    hs.push_back(rt.spawn_task([&]() -> Task<> {
+      ready.done();
+      EXPECT_TRUE(co_await go.async_wait());
+      woken.fetch_add(1);
+    }));
+    hs.push_back(rt.spawn([&] {
+      ready.done();
+      EXPECT_TRUE(go.wait().ok());
+      woken.fetch_add(1);
+    }));
+  }
+  // A task waits for the WaitGroup, then sets the event.
+  auto setter = rt.spawn_task([&]() -> Task<> {
+    EXPECT_TRUE(co_await ready.async_wait());
+    go.set();
+  });
+  ASSERT_TRUE(setter.join().ok());
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  EXPECT_EQ(woken.load(), 2 * kEach);
+}
+
+TEST_P(TaskWorkersTest, SemaphorePermitsPassBetweenTasksAndFibers) {
+  Runtime rt({.workers = GetParam()});
+  Semaphore sem(2);
+  std::atomic<int> inside{0}, most{0};
+  const int per = 300 * StressScale();
+  auto enter = [&] {
+    int now = inside.fetch_add(1) + 1;
+    int m = most.load();
+    while (now > m && !most.compare_exchange_weak(m, now)) {
+    }
+  };
+  std::vector<JoinHandle<void>> hs;
+  for (int k = 0; k < 3; ++k) {
+    hs.push_back(rt.spawn_task([&]() -> Task<> {
+      for (int i = 0; i < per; ++i) {
+        EXPECT_TRUE(co_await sem.async_acquire());
+        enter();
+        co_await this_task::yield();
+        inside.fetch_sub(1);
+        sem.release();
+      }
+    }));
+    hs.push_back(rt.spawn([&] {
+      for (int i = 0; i < per; ++i) {
+        ASSERT_TRUE(sem.acquire().ok());
+        enter();
+        this_fiber::yield();
+        inside.fetch_sub(1);
+        sem.release();
+      }
+    }));
+  }
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  EXPECT_LE(most.load(), 2);
+  EXPECT_EQ(sem.available(), 2);
+}
+
+TEST_P(TaskWorkersTest, TasksAndFibersJoinEachOther) {
+  Runtime rt({.workers = GetParam()});
+  auto h = rt.spawn_task([&rt]() -> Task<int> {
+    JoinHandle<int> fiber = rt.spawn([] {
+      this_fiber::sleep_for(1ms);
+      return 20;
+    });
+    int from_fiber = *co_await fiber;
+    // A fiber that joins a task.
+    JoinHandle<int> inner = rt.spawn_task(Add(1, 1));
+    JoinHandle<int> joiner = rt.spawn([h = std::move(inner)]() mutable { return *h.join(); });
+    co_return from_fiber + *co_await joiner.async_join({.deadline = SyncClock::now() + 1h});
+  });
+  EXPECT_EQ(*h.join(), 22);
+}
+
+TEST(TaskTest, DeadlinesAndCancellationEndWaits) {
+  Runtime rt({.workers = 2});
+  Channel<int> never;
+  Mutex held;
+  CancellationSource source;
+  auto holder = rt.spawn([&] {
+    MutexLock hold(held);
+    CancellationToken token = source.token();
+    (void)this_fiber::sleep_for(1h, &token);  // until cancelled below
+  });
+  auto h = rt.spawn_task([&]() -> Task<> {
+    auto soon = [] { return WaitOptions{.deadline = SyncClock::now() + 5ms}; };
+    Result<int> r = co_await never.async_recv(soon());
+    EXPECT_EQ(r, std::errc::timed_out);
+    EXPECT_EQ(co_await never.async_send(1, soon()), std::errc::timed_out);
+    while (held.try_lock() && held.unlock().ok()) co_await this_task::yield();  // until held
+    EXPECT_EQ(co_await held.async_lock(soon()), std::errc::timed_out);
+    Event e;
+    EXPECT_EQ(co_await e.async_wait(soon()), std::errc::timed_out);
+    // A token cancelled while the task waits (from the other worker's fiber).
+    CancellationSource mine;
+    CancellationToken token = mine.token();
+    auto canceller = Runtime::current()->spawn([&mine] {
+      this_fiber::sleep_for(2ms);
+      mine.cancel();
+    });
+    EXPECT_EQ(co_await never.async_recv({.cancel = &token}), std::errc::operation_canceled);
+    EXPECT_EQ(co_await this_task::sleep_for(1h, &token), std::errc::operation_canceled);
+    EXPECT_TRUE(co_await canceller);
+    // Past deadlines and zero sleeps do not suspend at all.
+    EXPECT_TRUE(co_await this_task::sleep_for(0s));
+    EXPECT_EQ(co_await never.async_recv({.deadline = SyncClock::now() - 1s}),
+              std::errc::timed_out);
+    source.cancel();  // the holder lets go
+    EXPECT_TRUE(co_await held.async_lock());
+    EXPECT_EQ(co_await held.async_lock(), std::errc::resource_deadlock_would_occur);
+    EXPECT_TRUE(held.unlock().ok());
+  });
+  ASSERT_TRUE(h.join().ok());
+  ASSERT_TRUE(holder.join().ok());
+}
+
+TEST(TaskTest, SleepsWakeInDeadlineOrder) {
+  Runtime rt({.workers = 1});
+  std::vector<int> order;
+  Mutex mu;
+  std::vector<JoinHandle<void>> hs;
+  for (int i : {3, 1, 2}) {
+    hs.push_back(rt.spawn_task([&, i]() -> Task<> {
+      EXPECT_TRUE(co_await this_task::sleep_for(i * 20ms));
+      EXPECT_TRUE(co_await mu.async_lock());
+      order.push_back(i);
+      EXPECT_TRUE(mu.unlock().ok());
+    }));
+  }
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+}
+
+// Shutdown with tasks parked on everything: each wait ends with operation_canceled, the tasks
+// return, and the runtime goes (ASan checks that nothing leaks).
+TEST(TaskTest, ShutdownEndsTheWaitsOfParkedTasks) {
+  std::atomic<int> cancelled{0};
+  Channel<int> ch;
+  Event never;
+  Semaphore none(0);
+  Mutex held;
+  {
+    Runtime rt({.workers = 2});
+    Event locked;
+    rt.spawn([&] {
+        held.lock();
+        locked.set();
+      }).detach();  // ends holding it, so lockers wait for good
+    ASSERT_TRUE(locked.wait().ok());
+    for (int i = 0; i < 50; ++i) {
+      rt.spawn_task([&]() -> Task<> {
+          if ((co_await ch.async_recv()) == std::errc::operation_canceled) cancelled.fetch_add(1);
+        }).detach();
+      rt.spawn_task([&]() -> Task<> {
+          if ((co_await never.async_wait()) == std::errc::operation_canceled) cancelled.fetch_add(1);
+        }).detach();
+      rt.spawn_task([&]() -> Task<> {
+          if ((co_await none.async_acquire()) == std::errc::operation_canceled) {
+            cancelled.fetch_add(1);
+          }
+        }).detach();
+      rt.spawn_task([&]() -> Task<> {
+          if ((co_await this_task::sleep_for(1h)) == std::errc::operation_canceled) {
+            cancelled.fetch_add(1);
+          }
+        }).detach();
+      rt.spawn_task([&]() -> Task<> {
+          if ((co_await held.async_lock()) == std::errc::operation_canceled) cancelled.fetch_add(1);
+        }).detach();
+    }
+    // Every task parked: the channel's and the lists' queues hold them (the sleeps and locks
+    // are left to the runtime's count).
+    while (ch.waiters() < 50) std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(cancelled.load(), 250);
+}
+
+// A coroutine that is not a task (here one that runs eagerly on a fiber) may await weft's
+// awaitables: they block the fiber that runs it.
+struct Eager {
+  struct promise_type {
+    Eager get_return_object() { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { std::terminate(); }
+  };
+};
+
+Eager ReceiveTwice(Channel<int>& ch, int& sum) {
+  sum += *co_await ch.async_recv();
+  sum += *co_await ch.async_recv({.deadline = SyncClock::now() + 1h});
+}
+
+TEST(TaskTest, AwaitablesBlockAFiberThatIsNotATask) {
+  Runtime rt({.workers = 2});
+  Channel<int> ch;
+  int sum = 0;
+  auto consumer = rt.spawn([&] { ReceiveTwice(ch, sum); });
+  auto producer = rt.spawn([&] {
+    ASSERT_TRUE(ch.send(20).ok());
+    ASSERT_TRUE(ch.send(22).ok());
+  });
+  ASSERT_TRUE(producer.join().ok());
+  ASSERT_TRUE(consumer.join().ok());
+  EXPECT_EQ(sum, 42);
+}
+
+TEST(TaskDeathTest, ABlockingCallFromATaskAbortsWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, DeathTestStyle());
+  EXPECT_DEATH(
+      {
+        Runtime rt({.workers = 1});
+        Channel<int> ch;
+        auto h = rt.spawn_task([&]() -> Task<> {
+          (void)ch.recv();  // the blocking form
+          co_return;
+        });
+        (void)h.join();
+      },
+      "called a blocking wait \\(Channel recv\\), which would block its worker");
+  EXPECT_DEATH(
+      {
+        Runtime rt({.workers = 1});
+        auto h = rt.spawn_task([]() -> Task<> {
+          this_fiber::yield();
+          co_return;
+        });
+        (void)h.join();
+      },
+      "called this_fiber::yield");
+}
+
+}  // namespace
+}  // namespace weft
