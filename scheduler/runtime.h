@@ -526,9 +526,9 @@ class Runtime {
   // its captures), or `task` itself. Any thread, fiber or task. options: name and
   // pinned_worker apply (a task has no stack). Throws what the allocation throws.
   template <typename F>
-    requires scheduler_internal::IsTaskType<std::invoke_result_t<F&>>::value
-  auto spawn_task(F f, const FiberOptions& options = {},
-                  std::source_location site = std::source_location::current())
+  requires scheduler_internal::IsTaskType<std::invoke_result_t<F&>>::value auto spawn_task(
+      F f, const FiberOptions& options = {},
+      std::source_location site = std::source_location::current())
       -> JoinHandle<typename std::invoke_result_t<F&>::value_type>;
   template <typename T>
   JoinHandle<T> spawn_task(Task<T> task, const FiberOptions& options = {},

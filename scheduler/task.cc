@@ -6,13 +6,14 @@
 // end. A park is published as a fiber's is (AfterPark), so a notify wakes a task and a fiber
 // alike.
 
+#include "weft/scheduler/task.h"
+
 #include <atomic>
 #include <coroutine>
 #include <cstdio>
 #include <cstdlib>
 
 #include "internal/runtime_impl.h"
-#include "weft/scheduler/task.h"
 
 namespace weft {
 namespace scheduler_internal {

@@ -63,7 +63,7 @@ bool YieldTask(std::coroutine_handle<> h) noexcept;
 // state, destroys the frame and signals the joiner (on the worker, after the coroutine ends).
 struct TaskBody : FiberBody {
   virtual void finish() noexcept = 0;
-  void run() override { std::terminate(); }         // a task never runs as a fiber
+  void run() override { std::terminate(); }                     // a task never runs as a fiber
   void fail(std::exception_ptr) override { std::terminate(); }  // nor fails to start
 
  protected:
@@ -76,10 +76,8 @@ struct TaskResult {
   std::optional<T> value;
   std::exception_ptr error;
   template <typename U = T>
-    requires std::is_convertible_v<U&&, T>
-  void return_value(U&& v) {
-    value.emplace(std::forward<U>(v));
-  }
+  requires std::is_convertible_v<U&&, T>
+  void return_value(U&& v) { value.emplace(std::forward<U>(v)); }
   T take() {
     if (error) std::rethrow_exception(error);
     return std::move(*value);
@@ -216,8 +214,8 @@ struct NoCallable {};
 }  // namespace scheduler_internal
 
 template <typename F>
-  requires scheduler_internal::IsTaskType<std::invoke_result_t<F&>>::value
-auto Runtime::spawn_task(F f, const FiberOptions& options, std::source_location site)
+requires scheduler_internal::IsTaskType<std::invoke_result_t<F&>>::value auto Runtime::spawn_task(
+    F f, const FiberOptions& options, std::source_location site)
     -> JoinHandle<typename std::invoke_result_t<F&>::value_type> {
   using T = typename std::invoke_result_t<F&>::value_type;
   using State = scheduler_internal::TaskState<T, F>;

@@ -98,7 +98,7 @@ TEST(TaskTest, ADetachedTaskRunsToItsEnd) {
 TEST(TaskTest, TaskIdsAndTheRunningRuntime) {
   Runtime rt({.workers = 1});
   auto h = rt.spawn_task([&rt]() -> Task<bool> {
-    co_return Runtime::current() == &rt && this_fiber::in_fiber() && this_fiber::id() != 0 &&
+    co_return Runtime::current() == &rt&& this_fiber::in_fiber() && this_fiber::id() != 0 &&
         this_fiber::worker_index() == 0;
   });
   EXPECT_TRUE(*h.join());
@@ -352,8 +352,7 @@ TEST(TaskTest, DeadlinesAndCancellationEndWaits) {
     EXPECT_TRUE(co_await canceller);
     // Past deadlines and zero sleeps do not suspend at all.
     EXPECT_TRUE(co_await this_task::sleep_for(0s));
-    EXPECT_EQ(co_await never.async_recv({.deadline = SyncClock::now() - 1s}),
-              std::errc::timed_out);
+    EXPECT_EQ(co_await never.async_recv({.deadline = SyncClock::now() - 1s}), std::errc::timed_out);
     source.cancel();  // the holder lets go
     EXPECT_TRUE(co_await held.async_lock());
     EXPECT_EQ(co_await held.async_lock(), std::errc::resource_deadlock_would_occur);
@@ -401,7 +400,8 @@ TEST(TaskTest, ShutdownEndsTheWaitsOfParkedTasks) {
           if ((co_await ch.async_recv()) == std::errc::operation_canceled) cancelled.fetch_add(1);
         }).detach();
       rt.spawn_task([&]() -> Task<> {
-          if ((co_await never.async_wait()) == std::errc::operation_canceled) cancelled.fetch_add(1);
+          if ((co_await never.async_wait()) == std::errc::operation_canceled)
+            cancelled.fetch_add(1);
         }).detach();
       rt.spawn_task([&]() -> Task<> {
           if ((co_await none.async_acquire()) == std::errc::operation_canceled) {
