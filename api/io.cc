@@ -190,6 +190,97 @@ Result<void> SendAll(Fd at, const void* buf, std::size_t len, const WaitOptions&
                   len);
 }
 
+namespace {
+
+// RunAbsorbingAsync: RunAbsorbing for a task.
+template <typename Submit>
+Task<std::int64_t> RunAbsorbingAsync(Absorb what, Fd fd, Submit submit, WaitOptions options,
+                                     const char* name) {
+  for (int i = 0;; ++i) {
+    std::int64_t r =
+        co_await scheduler_internal::IoAwaiter(submit, options, name, fd.fd, fd.epoch);
+    bool transient = r == -EINTR ||
+                     (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
+                     (what == Absorb::kAccept && r == -ECONNABORTED);
+    if (!transient || i == kTransientRetries) co_return r;
+  }
+}
+
+}  // namespace
+
+Task<Result<std::size_t>> AsyncRecv(Fd at, void* buf, std::size_t len, int flags,
+                                    WaitOptions options) {
+  const int fd = at.fd;
+  if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
+  co_return Size(co_await RunAbsorbingAsync(
+      ForFlags(flags), at, [=](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); },
+      options, "io recv"));
+}
+
+Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int flags,
+                                    WaitOptions options) {
+  const int fd = at.fd;
+  if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
+#ifndef _WIN32
+  // First without the reactor, as Send.
+  if (BadIoRequest(buf, len)) co_return std::errc::invalid_argument;
+  if (std::optional<Result<std::size_t>> r = TryDirect(at, options, [&] {
+        return ::send(fd, buf, ClampIoLength(len), flags | kNoSignal | MSG_DONTWAIT);
+      })) {
+    co_return *r;
+  }
+#endif
+  co_return Size(co_await RunAbsorbingAsync(
+      ForFlags(flags), at,
+      [=](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | kNoSignal); }, options,
+      "io send"));
+}
+
+Task<Result<void>> AsyncSendAll(Fd at, const void* buf, std::size_t len, WaitOptions options) {
+  const char* p = static_cast<const char*>(buf);
+  while (len != 0) {
+    Result<std::size_t> n = co_await AsyncSend(at, p, len, 0, options);
+    if (!n.ok()) co_return n.error();
+    if (*n == 0) co_return std::errc::io_error;  // a write that makes no progress
+    p += *n;
+    len -= *n;
+  }
+  co_return Result<void>();
+}
+
+Task<Result<void>> AsyncReadExact(Fd at, void* buf, std::size_t len, WaitOptions options) {
+  char* p = static_cast<char*>(buf);
+  while (len != 0) {
+    Result<std::size_t> n = co_await AsyncRecv(at, p, len, 0, options);
+    if (!n.ok()) co_return n.error();
+    if (*n == 0) co_return std::errc::connection_aborted;  // the end came first, as ReadExact
+    p += *n;
+    len -= *n;
+  }
+  co_return Result<void>();
+}
+
+Task<Result<int>> AsyncAccept(Fd at, WaitOptions options) {
+  const int fd = at.fd;
+  if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
+  std::int64_t r = co_await RunAbsorbingAsync(
+      Absorb::kAccept, at,
+      [fd](Reactor& re, IoOp& op) { re.accept(op, fd, nullptr, nullptr); }, options,
+      "io accept");
+  if (r < 0) co_return ErrcOf(r);
+  co_return static_cast<int>(r);
+}
+
+Task<Result<void>> AsyncConnect(int fd, const sockaddr* addr, socklen_t addrlen,
+                                WaitOptions options) {
+  if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
+  std::int64_t r = co_await scheduler_internal::IoAwaiter(
+      [&](Reactor& re, IoOp& op) { re.connect(op, fd, addr, addrlen); }, options, "io connect",
+      fd);
+  if (r < 0) co_return ErrcOf(r);
+  co_return Result<void>();
+}
+
 // recv_buffer's counts (relaxed: statistics).
 std::atomic<std::uint64_t> g_recv_pooled{0};
 std::atomic<std::uint64_t> g_recv_no_buffers{0};

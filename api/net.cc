@@ -352,6 +352,35 @@ Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions
   return io_internal::ReadExact({fd_, epoch_}, buf, len, options);
 }
 
+Task<Result<std::size_t>> TcpStream::async_read(void* buf, std::size_t len, WaitOptions options) {
+  return io_internal::AsyncRecv({fd_, epoch_}, buf, len, 0, options);
+}
+
+Task<Result<std::size_t>> TcpStream::async_write(const void* buf, std::size_t len,
+                                                 WaitOptions options) {
+  return io_internal::AsyncSend({fd_, epoch_}, buf, len, 0, options);
+}
+
+Task<Result<void>> TcpStream::async_write_all(const void* buf, std::size_t len,
+                                              WaitOptions options) {
+  return io_internal::AsyncSendAll({fd_, epoch_}, buf, len, options);
+}
+
+Task<Result<void>> TcpStream::async_read_exact(void* buf, std::size_t len, WaitOptions options) {
+  return io_internal::AsyncReadExact({fd_, epoch_}, buf, len, options);
+}
+
+Task<Result<TcpStream>> TcpStream::async_connect(SocketAddress addr, WaitOptions options) {
+  Result<int> fd = NewSocket(addr.family());
+  if (!fd.ok()) co_return fd.error();
+  TcpStream s(*fd);
+  if (Result<void> r = co_await io_internal::AsyncConnect(s.fd_, addr.data(), addr.size(), options);
+      !r.ok()) {
+    co_return r.error();
+  }
+  co_return std::move(s);
+}
+
 namespace {
 // OnFd: f(fd), a system call that does not wait, as one FdUse of the socket's fd
 // (scheduler/io.h): once a close of the socket has begun it fails with operation_canceled
@@ -446,6 +475,12 @@ Result<TcpStream> TcpListener::accept(const WaitOptions& options) {
   Result<int> fd = io_internal::Accept({fd_, epoch_}, nullptr, nullptr, options);
   if (!fd.ok()) return fd.error();
   return TcpStream(*fd);
+}
+
+Task<Result<TcpStream>> TcpListener::async_accept(WaitOptions options) {
+  Result<int> fd = co_await io_internal::AsyncAccept({fd_, epoch_}, options);
+  if (!fd.ok()) co_return fd.error();
+  co_return TcpStream(*fd);
 }
 
 Result<SocketAddress> TcpListener::local_address() const {

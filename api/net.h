@@ -25,6 +25,7 @@
 
 #include "weft/api/io.h"
 #include "weft/base/result.h"
+#include "weft/scheduler/task.h"
 #include "weft/sync/cancellation.h"
 
 namespace weft::net {
@@ -79,6 +80,17 @@ class TcpStream {
   Result<std::size_t> write(const void* buf, std::size_t len, const WaitOptions& options = {});
   Result<void> write_all(const void* buf, std::size_t len, const WaitOptions& options = {});
   Result<void> read_exact(void* buf, std::size_t len, const WaitOptions& options = {});
+  // The forms for a task (scheduler/task.h), which waits without blocking its worker:
+  // `Result<std::size_t> n = co_await stream.async_read(buf, len)`. The same results; the
+  // buffer and the stream must outlive the call (awaited at once, they do). Not for the
+  // simulated network's sockets (not_supported). A TcpStream destroyed or closed in a task
+  // closes without waiting (the close completes on the worker's reactor).
+  Task<Result<std::size_t>> async_read(void* buf, std::size_t len, WaitOptions options = {});
+  Task<Result<std::size_t>> async_write(const void* buf, std::size_t len,
+                                        WaitOptions options = {});
+  Task<Result<void>> async_write_all(const void* buf, std::size_t len, WaitOptions options = {});
+  Task<Result<void>> async_read_exact(void* buf, std::size_t len, WaitOptions options = {});
+  static Task<Result<TcpStream>> async_connect(SocketAddress addr, WaitOptions options = {});
   // recv_buffer: up to 4 KiB in a buffer the runtime lends (io::recv_buffer): a connection that
   // waits holds no buffer; empty at end of stream.
   Result<io::RecvBuffer> recv_buffer(const WaitOptions& options = {});
@@ -117,6 +129,8 @@ class TcpListener {
   // accept: the next connection. Out of fds (EMFILE/ENFILE) is returned as an error; the
   // listener stays usable once fds are freed.
   Result<TcpStream> accept(const WaitOptions& options = {});
+  // async_accept: accept for a task (co_await listener.async_accept()).
+  Task<Result<TcpStream>> async_accept(WaitOptions options = {});
   Result<SocketAddress> local_address() const;
 
   int fd() const { return fd_; }

@@ -1,6 +1,7 @@
 // api/weft.h: weft's public facade, one include for an application: the runtime (fibers,
 // join handles, task groups, blocking work, fiber-local storage), the sync primitives that park
-// fibers (timers among them), fiber I/O with the TCP and UDP types, files, and signal waits.
+// fibers (timers among them), stackless tasks (C++20 coroutines) beside fibers, fiber I/O with
+// the TCP and UDP types, files, and signal waits.
 // Bazel target: //api:weft. docs/api.md has the tour.
 
 #ifndef WEFT_API_WEFT_H_
@@ -13,6 +14,7 @@
 #include "weft/base/result.h"           // IWYU pragma: export
 #include "weft/scheduler/runtime.h"     // IWYU pragma: export
 #include "weft/scheduler/simulation.h"  // IWYU pragma: export
+#include "weft/scheduler/task.h"        // IWYU pragma: export
 #include "weft/scheduler/task_group.h"  // IWYU pragma: export
 #include "weft/sync/cancellation.h"     // IWYU pragma: export
 #include "weft/sync/channel.h"          // IWYU pragma: export

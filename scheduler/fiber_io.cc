@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <system_error>
 #include <type_traits>
@@ -67,74 +68,112 @@ Reactor* ThreadReactorOrNull(std::errc* error) {
 
 }  // namespace
 
-std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what, int fd,
-                   std::int64_t epoch, IoEnd end) {
-  const CancellationToken* token = options.cancel;
-  Worker* w = t_worker;
-  Fiber* f = w != nullptr ? w->current : nullptr;
-  if (token != nullptr && token->is_cancelled()) return -ECANCELED;
-  IoRequest req;
-  req.op.on_complete = &CompleteIo;
-  req.op.user = &req;
+bool IoWait::Start(Fiber* f, IoSubmit submit, void* arg, const WaitOptions& options, int fd,
+                   std::int64_t epoch, bool cancellable, std::int64_t* result) {
+  fiber_ = f;
+  token_ = options.cancel;
+  cancellable_ = cancellable;
+  Worker* w = f->worker;
+  if (token_ != nullptr && token_->is_cancelled()) {
+    *result = -ECANCELED;
+    return false;
+  }
+  req_.op.on_complete = &CompleteIo;
+  req_.op.user = &req_;
   // The operation's deadline, or its token's when earlier (a source's cancel_at): reaching that
   // one is a cancellation.
-  const sync_internal::EffectiveDeadline deadline = sync_internal::DeadlineOf(options);
-  req.op.deadline = deadline.at;
-  auto by_deadline = [&deadline](std::int64_t r) {
-    return r == -ETIMEDOUT && deadline.by_token && SyncClock::now() >= *deadline.at ? -ECANCELED
-                                                                                    : r;
-  };
-  // submit, as one FdUse of fd: false, and nothing submitted, once a close began since epoch.
-  auto submit_on = [&](Reactor& reactor) {
+  deadline_ = sync_internal::DeadlineOf(options);
+  req_.op.deadline = deadline_.at;
+  if (w->reactor == nullptr) {
+    *result = -static_cast<int>(w->reactor_error);
+    return false;
+  }
+  if (cancellable && f->waiter.interrupted()) {
+    *result = -ECANCELED;
+    return false;
+  }
+  req_.waiter = &f->waiter;
+  req_.owner = w;
+  {
+    // The submission is one FdUse of fd: refused, and nothing submitted, once a close began
+    // since epoch.
     FdUse use(fd, epoch);
-    if (use.refused()) return false;
-    submit(reactor, req.op, arg);
-    return true;
-  };
-  if (f != nullptr) {
-    if (w->reactor == nullptr) return -static_cast<int>(w->reactor_error);
-    const bool cancellable = end == IoEnd::kCancellable;
-    if (cancellable && f->waiter.interrupted()) return -ECANCELED;
-    req.waiter = &f->waiter;
-    req.owner = w;
-    if (!submit_on(*w->reactor)) return -ECANCELED;
-    // The token's callback only wakes the fiber; the fiber forwards the cancel to the owner.
-    sync_internal::CancelRegistration reg;
-    reg.fn = [](void* p) { static_cast<Waiter*>(p)->notify(); };
-    reg.arg = &f->waiter;
-    sync_internal::CancelState* cs = token != nullptr ? StateOf(*token) : nullptr;
-    bool registered = cs != nullptr && sync_internal::Register(cs, &reg);
-    f->wait_fd.store(fd, std::memory_order_relaxed);
-    f->waiter.note_wait(what, nullptr);
-    bool cancel_posted = false;
-    // acquire (both loads): the owner's writes to req happen before we read or reuse it.
-    while (!req.finished.load(std::memory_order_acquire) ||
-           (cancel_posted && !req.cancel_done.load(std::memory_order_acquire))) {
-      (void)f->waiter.wait(std::nullopt);
-      if (cancellable && !cancel_posted && !req.finished.load(std::memory_order_acquire) &&
-          ((token != nullptr && token->is_cancelled()) || f->waiter.interrupted())) {
-        // Always through the owner's mailbox (we may run on another worker now; even on the
-        // owner, the reactor must not be entered from inside a completion's aftermath).
-        f->rt->Mail(*req.owner, nullptr, &req);
-        cancel_posted = true;
-      }
+    if (use.refused()) {
+      *result = -ECANCELED;
+      return false;
     }
+    submit(*w->reactor, req_.op, arg);
+  }
+  // The token's callback only wakes the waiter; the waiter forwards the cancel to the owner.
+  reg_.fn = [](void* p) { static_cast<Waiter*>(p)->notify(); };
+  reg_.arg = &f->waiter;
+  sync_internal::CancelState* cs = token_ != nullptr ? StateOf(*token_) : nullptr;
+  if (cs != nullptr && sync_internal::Register(cs, &reg_)) cancel_state_ = cs;
+  f->wait_fd.store(fd, std::memory_order_relaxed);
+  return true;
+}
+
+bool IoWait::Step() {
+  // acquire (both loads): the owner's writes to req_ happen before we read or reuse it.
+  const bool finished = req_.finished.load(std::memory_order_acquire);
+  if (finished && (!cancel_posted_ || req_.cancel_done.load(std::memory_order_acquire))) {
+    return true;
+  }
+  if (cancellable_ && !cancel_posted_ && !finished &&
+      ((token_ != nullptr && token_->is_cancelled()) || fiber_->waiter.interrupted())) {
+    // Always through the owner's mailbox (we may run on another worker now; even on the
+    // owner, the reactor must not be entered from inside a completion's aftermath).
+    fiber_->rt->Mail(*req_.owner, nullptr, &req_);
+    cancel_posted_ = true;
+  }
+  return false;
+}
+
+std::int64_t IoWait::Finish() {
+  fiber_->wait_fd.store(-1, std::memory_order_relaxed);
+  if (cancel_state_ != nullptr) sync_internal::Deregister(cancel_state_, &reg_);
+  const std::int64_t r = req_.result;
+  return r == -ETIMEDOUT && deadline_.by_token && SyncClock::now() >= *deadline_.at ? -ECANCELED
+                                                                                    : r;
+}
+
+std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what, int fd,
+                   std::int64_t epoch, IoEnd end) {
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  if (f != nullptr) {
+    if (IsTask(f)) [[unlikely]]
+      TaskBlocked(f, "called blocking I/O");
+    IoWait io;
+    std::int64_t result = 0;
+    if (!io.Start(f, submit, arg, options, fd, epoch, end == IoEnd::kCancellable, &result)) {
+      return result;
+    }
+    f->waiter.note_wait(what, nullptr);
+    while (!io.Step()) (void)f->waiter.wait(std::nullopt);
     f->waiter.note_wait(nullptr, nullptr);
-    f->wait_fd.store(-1, std::memory_order_relaxed);
-    if (registered) sync_internal::Deregister(cs, &reg);
-    return by_deadline(req.result);
+    return io.Finish();
   }
   // A plain thread (or a fiber in a BlockingRegion): the thread's own reactor, polled here.
+  const CancellationToken* token = options.cancel;
+  if (token != nullptr && token->is_cancelled()) return -ECANCELED;
+  const sync_internal::EffectiveDeadline deadline = sync_internal::DeadlineOf(options);
   std::errc error;
   Reactor* r = ThreadReactorOrNull(&error);
   if (r == nullptr) return -static_cast<int>(error);
-  req.waiter = nullptr;
+  IoRequest req;
+  req.op.deadline = deadline.at;
+  req.op.user = &req;
   req.op.on_complete = [](IoOp& op, std::int64_t result, unsigned) {
     auto* q = static_cast<IoRequest*>(op.user);
     q->result = result;
     q->finished.store(true, std::memory_order_relaxed);  // same thread
   };
-  if (!submit_on(*r)) return -ECANCELED;
+  {
+    FdUse use(fd, epoch);
+    if (use.refused()) return -ECANCELED;
+    submit(*r, req.op, arg);
+  }
   sync_internal::CancelRegistration reg;
   reg.fn = [](void* p) { static_cast<Reactor*>(p)->wake(); };
   reg.arg = r;
@@ -149,7 +188,37 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     (void)r->poll(std::nullopt);
   }
   if (registered) sync_internal::Deregister(cs, &reg);
-  return by_deadline(req.result);
+  return req.result == -ETIMEDOUT && deadline.by_token && SyncClock::now() >= *deadline.at
+             ? -ECANCELED
+             : req.result;
+}
+
+bool IoAwaiter::await_ready() {
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  if (f == nullptr || !IsTask(f)) {  // a coroutine on a fiber or thread: RunIo blocks it
+    result_ = RunIo(submit_, arg_, options_, what_, fd_, epoch_, end_);
+    return true;
+  }
+  if (!wait_.Start(f, submit_, arg_, options_, fd_, epoch_, end_ == IoEnd::kCancellable,
+                   &result_)) {
+    return true;
+  }
+  fiber_ = f;
+  return false;
+}
+
+bool IoAwaiter::await_suspend(std::coroutine_handle<> h) {
+  // No deadline or token for the park itself: the reactor times the operation out, and the
+  // token's and the shutdown's cancellations go through Step to the owner (not interruptible).
+  static const WaitOptions kNone{};
+  return park_.Begin(fiber_->waiter, h, kNone, what_, nullptr, /*interruptible=*/false);
+}
+
+std::int64_t IoAwaiter::await_resume() {
+  if (fiber_ == nullptr) return result_;
+  (void)park_.End();
+  return wait_.Finish();
 }
 
 bool FileIoThroughReactor() {
@@ -197,6 +266,32 @@ FdUse::FdUse(int fd, std::int64_t epoch) {
 
 void CloseFd(int fd) {
   if (std::atomic<std::uint64_t>* e = g_fd_uses.at(fd, /*make=*/true)) fd_use::BeginClose(*e);
+  if (Worker* w = t_worker; w != nullptr && w->current != nullptr && IsTask(w->current) &&
+                            w->reactor != nullptr) {
+    // A task must not wait (a socket's destructor in a task closes it): the close goes to the
+    // worker's reactor with an op of its own, which frees itself as it completes. The number
+    // stays the file's until then, and the epoch bumped above already refuses new calls on it.
+    struct CloseOp {
+      IoOp op;
+    };
+    auto* c = new (std::nothrow) CloseOp;
+    if (c != nullptr) {
+      c->op.user = c;
+      c->op.on_complete = [](IoOp& op, std::int64_t, unsigned) {
+        delete static_cast<CloseOp*>(op.user);
+      };
+      w->reactor->close(c->op, fd);
+      return;
+    }
+    // No memory for the op: close directly (other reactors' operations on fd then end with
+    // the errors of a closed fd).
+#ifdef _WIN32
+    ::closesocket(NativeSocket(fd));
+#else
+    ::close(fd);
+#endif
+    return;
+  }
   // Through the calling execution's reactor, as an operation: it ends the fd's operations in
   // every reactor (each worker's and each thread's) before the fd is closed, and the caller
   // waits for that (a fiber parks; a thread polls its reactor).

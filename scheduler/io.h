@@ -20,16 +20,36 @@
 #define WEFT_SCHEDULER_IO_H_
 
 #include <atomic>
+#include <coroutine>
 #include <cstdint>
 #include <memory>
 #include <utility>
 
+#include "weft/base/atomic.h"
 #include "weft/base/clock.h"
 #include "weft/reactor/reactor.h"
 #include "weft/scheduler/internal/fd_use.h"
 #include "weft/sync/cancellation.h"
+#include "weft/sync/internal/wait_queue.h"
+#include "weft/sync/waiter.h"
 
 namespace weft::scheduler_internal {
+
+struct Worker;
+struct Fiber;
+
+// An I/O operation of a fiber or task, in its frame. Worker-thread fields are touched only on
+// the owner's thread; the atomics tell the waiter what happened.
+struct IoRequest {
+  IoOp op;
+  Waiter* waiter = nullptr;
+  Worker* owner = nullptr;
+  std::int64_t result = 0;
+  weft::atomic<bool> finished{false};     // the completion ran (release: result is written)
+  weft::atomic<bool> cancel_done{false};  // the owner consumed our cancel request
+  IoRequest* next_cancel = nullptr;       // the owner's mailbox
+};
+
 
 using IoSubmit = void (*)(Reactor& reactor, IoOp& op, void* arg);
 
@@ -52,6 +72,65 @@ std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what
   return RunIo([](Reactor& r, IoOp& op, void* a) { (*static_cast<const F*>(a))(r, op); },
                const_cast<F*>(&submit), options, what, fd, epoch, end);
 }
+
+// IoWait: one operation of a fiber or task on its worker's reactor, in three steps around the
+// wait (RunIo's, and IoAwaiter's for a task): Start submits it (or ends it at once: false, with
+// the result); Step, after each wake-up, says whether it is over, and forwards a cancellation
+// (the token's, or the runtime's shutdown) to the owner worker once; Finish gives the result.
+class IoWait {
+ public:
+  bool Start(Fiber* f, IoSubmit submit, void* arg, const WaitOptions& options, int fd,
+             std::int64_t epoch, bool cancellable, std::int64_t* result);
+  bool Step();
+  std::int64_t Finish();
+
+ private:
+  IoRequest req_;
+  Fiber* fiber_ = nullptr;
+  const CancellationToken* token_ = nullptr;
+  sync_internal::EffectiveDeadline deadline_;
+  sync_internal::CancelRegistration reg_;
+  sync_internal::CancelState* cancel_state_ = nullptr;
+  bool cancellable_ = true;
+  bool cancel_posted_ = false;
+};
+
+// IoAwaiter: RunIo for a task (scheduler/task.h), which waits without blocking its worker:
+// `std::int64_t r = co_await IoAwaiter(submit, options, what, fd, epoch, end)`, the same
+// results. From a coroutine that is not a task, RunIo itself (blocking the fiber or thread).
+class IoAwaiter {
+ public:
+  template <typename F>
+  IoAwaiter(const F& submit, const WaitOptions& options, const char* what, int fd,
+            std::int64_t epoch = kNoEpoch, IoEnd end = IoEnd::kCancellable)
+      : submit_([](Reactor& r, IoOp& op, void* a) { (*static_cast<const F*>(a))(r, op); }),
+        arg_(const_cast<F*>(&submit)),
+        options_(options),
+        what_(what),
+        fd_(fd),
+        epoch_(epoch),
+        end_(end),
+        park_(&Done, &wait_) {}
+  IoAwaiter(const IoAwaiter&) = delete;
+  IoAwaiter& operator=(const IoAwaiter&) = delete;
+  bool await_ready();
+  bool await_suspend(std::coroutine_handle<> h);
+  std::int64_t await_resume();
+
+ private:
+  static bool Done(void* wait) { return static_cast<IoWait*>(wait)->Step(); }
+  IoSubmit submit_;
+  void* arg_;
+  WaitOptions options_;
+  const char* what_;
+  int fd_;
+  std::int64_t epoch_;
+  IoEnd end_;
+  std::int64_t result_ = 0;
+  Fiber* fiber_ = nullptr;  // set once submitted: the wait is IoWait's
+  IoWait wait_;
+  sync_internal::AsyncPark park_;
+};
 
 // InSimulation: the calling thread runs a simulated runtime (RuntimeOptions::simulation), whose
 // fibers touch no real fd: their sockets are the simulated network's (api/sim.h), and fiber I/O

@@ -20,6 +20,7 @@
 #include "weft/base/result.h"
 #include "weft/reactor/reactor.h"
 #include "weft/scheduler/io.h"
+#include "weft/scheduler/task.h"
 #include "weft/sync/cancellation.h"
 
 namespace weft::io_internal {
@@ -115,6 +116,18 @@ Result<void> SendAll(Fd fd, const void* buf, std::size_t len, const WaitOptions&
 Result<void> ReadExact(Fd fd, void* buf, std::size_t len, const WaitOptions& options);
 Result<io::RecvBuffer> RecvBufferOn(Fd fd, const WaitOptions& options);
 Result<int> Accept(Fd fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options);
+
+// The task forms (scheduler/task.h) of the calls above, through scheduler_internal::IoAwaiter;
+// in api/io.cc. The simulated network's fds give not_supported (its calls block).
+Task<Result<std::size_t>> AsyncRecv(Fd fd, void* buf, std::size_t len, int flags,
+                                    WaitOptions options);
+Task<Result<std::size_t>> AsyncSend(Fd fd, const void* buf, std::size_t len, int flags,
+                                    WaitOptions options);
+Task<Result<void>> AsyncSendAll(Fd fd, const void* buf, std::size_t len, WaitOptions options);
+Task<Result<void>> AsyncReadExact(Fd fd, void* buf, std::size_t len, WaitOptions options);
+Task<Result<int>> AsyncAccept(Fd fd, WaitOptions options);
+Task<Result<void>> AsyncConnect(int fd, const sockaddr* addr, socklen_t addrlen,
+                                WaitOptions options);
 
 // WriteAll: repeats one writing operation until len bytes went out.
 template <typename WriteOp>

@@ -3,8 +3,7 @@
 // Defines (weft::scheduler_internal): Fiber (a fiber's object: its context and stack, the
 // park/notify state of scheduler/internal/park.h, identity, fiber-local slots), FiberWaiter (the
 // Waiter that lets //sync park a fiber), FiberBlock and RetiredBlocks (where Fiber objects live,
-// and why they are never freed), TimerEntry (a parked fiber's deadline), IoRequest (a fiber's I/O
-// operation), FiberFifo (a queue of runnable fibers that cannot fail), Counters, the clock and
+// and why they are never freed), TimerEntry (a parked fiber's deadline), FiberFifo (a queue of runnable fibers that cannot fail), Counters, the clock and
 // the timer constants.
 //
 // Fiber objects (and so their Waiters) are recycled, never freed while the runtime lives: a
@@ -37,6 +36,7 @@
 #include "weft/context/internal/vm.h"
 #include "weft/context/stack.h"
 #include "weft/reactor/reactor.h"
+#include "weft/scheduler/io.h"
 #include "weft/scheduler/internal/idle.h"
 #include "weft/scheduler/internal/park.h"
 #include "weft/scheduler/runtime.h"
@@ -90,7 +90,6 @@ inline std::string SpawnSite(const std::source_location& site) {
 
 struct Worker;
 struct Fiber;
-struct IoRequest;
 
 // A fiber's Waiter: never spins (that would hold up the worker's other fibers); interrupted
 // once its runtime shuts down (Runtime::Impl::shutting_down).
@@ -312,18 +311,6 @@ struct RetiredBlocks {
     static RetiredBlocks* r = new RetiredBlocks;  // never destroyed: late notifies may come
     return *r;
   }
-};
-
-// An I/O operation of a fiber, on its stack. Worker-thread fields are touched only on the owner's
-// thread; the atomics tell the fiber what happened.
-struct IoRequest {
-  IoOp op;
-  Waiter* waiter = nullptr;
-  Worker* owner = nullptr;
-  std::int64_t result = 0;
-  weft::atomic<bool> finished{false};     // the completion ran (release: result is written)
-  weft::atomic<bool> cancel_done{false};  // the owner consumed our cancel request
-  IoRequest* next_cancel = nullptr;       // the owner's mailbox
 };
 
 // offsetof on a Fiber, which is not standard-layout (its waiter has virtual functions): GCC,
