@@ -1,0 +1,243 @@
+// TCP from stackless tasks (scheduler/task.h, the async_ calls of api/net.h): an echo between
+// tasks and fibers with every byte checked on 1, 2 and 4 workers, deadlines and tokens, a stream
+// closed by another task while one reads it (and its fd number reused at once), a stream closed
+// by its own task's destructor, and shutdown with tasks parked in accept and read.
+// WEFT_STRESS_SCALE=N multiplies the round trips.
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "weft/api/net.h"
+#include "weft/base/stress_scale.h"
+#include "weft/scheduler/runtime.h"
+#include "weft/scheduler/task.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/coordination.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using net::SocketAddress;
+using net::TcpListener;
+using net::TcpStream;
+using testing::StressScale;
+
+Task<> EchoTask(TcpStream st) {
+  char buf[256];
+  for (;;) {
+    Result<std::size_t> n = co_await st.async_read(buf, sizeof buf);
+    if (!n.ok() || *n == 0) co_return;
+    if (!(co_await st.async_write_all(buf, *n)).ok()) co_return;
+  }
+}
+
+class TaskIoTest : public ::testing::TestWithParam<unsigned> {};
+INSTANTIATE_TEST_SUITE_P(Workers, TaskIoTest, ::testing::Values(1u, 2u, 4u));
+
+// Task servers, clients half tasks and half fibers: every byte comes back to its sender.
+TEST_P(TaskIoTest, EchoBetweenTasksAndFibers) {
+  Runtime rt({.workers = GetParam()});
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  const SocketAddress addr = *listener->local_address();
+  constexpr int kConns = 16;
+  const int trips = 100 * StressScale();
+  auto server = rt.spawn_task([&]() -> Task<> {
+    std::vector<JoinHandle<void>> conns;
+    for (int c = 0; c < kConns; ++c) {
+      Result<TcpStream> conn = co_await listener->async_accept();
+      EXPECT_TRUE(conn.ok());
+      if (!conn.ok()) co_return;
+      conns.push_back(rt.spawn_task(EchoTask(std::move(*conn))));
+    }
+    for (auto& h : conns) EXPECT_TRUE((co_await h).ok());
+  });
+  std::atomic<int> good{0};
+  std::vector<JoinHandle<void>> clients;
+  for (int c = 0; c < kConns; ++c) {
+    if (c % 2 == 0) {
+      clients.push_back(rt.spawn_task([&, c]() -> Task<> {
+        Result<TcpStream> st = co_await TcpStream::async_connect(addr);
+        EXPECT_TRUE(st.ok());
+        if (!st.ok()) co_return;
+        char out[100], in[100];
+        for (int i = 0; i < trips; ++i) {
+          std::memset(out, c * 31 + i, sizeof out);
+          EXPECT_TRUE((co_await st->async_write_all(out, sizeof out)).ok());
+          EXPECT_TRUE((co_await st->async_read_exact(in, sizeof in)).ok());
+          if (std::memcmp(in, out, sizeof in) != 0) co_return;
+        }
+        good.fetch_add(1);
+      }));
+    } else {
+      clients.push_back(rt.spawn([&, c] {
+        Result<TcpStream> st = TcpStream::connect(addr);
+        ASSERT_TRUE(st.ok());
+        char out[100], in[100];
+        for (int i = 0; i < trips; ++i) {
+          std::memset(out, c * 31 + i, sizeof out);
+          ASSERT_TRUE(st->write_all(out, sizeof out).ok());
+          ASSERT_TRUE(st->read_exact(in, sizeof in).ok());
+          if (std::memcmp(in, out, sizeof in) != 0) return;
+        }
+        good.fetch_add(1);
+      }));
+    }
+  }
+  for (auto& h : clients) ASSERT_TRUE(h.join().ok());
+  ASSERT_TRUE(server.join().ok());
+  EXPECT_EQ(good.load(), kConns);
+}
+
+TEST(TaskIoTest, DeadlinesTokensAndTheEndOfAStream) {
+  Runtime rt({.workers = 2});
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  const SocketAddress addr = *listener->local_address();
+  auto h = rt.spawn_task([&]() -> Task<> {
+    // An accept with nobody connecting: the deadline, then a token.
+    Result<TcpStream> none =
+        co_await listener->async_accept({.deadline = SyncClock::now() + 10ms});
+    EXPECT_EQ(none.error(), std::errc::timed_out);
+    CancellationSource source;
+    CancellationToken token = source.token();
+    source.cancel_after(5ms);
+    none = co_await listener->async_accept({.cancel = &token});
+    EXPECT_EQ(none.error(), std::errc::operation_canceled);
+    // A read with nothing sent: the deadline.
+    Result<TcpStream> client = co_await TcpStream::async_connect(addr);
+    EXPECT_TRUE(client.ok());
+    Result<TcpStream> served = co_await listener->async_accept();
+    EXPECT_TRUE(served.ok());
+    char buf[8];
+    Result<std::size_t> n =
+        co_await served->async_read(buf, sizeof buf, {.deadline = SyncClock::now() + 10ms});
+    EXPECT_EQ(n.error(), std::errc::timed_out);
+    // The end of the stream: 0, and read_exact's error for a short stream.
+    EXPECT_TRUE((co_await client->async_write_all("abc", 3)).ok());
+    EXPECT_TRUE(client->close().ok());  // from a task: completes on the worker's reactor
+    EXPECT_EQ(co_await served->async_read_exact(buf, sizeof buf),
+              std::errc::connection_aborted);
+    n = co_await served->async_read(buf, sizeof buf);
+    EXPECT_TRUE(n.ok() && *n == 0);
+  });
+  ASSERT_TRUE(h.join().ok());
+}
+
+// A task parked in a read while another task closes the stream: the read ends with
+// operation_canceled, and a connection that takes the same fd number at once is not read by it.
+TEST_P(TaskIoTest, ACloseFromAnotherTaskEndsAParkedReadAndTheNumberIsReused) {
+  Runtime rt({.workers = GetParam()});
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  const SocketAddress addr = *listener->local_address();
+  for (int round = 0; round < 20 * StressScale(); ++round) {
+    Result<TcpStream> client = TcpStream::connect(addr);
+    ASSERT_TRUE(client.ok());
+    Result<TcpStream> served = listener->accept();
+    ASSERT_TRUE(served.ok());
+    const int number = served->fd();
+    Event parked;
+    auto reader = rt.spawn_task([&]() -> Task<int> {  // the error's value (0: none)
+      char buf[16];
+      parked.set();
+      Result<std::size_t> n = co_await served->async_read(buf, sizeof buf);
+      co_return n.ok() ? 0 : static_cast<int>(n.error());
+    });
+    auto closer = rt.spawn_task([&]() -> Task<bool> {
+      EXPECT_TRUE(co_await parked.async_wait());
+      co_await this_task::sleep_for(1ms);  // most often parked in the read by now
+      EXPECT_TRUE(served->close().ok());
+      // Connections until one takes the closed number (the close completes on the reactor).
+      for (int tries = 0; tries < 50; ++tries) {
+        Result<TcpStream> again = co_await TcpStream::async_connect(addr);
+        if (!again.ok()) co_return false;
+        Result<TcpStream> other = co_await listener->async_accept();
+        if (!other.ok()) co_return false;
+        if (other->fd() == number) {
+          // Bytes for the new connection: they must not reach the old reader.
+          if (!(co_await again->async_write_all("new", 3)).ok()) co_return false;
+          char buf[3];
+          co_return (co_await other->async_read_exact(buf, 3)).ok() &&
+              std::memcmp(buf, "new", 3) == 0;
+        }
+        co_await this_task::sleep_for(1ms);
+      }
+      co_return true;  // the number went elsewhere: nothing to check
+    });
+    Result<int> read = reader.join();
+    ASSERT_TRUE(read.ok());
+    // A read that had not started before the close may also find the fd closed.
+    EXPECT_TRUE(*read == ECANCELED || *read == EBADF) << std::strerror(*read);
+    EXPECT_TRUE(*closer.join());
+  }
+}
+
+// A stream destroyed in its task closes its fd (without blocking the worker).
+TEST(TaskIoTest, AStreamDestroyedInATaskClosesItsFd) {
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  const SocketAddress addr = *listener->local_address();
+  int fd = -1;
+  {
+    Runtime rt({.workers = 1});
+    ASSERT_TRUE(rt.spawn_task([&]() -> Task<> {
+                    Result<TcpStream> st = co_await TcpStream::async_connect(addr);
+                    EXPECT_TRUE(st.ok());
+                    fd = st->fd();
+                    co_return;  // st's destructor closes it here
+                  })
+                    .join()
+                    .ok());
+  }
+  Result<TcpStream> served = listener->accept();
+  ASSERT_TRUE(served.ok());
+  char buf[1];
+  Result<std::size_t> n = served->read(buf, 1, {.deadline = SyncClock::now() + 5s});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);  // the client's end was closed: end of stream
+  (void)fd;
+}
+
+// Shutdown with tasks parked in accept and in read: both end, the runtime goes.
+TEST(TaskIoTest, ShutdownEndsParkedAcceptsAndReads) {
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  const SocketAddress addr = *listener->local_address();
+  Result<TcpStream> client = TcpStream::connect(addr);
+  ASSERT_TRUE(client.ok());
+  Result<TcpStream> served = listener->accept();
+  ASSERT_TRUE(served.ok());
+  std::atomic<int> cancelled{0};
+  {
+    Runtime rt({.workers = 2});
+    WaitGroup started;
+    ASSERT_TRUE(started.add(2).ok());
+    rt.spawn_task([&]() -> Task<> {
+        started.done();
+        Result<TcpStream> c = co_await listener->async_accept();
+        if (c.error() == std::errc::operation_canceled) cancelled.fetch_add(1);
+      }).detach();
+    rt.spawn_task([&]() -> Task<> {
+        started.done();
+        char buf[4];
+        Result<std::size_t> n = co_await served->async_read(buf, sizeof buf);
+        if (n.error() == std::errc::operation_canceled) cancelled.fetch_add(1);
+      }).detach();
+    ASSERT_TRUE(started.wait().ok());
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(cancelled.load(), 2);
+}
+
+}  // namespace
+}  // namespace weft
