@@ -197,8 +197,7 @@ template <typename Submit>
 Task<std::int64_t> RunAbsorbingAsync(Absorb what, Fd fd, Submit submit, WaitOptions options,
                                      const char* name) {
   for (int i = 0;; ++i) {
-    std::int64_t r =
-        co_await scheduler_internal::IoAwaiter(submit, options, name, fd.fd, fd.epoch);
+    std::int64_t r = co_await scheduler_internal::IoAwaiter(submit, options, name, fd.fd, fd.epoch);
     bool transient = r == -EINTR ||
                      (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
                      (what == Absorb::kAccept && r == -ECONNABORTED);
@@ -213,8 +212,8 @@ Task<Result<std::size_t>> AsyncRecv(Fd at, void* buf, std::size_t len, int flags
   const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
   co_return Size(co_await RunAbsorbingAsync(
-      ForFlags(flags), at, [=](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); },
-      options, "io recv"));
+      ForFlags(flags), at, [=](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); }, options,
+      "io recv"));
 }
 
 Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int flags,
@@ -264,9 +263,8 @@ Task<Result<int>> AsyncAccept(Fd at, WaitOptions options) {
   const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
   std::int64_t r = co_await RunAbsorbingAsync(
-      Absorb::kAccept, at,
-      [fd](Reactor& re, IoOp& op) { re.accept(op, fd, nullptr, nullptr); }, options,
-      "io accept");
+      Absorb::kAccept, at, [fd](Reactor& re, IoOp& op) { re.accept(op, fd, nullptr, nullptr); },
+      options, "io accept");
   if (r < 0) co_return ErrcOf(r);
   co_return static_cast<int>(r);
 }
@@ -275,8 +273,7 @@ Task<Result<void>> AsyncConnect(int fd, const sockaddr* addr, socklen_t addrlen,
                                 WaitOptions options) {
   if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
   std::int64_t r = co_await scheduler_internal::IoAwaiter(
-      [&](Reactor& re, IoOp& op) { re.connect(op, fd, addr, addrlen); }, options, "io connect",
-      fd);
+      [&](Reactor& re, IoOp& op) { re.connect(op, fd, addr, addrlen); }, options, "io connect", fd);
   if (r < 0) co_return ErrcOf(r);
   co_return Result<void>();
 }

@@ -86,8 +86,7 @@ class TcpStream {
   // simulated network's sockets (not_supported). A TcpStream destroyed or closed in a task
   // closes without waiting (the close completes on the worker's reactor).
   Task<Result<std::size_t>> async_read(void* buf, std::size_t len, WaitOptions options = {});
-  Task<Result<std::size_t>> async_write(const void* buf, std::size_t len,
-                                        WaitOptions options = {});
+  Task<Result<std::size_t>> async_write(const void* buf, std::size_t len, WaitOptions options = {});
   Task<Result<void>> async_write_all(const void* buf, std::size_t len, WaitOptions options = {});
   Task<Result<void>> async_read_exact(void* buf, std::size_t len, WaitOptions options = {});
   static Task<Result<TcpStream>> async_connect(SocketAddress addr, WaitOptions options = {});

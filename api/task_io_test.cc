@@ -105,8 +105,7 @@ TEST(TaskIoTest, DeadlinesTokensAndTheEndOfAStream) {
   const SocketAddress addr = *listener->local_address();
   auto h = rt.spawn_task([&]() -> Task<> {
     // An accept with nobody connecting: the deadline, then a token.
-    Result<TcpStream> none =
-        co_await listener->async_accept({.deadline = SyncClock::now() + 10ms});
+    Result<TcpStream> none = co_await listener->async_accept({.deadline = SyncClock::now() + 10ms});
     EXPECT_EQ(none.error(), std::errc::timed_out);
     CancellationSource source;
     CancellationToken token = source.token();
@@ -125,8 +124,7 @@ TEST(TaskIoTest, DeadlinesTokensAndTheEndOfAStream) {
     // The end of the stream: 0, and read_exact's error for a short stream.
     EXPECT_TRUE((co_await client->async_write_all("abc", 3)).ok());
     EXPECT_TRUE(client->close().ok());  // from a task: completes on the worker's reactor
-    EXPECT_EQ(co_await served->async_read_exact(buf, sizeof buf),
-              std::errc::connection_aborted);
+    EXPECT_EQ(co_await served->async_read_exact(buf, sizeof buf), std::errc::connection_aborted);
     n = co_await served->async_read(buf, sizeof buf);
     EXPECT_TRUE(n.ok() && *n == 0);
   });

@@ -42,13 +42,13 @@ void W2(const Options& o, unsigned workers) {
   Runtime rt({.workers = workers});
   auto s = Repeat(o, [&] {
     auto start = Clock::now();
-    (void)rt.spawn_task([&]() -> Task<> {
-          std::vector<JoinHandle<void>> hs;
-          hs.reserve(kN);
-          for (long i = 0; i < kN; ++i) hs.push_back(rt.spawn_task(Empty()));
-          for (auto& h : hs) (void)co_await h;
-        })
-        .join();
+    (void)
+        rt.spawn_task([&]() -> Task<> {
+            std::vector<JoinHandle<void>> hs;
+            hs.reserve(kN);
+            for (long i = 0; i < kN; ++i) hs.push_back(rt.spawn_task(Empty()));
+            for (auto& h : hs) (void)co_await h;
+          }).join();
     return Ms(Clock::now() - start);
   });
   double wall = bench::Median(s);
@@ -63,7 +63,8 @@ void W3(const Options& o, unsigned workers) {
     auto start = Clock::now();
     Channel<int> ping(1), pong(1);
     auto echo = rt.spawn_task([&]() -> Task<> {
-      for (long i = 0; i < kRounds; ++i) (void)co_await pong.async_send(*co_await ping.async_recv());
+      for (long i = 0; i < kRounds; ++i)
+        (void)co_await pong.async_send(*co_await ping.async_recv());
     });
     auto main = rt.spawn_task([&]() -> Task<> {
       for (long i = 0; i < kRounds; ++i) {
@@ -86,28 +87,27 @@ void W8(const Options& o, unsigned workers) {
   std::vector<double> rss_per_task;
   auto s = Repeat(o, [&] {
     return *rt.spawn_task([&]() -> Task<double> {
-              Event go;
-              WaitGroup parked;
-              (void)parked.add(kN);
-              long rss0 = RssKb();
-              std::vector<JoinHandle<void>> hs;
-              hs.reserve(kN);
-              for (long i = 0; i < kN; ++i) {
-                hs.push_back(rt.spawn_task([&]() -> Task<> {
-                  parked.done();
-                  (void)co_await go.async_wait();
-                }));
-              }
-              (void)co_await parked.async_wait();
-              long rss1 = RssKb();
-              auto release = Clock::now();
-              go.set();
-              for (auto& h : hs) (void)co_await h;
-              auto end = Clock::now();
-              rss_per_task.push_back(static_cast<double>(rss1 - rss0) / kN);
-              co_return Ms(end - release);
-            })
-                .join();
+                Event go;
+                WaitGroup parked;
+                (void)parked.add(kN);
+                long rss0 = RssKb();
+                std::vector<JoinHandle<void>> hs;
+                hs.reserve(kN);
+                for (long i = 0; i < kN; ++i) {
+                  hs.push_back(rt.spawn_task([&]() -> Task<> {
+                    parked.done();
+                    (void)co_await go.async_wait();
+                  }));
+                }
+                (void)co_await parked.async_wait();
+                long rss1 = RssKb();
+                auto release = Clock::now();
+                go.set();
+                for (auto& h : hs) (void)co_await h;
+                auto end = Clock::now();
+                rss_per_task.push_back(static_cast<double>(rss1 - rss0) / kN);
+                co_return Ms(end - release);
+              }).join();
   });
   double release_ms = bench::Median(s);
   char extra[96];

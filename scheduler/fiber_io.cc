@@ -266,8 +266,8 @@ FdUse::FdUse(int fd, std::int64_t epoch) {
 
 void CloseFd(int fd) {
   if (std::atomic<std::uint64_t>* e = g_fd_uses.at(fd, /*make=*/true)) fd_use::BeginClose(*e);
-  if (Worker* w = t_worker; w != nullptr && w->current != nullptr && IsTask(w->current) &&
-                            w->reactor != nullptr) {
+  if (Worker* w = t_worker;
+      w != nullptr && w->current != nullptr && IsTask(w->current) && w->reactor != nullptr) {
     // A task must not wait (a socket's destructor in a task closes it): the close goes to the
     // worker's reactor with an op of its own, which frees itself as it completes. The number
     // stays the file's until then, and the epoch bumped above already refuses new calls on it.

@@ -50,7 +50,6 @@ struct IoRequest {
   IoRequest* next_cancel = nullptr;       // the owner's mailbox
 };
 
-
 using IoSubmit = void (*)(Reactor& reactor, IoOp& op, void* arg);
 
 // RunIo: submit(reactor, op, arg) once, then wait. Returns the result (>= 0 or -errno):

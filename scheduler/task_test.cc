@@ -22,6 +22,7 @@
 #include "weft/sync/channel.h"
 #include "weft/sync/coordination.h"
 #include "weft/sync/mutex.h"
+#include "weft/sync/timer.h"
 
 namespace weft {
 namespace {
@@ -360,6 +361,55 @@ TEST(TaskTest, DeadlinesAndCancellationEndWaits) {
   });
   ASSERT_TRUE(h.join().ok());
   ASSERT_TRUE(holder.join().ok());
+}
+
+TEST_P(TaskWorkersTest, SelectFromTasksOverChannelsTimersAndTokens) {
+  Runtime rt({.workers = GetParam()});
+  Channel<int> a, b(1);
+  CancellationSource source;
+  const int n = 500 * StressScale();
+  // A fiber feeds a and b in turn; a task selects over both until it has n values.
+  auto feeder = rt.spawn([&] {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE((i % 2 == 0 ? a : b).send(int{i}).ok());
+  });
+  auto h = rt.spawn_task([&]() -> Task<long> {
+    long sum = 0;
+    for (int got = 0; got < n;) {
+      int va = 0, vb = 0;
+      SelectCase cases[] = {a.recv_case(va), b.recv_case(vb)};
+      Result<SelectResult> r = co_await async_select(cases);
+      if (!r || !r->ok) co_return -1;
+      sum += r->index == 0 ? va : vb;
+      ++got;
+    }
+    // Nothing ready: the default; then a deadline; then a token case cancelled by a fiber.
+    int v = 0;
+    SelectCase one[] = {a.recv_case(v)};
+    Result<SelectResult> none = co_await async_select(one, {}, /*has_default=*/true);
+    if (!none || none->index != -1) co_return -2;
+    none = co_await async_select(one, {.deadline = SyncClock::now() + 5ms});
+    if (none != std::errc::timed_out) co_return -3;
+    CancellationToken token = source.token();
+    SelectCase with_token[] = {a.recv_case(v), cancel_case(token)};
+    auto canceller = Runtime::current()->spawn([&] {
+      this_fiber::sleep_for(2ms);
+      source.cancel();
+    });
+    Result<SelectResult> by_token = co_await async_select(with_token);
+    if (!by_token || by_token->index != 1) co_return -4;
+    (void)co_await canceller;
+    // A timer case.
+    Timer timer(SyncClock::now() + 3ms);
+    SelectCase with_timer[] = {a.recv_case(v), timer.select_case()};
+    Result<SelectResult> by_timer = co_await async_select(with_timer);
+    if (!by_timer || by_timer->index != 1) co_return -5;
+    // No cases: waits for its deadline.
+    Result<SelectResult> empty = co_await async_select({}, {.deadline = SyncClock::now() + 1ms});
+    if (empty != std::errc::timed_out) co_return -6;
+    co_return sum;
+  });
+  ASSERT_TRUE(feeder.join().ok());
+  EXPECT_EQ(*h.join(), long{n} * (n - 1) / 2);
 }
 
 TEST(TaskTest, SleepsWakeInDeadlineOrder) {

@@ -37,19 +37,9 @@
 namespace weft {
 namespace sync_internal {
 
-// SelectGroup: one waiting select. fired: -1 while open, then the index of the case that
-// happened, or kAborted, claimed by a CAS (reopened only by Requeue). recheck: a token case's
-// callback asks the select to look at its timer and token cases again.
-struct SelectGroup {
-  atomic<int> fired{-1};
-  atomic<bool> recheck{false};
-  Waiter* waiter = nullptr;
-};
-
 namespace {
 
 constexpr int kAborted = -2;
-constexpr std::size_t kMaxSelectCases = 64;
 
 void Deliver(const ElementOps* ops, void* dst, void* src, bool assign) {
   if (assign) {
@@ -344,7 +334,7 @@ std::size_t RandomBelow(std::size_t n) {
 
 namespace {
 
-enum class CaseKind : unsigned char { kChannel, kTimer, kToken };
+using CaseKind = sync_internal::SelectCaseKind;
 
 // KindOf: a case's kind, or nullopt for a case select refuses (not exactly one kind, a channel
 // case without a value, a send flag or value on a token case, a refused timer).
@@ -382,71 +372,63 @@ void WakeSelect(void* arg) {
 
 }  // namespace
 
-Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions& options,
-                            bool has_default) {
-  using namespace sync_internal;
-  const std::size_t n = cases.size();
-  Waiter* me = &current_waiter();
-  if (n > kMaxSelectCases) return std::errc::invalid_argument;
+namespace sync_internal {
+
+std::optional<Result<SelectResult>> SelectRun::Start(std::span<const SelectCase> cases,
+                                                     const WaitOptions& options, bool has_default,
+                                                     Waiter* me) {
+  cases_ = cases;
+  options_ = options;
+  n_ = cases.size();
+  if (n_ > kMaxCases) return Result<SelectResult>(std::errc::invalid_argument);
   // A zero-initialised or partly filled case is refused before any channel is touched.
-  CaseKind kind[kMaxSelectCases];
-  int others[kMaxSelectCases];  // the timer and token cases
-  std::size_t nothers = 0;
   bool any_timer = false;
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < n_; ++i) {
     std::optional<CaseKind> k = KindOf(cases[i]);
-    if (!k) return std::errc::invalid_argument;
-    kind[i] = *k;
-    if (*k != CaseKind::kChannel) others[nothers++] = static_cast<int>(i);
+    if (!k) return Result<SelectResult>(std::errc::invalid_argument);
+    kind_[i] = *k;
+    if (*k != CaseKind::kChannel) others_[nothers_++] = static_cast<int>(i);
     any_timer = any_timer || *k == CaseKind::kTimer;
   }
-  if (n == 0) {
-    if (has_default) return SelectResult{-1, false};
-    if (!options.deadline && options.cancel == nullptr) return std::errc::invalid_argument;
-    return ErrorOf(Park(
-        *me, [] { return false; }, options, "select (no cases)", nullptr));
+  if (n_ == 0) {
+    if (has_default) return Result<SelectResult>(SelectResult{-1, false});
+    if (!options.deadline && options.cancel == nullptr) {
+      return Result<SelectResult>(std::errc::invalid_argument);
+    }
+    return std::nullopt;  // a wait for the deadline or the token (Done is never true)
   }
   // Lock order: the distinct locks of the channels and timers, by address.
-  SpinLock* locks[kMaxSelectCases];
-  std::size_t nlocks = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (kind[i] == CaseKind::kChannel) locks[nlocks++] = &cases[i].channel->lock_;
-    if (kind[i] == CaseKind::kTimer) locks[nlocks++] = &cases[i].timer->select_lock();
+  for (std::size_t i = 0; i < n_; ++i) {
+    if (kind_[i] == CaseKind::kChannel) locks_[nlocks_++] = &cases[i].channel->lock_;
+    if (kind_[i] == CaseKind::kTimer) locks_[nlocks_++] = &cases[i].timer->select_lock();
   }
-  std::sort(locks, locks + nlocks);
-  nlocks = static_cast<std::size_t>(std::unique(locks, locks + nlocks) - locks);
-  auto lock_all = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    for (std::size_t i = 0; i < nlocks; ++i) locks[i]->lock();
-  };
-  auto unlock_all = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    for (std::size_t i = nlocks; i-- > 0;) locks[i]->unlock();
-  };
+  std::sort(locks_, locks_ + nlocks_);
+  nlocks_ = static_cast<std::size_t>(std::unique(locks_, locks_ + nlocks_) - locks_);
   // Poll order: a random permutation, so ready cases are chosen fairly.
-  int order[kMaxSelectCases];
-  for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<int>(i);
-  for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[RandomBelow(i)]);
+  int order[kMaxCases];
+  for (std::size_t i = 0; i < n_; ++i) order[i] = static_cast<int>(i);
+  for (std::size_t i = n_; i > 1; --i) std::swap(order[i - 1], order[RandomBelow(i)]);
 
-  // epoch: each timer case's SelectEpoch() as the select begins: a timer made ready and then
+  // epoch_: each timer case's SelectEpoch() as the select begins: a timer made ready and then
   // reset or stopped after this still counts as having happened during the select.
-  std::uint64_t epoch[kMaxSelectCases];
-  lock_all();
+  LockAll();
   const SyncClock::time_point now = any_timer ? Now() : SyncClock::time_point();
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < n_; ++i) {
     const int index = order[i];
     const SelectCase& c = cases[index];
-    if (kind[index] == CaseKind::kToken) {
+    if (kind_[index] == CaseKind::kToken) {
       if (c.token->is_cancelled()) {
-        unlock_all();
-        return SelectResult{index, true};
+        UnlockAll();
+        return Result<SelectResult>(SelectResult{index, true});
       }
       continue;
     }
-    if (kind[index] == CaseKind::kTimer) {
-      epoch[index] = c.timer->SelectEpoch();
-      if (c.timer->SelectReady(epoch[index], now)) {
+    if (kind_[index] == CaseKind::kTimer) {
+      epoch_[index] = c.timer->SelectEpoch();
+      if (c.timer->SelectReady(epoch_[index], now)) {
         c.timer->SelectTake(c.value, now);
-        unlock_all();
-        return SelectResult{index, true};
+        UnlockAll();
+        return Result<SelectResult>(SelectResult{index, true});
       }
       continue;
     }
@@ -456,147 +438,207 @@ Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions
       e = c.is_send ? c.channel->TrySendLocked(c.value, &notify)
                     : c.channel->TryRecvLocked(c.value, /*assign=*/true, &notify);
     } catch (...) {
-      unlock_all();  // an element's move threw: the channels are as they were
+      UnlockAll();  // an element's move threw: the channels are as they were
       throw;
     }
     if (e != std::errc::resource_unavailable_try_again) {
-      unlock_all();
+      UnlockAll();
       if (notify != nullptr) notify->notify();
-      return SelectResult{index, e == std::errc{}};
+      return Result<SelectResult>(SelectResult{index, e == std::errc{}});
     }
   }
   if (has_default) {
-    unlock_all();
-    return SelectResult{-1, false};
+    UnlockAll();
+    return Result<SelectResult>(SelectResult{-1, false});
   }
-  SelectGroup group;
-  group.waiter = me;
-  ChannelNode nodes[kMaxSelectCases];  // the channel and timer cases'
-  // wake_at: when a timer or token case may become ready with nobody telling the select (a
+  group_.waiter = me;
+  // wake_at_: when a timer or token case may become ready with nobody telling the select (a
   // timer's deadline, a token's cancel_at): the park ends then, and the cases are looked at.
-  std::optional<SyncClock::time_point> wake_at;
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < n_; ++i) {
     const SelectCase& c = cases[i];
-    nodes[i].waiter = me;
-    if (kind[i] == CaseKind::kChannel) {
-      nodes[i].group = &group;
-      nodes[i].case_index = static_cast<int>(i);
-      nodes[i].value = c.value;
-      nodes[i].assign = !c.is_send;
-      c.channel->Enqueue(&nodes[i], c.is_send);
-    } else if (kind[i] == CaseKind::kTimer) {
-      wake_at = Earliest(wake_at, c.timer->SelectWatch(&nodes[i]));
+    nodes_[i].waiter = me;
+    if (kind_[i] == CaseKind::kChannel) {
+      nodes_[i].group = &group_;
+      nodes_[i].case_index = static_cast<int>(i);
+      nodes_[i].value = c.value;
+      nodes_[i].assign = !c.is_send;
+      c.channel->Enqueue(&nodes_[i], c.is_send);
+    } else if (kind_[i] == CaseKind::kTimer) {
+      wake_at_ = Earliest(wake_at_, c.timer->SelectWatch(&nodes_[i]));
     } else {
-      wake_at = Earliest(wake_at, c.token->deadline());
+      wake_at_ = Earliest(wake_at_, c.token->deadline());
     }
   }
-  unlock_all();
+  UnlockAll();
+  queued_ = true;
   // Token cases register after the poll: a callback can then only find the select waiting. A
   // token cancelled in between fails its registration, and the select looks again at once.
-  CancelRegistration regs[kMaxSelectCases];
-  bool registered[kMaxSelectCases] = {};
-  for (std::size_t k = 0; k < nothers; ++k) {
-    const int i = others[k];
-    if (kind[i] != CaseKind::kToken) continue;
+  for (std::size_t k = 0; k < nothers_; ++k) {
+    const int i = others_[k];
+    if (kind_[i] != CaseKind::kToken) continue;
     CancelState* state = StateOf(*cases[i].token);
     if (state == nullptr) continue;  // a default token: never cancelled
-    regs[i].fn = &WakeSelect;
-    regs[i].arg = &group;
-    registered[i] = Register(state, &regs[i]);
-    // relaxed: read by this execution only, in done() below.
-    if (!registered[i]) group.recheck.store(true, std::memory_order_relaxed);
+    regs_[i].fn = &WakeSelect;
+    regs_[i].arg = &group_;
+    registered_[i] = Register(state, &regs_[i]);
+    // relaxed: read by this execution only, in Done() below.
+    if (!registered_[i]) group_.recheck.store(true, std::memory_order_relaxed);
   }
-  // done: a channel case claimed the select, or a timer or token case may have become ready
-  // (acquire: pairs with Grant's and WakeSelect's releases, and the claimer's acq_rel CAS).
-  auto done = [&] {
-    if (group.fired.load(std::memory_order_acquire) != -1) return true;
-    if (group.recheck.load(std::memory_order_acquire)) return true;
-    for (std::size_t k = 0; k < nothers; ++k) {
-      const int i = others[k];
-      if (kind[i] == CaseKind::kTimer && nodes[i].state.load(std::memory_order_acquire) != kWaiting)
-        return true;
-    }
-    return false;
-  };
-  // claim: this select happens as case i, unless another case claimed it first.
-  auto claim = [&](int i) {
-    int expected = -1;
-    // acq_rel: as a channel counterpart's claim (ChannelCore::TakeWaiter).
-    return group.fired.compare_exchange_strong(expected, i, std::memory_order_acq_rel);
-  };
-  // look_again: polls the timer and token cases in a random order; true once the select is
-  // decided (by one of them, or by a channel case meanwhile). Else each timer case is watched
-  // again and wake_at recomputed.
-  auto look_again = [&] {
-    int shuffled[kMaxSelectCases];
-    std::copy(others, others + nothers, shuffled);
-    for (std::size_t k = nothers; k > 1; --k) std::swap(shuffled[k - 1], shuffled[RandomBelow(k)]);
-    wake_at.reset();
-    for (std::size_t k = 0; k < nothers; ++k) {
-      const int i = shuffled[k];
-      const SelectCase& c = cases[i];
-      if (kind[i] == CaseKind::kToken) {
-        if (c.token->is_cancelled()) {
-          (void)claim(i);
-          return true;
-        }
-        wake_at = Earliest(wake_at, c.token->deadline());
-        continue;
-      }
-      SpinLock& lock = c.timer->select_lock();
-      lock.lock();
-      const SyncClock::time_point t = Now();
-      if (c.timer->SelectReady(epoch[i], t)) {
-        if (claim(i)) c.timer->SelectTake(c.value, t);  // under the timer's lock: a Ticker's tick
-        lock.unlock();                                  // goes to one select or tick() only
-        return true;
-      }
-      wake_at = Earliest(wake_at, c.timer->SelectWatch(&nodes[i]));
-      lock.unlock();
-    }
-    return group.fired.load(std::memory_order_acquire) != -1;
-  };
+  return std::nullopt;
+}
 
-  ParkResult r;
-  for (;;) {
-    // The park ends at the earlier of the select's own deadline and wake_at; reaching wake_at
-    // only means looking at the cases again.
-    WaitOptions park = options;
-    const bool cases_first = wake_at && (!options.deadline || *wake_at < *options.deadline);
-    if (cases_first) park.deadline = wake_at;
-    r = Park(*me, done, park, "select", nullptr);
-    if (group.fired.load(std::memory_order_acquire) != -1) break;
-    // acquire: pairs with WakeSelect's release. Cleared before looking, so that a cancel during
-    // the look makes done() true again.
-    group.recheck.exchange(false, std::memory_order_acquire);
-    if (look_again()) break;  // a case that is ready as the select gives up still wins
-    if (r == ParkResult::kCancelled || (r == ParkResult::kTimedOut && !cases_first)) {
-      int expected = -1;
-      // acq_rel: either we claim the select as aborted, or we see the case that won.
-      group.fired.compare_exchange_strong(expected, kAborted, std::memory_order_acq_rel);
-      break;
-    }
+std::optional<SyncClock::time_point> SelectRun::ParkDeadline() {
+  // The park ends at the earlier of the select's own deadline and wake_at_; reaching wake_at_
+  // only means looking at the cases again.
+  cases_first_ = wake_at_ && (!options_.deadline || *wake_at_ < *options_.deadline);
+  return cases_first_ ? wake_at_ : options_.deadline;
+}
+
+bool SelectRun::Done() {
+  if (n_ == 0) return false;
+  // A channel case claimed the select, or a timer or token case may have become ready
+  // (acquire: pairs with Grant's and WakeSelect's releases, and the claimer's acq_rel CAS).
+  if (group_.fired.load(std::memory_order_acquire) != -1) return true;
+  if (group_.recheck.load(std::memory_order_acquire)) return true;
+  for (std::size_t k = 0; k < nothers_; ++k) {
+    const int i = others_[k];
+    if (kind_[i] == CaseKind::kTimer && nodes_[i].state.load(std::memory_order_acquire) != kWaiting)
+      return true;
   }
+  return false;
+}
+
+bool SelectRun::Claim(int i) {
+  int expected = -1;
+  // acq_rel: as a channel counterpart's claim (ChannelCore::TakeWaiter).
+  return group_.fired.compare_exchange_strong(expected, i, std::memory_order_acq_rel);
+}
+
+bool SelectRun::LookAgain() {
+  // Polls the timer and token cases in a random order; true once the select is decided (by one
+  // of them, or by a channel case meanwhile). Else each timer case is watched again and wake_at_
+  // recomputed.
+  int shuffled[kMaxCases];
+  std::copy(others_, others_ + nothers_, shuffled);
+  for (std::size_t k = nothers_; k > 1; --k) std::swap(shuffled[k - 1], shuffled[RandomBelow(k)]);
+  wake_at_.reset();
+  for (std::size_t k = 0; k < nothers_; ++k) {
+    const int i = shuffled[k];
+    const SelectCase& c = cases_[i];
+    if (kind_[i] == CaseKind::kToken) {
+      if (c.token->is_cancelled()) {
+        (void)Claim(i);
+        return true;
+      }
+      wake_at_ = Earliest(wake_at_, c.token->deadline());
+      continue;
+    }
+    SpinLock& lock = c.timer->select_lock();
+    lock.lock();
+    const SyncClock::time_point t = Now();
+    if (c.timer->SelectReady(epoch_[i], t)) {
+      if (Claim(i)) c.timer->SelectTake(c.value, t);  // under the timer's lock: a Ticker's tick
+      lock.unlock();                                  // goes to one select or tick() only
+      return true;
+    }
+    wake_at_ = Earliest(wake_at_, c.timer->SelectWatch(&nodes_[i]));
+    lock.unlock();
+  }
+  return group_.fired.load(std::memory_order_acquire) != -1;
+}
+
+bool SelectRun::AfterPark(ParkResult r) {
+  result_ = r;
+  if (n_ == 0) return true;
+  if (group_.fired.load(std::memory_order_acquire) != -1) return true;
+  // acquire: pairs with WakeSelect's release. Cleared before looking, so that a cancel during
+  // the look makes Done() true again.
+  group_.recheck.exchange(false, std::memory_order_acquire);
+  if (LookAgain()) return true;  // a case that is ready as the select gives up still wins
+  if (r == ParkResult::kCancelled || (r == ParkResult::kTimedOut && !cases_first_)) {
+    int expected = -1;
+    // acq_rel: either we claim the select as aborted, or we see the case that won.
+    group_.fired.compare_exchange_strong(expected, kAborted, std::memory_order_acq_rel);
+    return true;
+  }
+  return false;
+}
+
+Result<SelectResult> SelectRun::Finish() {
+  if (!queued_) return ErrorOf(result_);  // no cases: the deadline or the token
+  queued_ = false;
   // Deregister: once it returns, no WakeSelect runs on our group (it parks for a running one).
-  for (std::size_t k = 0; k < nothers; ++k) {
-    const int i = others[k];
-    if (registered[i]) Deregister(StateOf(*cases[i].token), &regs[i]);
+  for (std::size_t k = 0; k < nothers_; ++k) {
+    const int i = others_[k];
+    if (registered_[i]) Deregister(StateOf(*cases_[i].token), &regs_[i]);
   }
   // Take our nodes off every queue; this also waits for the winner to finish delivering (it
   // holds its channel's lock until the node's state is set).
-  lock_all();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (kind[i] == CaseKind::kChannel && nodes[i].queued) {
-      cases[i].channel->Dequeue(&nodes[i], cases[i].is_send);
-    } else if (kind[i] == CaseKind::kTimer) {
-      cases[i].timer->SelectUnwatch(&nodes[i]);
+  LockAll();
+  for (std::size_t i = 0; i < n_; ++i) {
+    if (kind_[i] == CaseKind::kChannel && nodes_[i].queued) {
+      cases_[i].channel->Dequeue(&nodes_[i], cases_[i].is_send);
+    } else if (kind_[i] == CaseKind::kTimer) {
+      cases_[i].timer->SelectUnwatch(&nodes_[i]);
     }
   }
-  unlock_all();
-  int fired = group.fired.load(std::memory_order_acquire);
-  if (fired == kAborted) return ErrorOf(r);
-  if (kind[fired] != CaseKind::kChannel) return SelectResult{fired, true};
-  return SelectResult{fired, nodes[fired].state.load(std::memory_order_acquire) == kGranted};
+  UnlockAll();
+  int fired = group_.fired.load(std::memory_order_acquire);
+  if (fired == kAborted) return ErrorOf(result_);
+  if (kind_[fired] != CaseKind::kChannel) return SelectResult{fired, true};
+  return SelectResult{fired, nodes_[fired].state.load(std::memory_order_acquire) == kGranted};
+}
+
+void SelectRun::LockAll() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  for (std::size_t i = 0; i < nlocks_; ++i) locks_[i]->lock();
+}
+
+void SelectRun::UnlockAll() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  for (std::size_t i = nlocks_; i-- > 0;) locks_[i]->unlock();
+}
+
+bool SelectAwaiter::Again(void* self, ParkResult r,
+                          std::optional<SyncClock::time_point>* deadline) {
+  auto* a = static_cast<SelectAwaiter*>(self);
+  if (a->run_.AfterPark(r)) return false;
+  *deadline = a->run_.ParkDeadline();
+  return true;
+}
+
+bool SelectAwaiter::await_ready() {
+  me_ = &current_waiter();
+  started_ = run_.Start(cases_, options_, has_default_, me_);
+  return started_.has_value();
+}
+
+bool SelectAwaiter::await_suspend(std::coroutine_handle<> h) {
+  park_options_ = WaitOptions{.deadline = run_.ParkDeadline(), .cancel = options_.cancel};
+  return park_.Begin(*me_, h, park_options_, run_.what(), nullptr);
+}
+
+Result<SelectResult> SelectAwaiter::await_resume() {
+  if (started_) return *started_;
+  run_.AfterPark(park_.End());  // (already decided: End's result is the last park's)
+  return run_.Finish();
+}
+
+}  // namespace sync_internal
+
+Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions& options,
+                            bool has_default) {
+  using namespace sync_internal;
+  Waiter* me = &current_waiter();
+  SelectRun run;
+  if (std::optional<Result<SelectResult>> decided = run.Start(cases, options, has_default, me)) {
+    return *decided;
+  }
+  for (;;) {
+    ParkResult r = Park(
+        *me, [&] { return run.Done(); },
+        WaitOptions{.deadline = run.ParkDeadline(), .cancel = options.cancel}, run.what(), nullptr);
+    if (run.AfterPark(r)) break;
+  }
+  return run.Finish();
 }
 
 }  // namespace weft

@@ -1,7 +1,7 @@
 // sync/channel.h: Go-style channels and select, parking fibers (or blocking threads).
 //
 // Defines: weft::Channel<T>, weft::SelectCase, weft::SelectResult, weft::select,
-// weft::cancel_case.
+// weft::async_select, weft::cancel_case.
 //
 // Channel<T>: bounded FIFO (capacity >= 1) or unbuffered (capacity 0: a send completes only when
 // a receiver takes the value, a rendezvous). T may be move-only. close() is idempotent; values
@@ -204,6 +204,96 @@ struct SelectResult {
 // timer is armed with it (docs/sync.md, "Timer and Ticker").
 Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions& options = {},
                             bool has_default = false);
+
+namespace sync_internal {
+
+// SelectGroup: one waiting select. fired: -1 while open, then the index of the case that
+// happened, or kAborted, claimed by a CAS (reopened only by Requeue). recheck: a token case's
+// callback asks the select to look at its timer and token cases again.
+struct SelectGroup {
+  atomic<int> fired{-1};
+  atomic<bool> recheck{false};
+  Waiter* waiter = nullptr;
+};
+
+enum class SelectCaseKind : unsigned char { kChannel, kTimer, kToken };
+
+// SelectRun: one select, in steps around its parks (channel.cc tells the algorithm): Start
+// validates and polls the cases and either decides or queues the select on every case; then the
+// caller parks until ParkDeadline() with Done() as the condition, and calls AfterPark with how
+// each park ended until it returns true; Finish takes the select off the cases and gives the
+// outcome. select() runs it on the stack, SelectAwaiter in a task's coroutine frame (8.5 KiB,
+// for up to kMaxCases cases).
+class SelectRun {
+ public:
+  static constexpr std::size_t kMaxCases = 64;
+  std::optional<Result<SelectResult>> Start(std::span<const SelectCase> cases,
+                                            const WaitOptions& options, bool has_default,
+                                            Waiter* me);
+  std::optional<SyncClock::time_point> ParkDeadline();
+  bool Done();
+  bool AfterPark(ParkResult r);
+  Result<SelectResult> Finish();
+  const char* what() const { return n_ == 0 ? "select (no cases)" : "select"; }
+
+ private:
+  bool Claim(int i);
+  bool LookAgain();
+  void LockAll();
+  void UnlockAll();
+
+  std::span<const SelectCase> cases_;
+  WaitOptions options_;
+  std::size_t n_ = 0, nothers_ = 0, nlocks_ = 0;
+  SelectCaseKind kind_[kMaxCases];
+  int others_[kMaxCases];  // the timer and token cases
+  SpinLock* locks_[kMaxCases];
+  std::uint64_t epoch_[kMaxCases];
+  SelectGroup group_;
+  ChannelNode nodes_[kMaxCases];  // the channel and timer cases'
+  std::optional<SyncClock::time_point> wake_at_;
+  CancelRegistration regs_[kMaxCases];
+  bool registered_[kMaxCases] = {};
+  bool cases_first_ = false;  // the current park ends at wake_at_, before the select's deadline
+  bool queued_ = false;
+  ParkResult result_ = ParkResult::kWoken;
+};
+
+// SelectAwaiter: what async_select returns.
+class SelectAwaiter {
+ public:
+  SelectAwaiter(std::span<const SelectCase> cases, const WaitOptions& options, bool has_default)
+      : cases_(cases), options_(options), has_default_(has_default), park_(&Done, this, &Again) {}
+  SelectAwaiter(const SelectAwaiter&) = delete;
+  SelectAwaiter& operator=(const SelectAwaiter&) = delete;
+  bool await_ready();
+  bool await_suspend(std::coroutine_handle<> h);
+  Result<SelectResult> await_resume();
+
+ private:
+  static bool Done(void* self) { return static_cast<SelectAwaiter*>(self)->run_.Done(); }
+  static bool Again(void* self, ParkResult r, std::optional<SyncClock::time_point>* deadline);
+  std::span<const SelectCase> cases_;
+  WaitOptions options_;
+  bool has_default_;
+  Waiter* me_ = nullptr;
+  std::optional<Result<SelectResult>> started_;  // decided at once
+  WaitOptions park_options_;
+  SelectRun run_;
+  AsyncPark park_;
+};
+
+}  // namespace sync_internal
+
+// async_select: select for a task (scheduler/task.h), which waits without blocking its worker:
+// `Result<SelectResult> r = co_await async_select(cases)`. The same cases, results and errors;
+// the cases and their values must outlive the call (awaited at once, an array in the task's
+// frame does). From a coroutine that is not a task, it blocks the fiber or thread that runs it.
+inline sync_internal::SelectAwaiter async_select(std::span<const SelectCase> cases,
+                                                 const WaitOptions& options = {},
+                                                 bool has_default = false) {
+  return sync_internal::SelectAwaiter(cases, options, has_default);
+}
 
 template <typename T>
 class Channel {

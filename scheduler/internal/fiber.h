@@ -3,8 +3,8 @@
 // Defines (weft::scheduler_internal): Fiber (a fiber's object: its context and stack, the
 // park/notify state of scheduler/internal/park.h, identity, fiber-local slots), FiberWaiter (the
 // Waiter that lets //sync park a fiber), FiberBlock and RetiredBlocks (where Fiber objects live,
-// and why they are never freed), TimerEntry (a parked fiber's deadline), FiberFifo (a queue of runnable fibers that cannot fail), Counters, the clock and
-// the timer constants.
+// and why they are never freed), TimerEntry (a parked fiber's deadline), FiberFifo (a queue of
+// runnable fibers that cannot fail), Counters, the clock and the timer constants.
 //
 // Fiber objects (and so their Waiters) are recycled, never freed while the runtime lives: a
 // notifier may still call notify() on a fiber that already resumed and finished (the lifetime
@@ -36,9 +36,9 @@
 #include "weft/context/internal/vm.h"
 #include "weft/context/stack.h"
 #include "weft/reactor/reactor.h"
-#include "weft/scheduler/io.h"
 #include "weft/scheduler/internal/idle.h"
 #include "weft/scheduler/internal/park.h"
+#include "weft/scheduler/io.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/internal/spin_lock.h"
 #include "weft/sync/internal/wait_queue.h"

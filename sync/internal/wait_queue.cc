@@ -55,6 +55,15 @@ void WakeAndUnlock(SpinLock& lock, WaitQueue& q, NodeState state, std::size_t ma
   for (Waiter* w : wake) w->notify();
 }
 
+bool AsyncPark::Over() {
+  if (again_ == nullptr) return true;
+  std::optional<SyncClock::time_point> next;
+  if (!again_(done_arg_, result_, &next)) return true;
+  deadline_ = DeadlineOf(WaitOptions{.deadline = next, .cancel = options_->cancel});
+  result_ = ParkResult::kWoken;
+  return false;
+}
+
 bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptions& options,
                       const char* what, const void* object, bool interruptible) {
   waiter_ = &waiter;
@@ -67,55 +76,46 @@ bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptio
   if (cancel_state_ != nullptr && !Register(cancel_state_, &reg_)) {
     cancel_state_ = nullptr;  // not registered: nothing to take back
     result_ = ParkResult::kCancelled;
-    return false;
+    if (Over()) return false;
   }
   deadline_ = DeadlineOf(options);
-  if (done_(done_arg_)) {
-    result_ = ParkResult::kWoken;
-    return false;
-  }
-  if (Cancelled()) {
-    result_ = ParkResult::kCancelled;
-    return false;
+  for (;;) {
+    if (done_(done_arg_)) {
+      result_ = ParkResult::kWoken;
+    } else if (Cancelled()) {
+      result_ = ParkResult::kCancelled;
+    } else {
+      break;
+    }
+    if (Over()) return false;
   }
   waiter.note_wait(what, object);
   if (waiter.suspend(*this, h)) return true;
   // Not a task: this thread or fiber blocks, as Park does (the registration made above serves).
-  bool finished = false;
-  ParkResult r = ParkResult::kWoken;
-  do {
+  for (;;) {
     bool woken = waiter.wait(deadline_.at);
-    finished = done_(done_arg_);
-    if (!woken && !finished) {
-      r = deadline_.by_token ? ParkResult::kCancelled : ParkResult::kTimedOut;
-      break;
-    }
-    if (!woken) break;
-    if (!finished && Cancelled()) {
-      r = ParkResult::kCancelled;
-      break;
-    }
-  } while (!finished);
-  result_ = r;
-  return false;
+    if (Continue(woken)) return false;
+  }
 }
 
 bool AsyncPark::Continue(bool woken) {
-  const bool finished = done_(done_arg_);
-  if (!woken) {
-    result_ = finished ? ParkResult::kWoken
-                       : (deadline_.by_token ? ParkResult::kCancelled : ParkResult::kTimedOut);
-    return true;
+  for (;;) {
+    const bool finished = done_(done_arg_);
+    if (!woken) {
+      result_ = finished ? ParkResult::kWoken
+                         : (deadline_.by_token ? ParkResult::kCancelled : ParkResult::kTimedOut);
+    } else if (finished) {
+      result_ = ParkResult::kWoken;
+    } else if (Cancelled()) {
+      result_ = ParkResult::kCancelled;
+    } else {
+      return false;
+    }
+    if (Over()) return true;
+    // Parking again (a longer wait of several parks): as a fresh wake-up, look once more.
+    woken = true;
+    if (!done_(done_arg_) && !Cancelled()) return false;
   }
-  if (finished) {
-    result_ = ParkResult::kWoken;
-    return true;
-  }
-  if (Cancelled()) {
-    result_ = ParkResult::kCancelled;
-    return true;
-  }
-  return false;
 }
 
 ParkResult AsyncPark::End() {

@@ -202,7 +202,12 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, const cha
 class AsyncPark {
  public:
   using DoneFn = bool (*)(void* arg);
-  AsyncPark(DoneFn done, void* arg) : done_(done), done_arg_(arg) {}
+  // AgainFn: for a wait made of several parks (select: its timer and token cases are looked at
+  // each time a park ends): called with the arg as the park would end with r; true to park
+  // again, until *deadline (the token's cancel_at still applies).
+  using AgainFn = bool (*)(void* arg, ParkResult r, std::optional<SyncClock::time_point>* deadline);
+  AsyncPark(DoneFn done, void* arg, AgainFn again = nullptr)
+      : done_(done), again_(again), done_arg_(arg) {}
   AsyncPark(const AsyncPark&) = delete;
   AsyncPark& operator=(const AsyncPark&) = delete;
 
@@ -227,7 +232,11 @@ class AsyncPark {
            (interruptible_ && waiter_->interrupted());
   }
 
+  // Over: the wait would end with result_: true if it does (AgainFn says no).
+  bool Over();
+
   DoneFn done_;
+  AgainFn again_;
   void* done_arg_;
   Waiter* waiter_ = nullptr;
   const WaitOptions* options_ = nullptr;
