@@ -59,7 +59,7 @@ METRICS = [
 # Metrics measured once per line (no samples): the RSS figures, and the latency percentiles
 # (each the median of the runs' own; the line has p50_us and p999_us beside p99_us).
 SINGLE_VALUES = ("rss_kb_per_task", "rss_kb_per_conn", "p99_us")
-PEER_ORDER = ["go", "tokio", "boost_fiber", "tbb", "weft_c"]
+PEER_ORDER = ["go", "tokio", "boost_fiber", "tbb", "weft_task", "weft_c"]
 # Said wherever a workload's ratios are shown, on the same line or group (WORKLOADS.md allows each
 # runtime its natural fork-join primitive for W4).
 CAVEATS = {"fib": "weft runs W4 as stackless fork-join tasks, the peers a spawned task per call"}
@@ -289,7 +289,8 @@ def cmd_history(args):
 # ---- dashboard ----------------------------------------------------------------------------------
 
 COLORS = {"weft": "#1f77b4", "go": "#2ca02c", "tokio": "#d62728", "boost_fiber": "#9467bd",
-          "tbb": "#ff7f0e", "weft_c": "#17becf"}
+          "tbb": "#ff7f0e", "weft_c": "#17becf",
+          "weft_task": "#bcbd22"}
 
 
 def color(runtime):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/run_workloads.sh: the standard workloads W1..W10 (../shared/WORKLOADS.md) on weft and on the
-# runtimes users would pick instead (Go, Tokio, Boost.Fiber, oneTBB; and weft_c, W6 written in C
+# runtimes users would pick instead (Go, Tokio, Boost.Fiber, oneTBB; and weft_task, weft's stackless
+# tasks on W2, W3, W6 and W8; and weft_c, W6 written in C
 # against weft's C ABI), side by side in one run on this machine. Builds everything first (installing a peer's Debian packages when missing and
 # possible, else skipping that peer with a note), then runs workload by workload, each runtime in
 # turn (weft, then each peer: interleaved, so a slow minute of the machine hits all of them), each
@@ -27,7 +28,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 reps=5
 workers=2
 only="W1,W2,W3,W4,W5,W6,W7,W8,W9,W10"
-want_peers="go,tokio,boost_fiber,tbb,weft_c"
+want_peers="go,tokio,boost_fiber,tbb,weft_task,weft_c"
 history=1
 check=""
 save_baseline=0
@@ -70,6 +71,11 @@ bazel_targets=(//bench:weft_workloads //bench:w9_client)
 if has_peer tbb; then
   bazel_targets+=(//bench/peers/tbb:tbb_workloads)
   peers+=(tbb)
+fi
+# weft_task: W2, W3, W6 and W8 on weft's stackless tasks (bench/weft_task_workloads.cc).
+if has_peer weft_task; then
+  bazel_targets+=(//bench:weft_task_workloads)
+  peers+=(weft_task)
 fi
 # weft_c: W6 written in C against weft's C ABI, linked with libweft.so (bench/c).
 if has_peer weft_c; then
@@ -135,6 +141,8 @@ peer_has() {
     tbb:*) return 1 ;;
     weft_c:W6) return 0 ;;
     weft_c:*) return 1 ;;
+    weft_task:W2 | weft_task:W3 | weft_task:W6 | weft_task:W8) return 0 ;;
+    weft_task:*) return 1 ;;
     boost_fiber:W6 | boost_fiber:W9 | boost_fiber:W10) return 1 ;;
     *) return 0 ;;
   esac
@@ -146,6 +154,7 @@ peer_cmd() {
     tbb) echo "$bin/bench/peers/tbb/tbb_workloads" ;;
     boost_fiber) echo "$bin/bench/peers/boost_fiber/boost_fiber_workloads" ;;
     weft_c) echo "$bin/bench/c/weft_c_workloads" ;;
+    weft_task) echo "$bin/bench/weft_task_workloads" ;;
   esac
 }
 
@@ -161,7 +170,9 @@ for id in "${ids[@]}"; do
   step=$((step + 1))
   for rt in "${runtimes[@]}"; do
     if [ "$rt" != weft ] && ! peer_has "$rt" "$id"; then
-      if [ "$rt" = weft_c ]; then note "weft_c has only W6 (bench/c)"; else note "$rt has no $id (see bench/peers/$rt)"; fi
+      if [ "$rt" = weft_c ]; then note "weft_c has only W6 (bench/c)";
+      elif [ "$rt" = weft_task ]; then note "weft_task has W2, W3, W6 and W8";
+      else note "$rt has no $id (see bench/peers/$rt)"; fi
       continue
     fi
     echo "[$id $step/${#ids[@]}] $rt..." >&2
