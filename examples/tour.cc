@@ -23,6 +23,19 @@ std::uint64_t Fib(weft::ForkJoinWorker& w, int n) {
 
 weft::FiberLocal<int> g_requests;  // one counter per fiber
 
+// Stackless tasks (docs/api.md, "Fibers and tasks").
+weft::Task<int> Child() { co_return 41; }
+
+weft::Task<int> TaskTour(weft::Runtime& rt, weft::Channel<int>& ch, weft::Mutex& mu) {
+  int v = co_await Child() + 1;                    // a Task awaited runs inline, as a call
+  weft::Result<int> r = co_await ch.async_recv();  // parks the task, not the worker
+  if (weft::Result<void> l = co_await mu.async_lock(); l.ok()) (void)mu.unlock();
+  co_await weft::this_task::sleep_for(std::chrono::milliseconds(1));
+  weft::JoinHandle<int> fiber = rt.spawn([] { return 1; });
+  int one = *co_await fiber;  // joins a fiber (or a task)
+  co_return v + r.value_or(0) + one;
+}
+
 }  // namespace
 
 int main() {
@@ -114,9 +127,19 @@ int main() {
     return requests.load();
   });
 
-  std::printf("answer %d, greeting %s, sum %ld, fib(25) %llu, pages %ld, echoed %s, served %d\n",
-              answer, s.c_str(), sum, static_cast<unsigned long long>(fib), pages, echoed.c_str(),
-              served);
+  // A task and a fiber share a channel and a mutex.
+  weft::Channel<int> ch(1);
+  weft::Mutex mu;
+  weft::JoinHandle<int> task = rt.spawn_task([&] { return TaskTour(rt, ch, mu); });
+  (void)rt.spawn([&] { (void)ch.send(100); }).join();
+  const int from_task = *task.join();  // 42 + 100 + 1
+
+  std::printf(
+      "answer %d, greeting %s, sum %ld, fib(25) %llu, pages %ld, echoed %s, served %d, "
+      "task %d\n",
+      answer, s.c_str(), sum, static_cast<unsigned long long>(fib), pages, echoed.c_str(), served,
+      from_task);
   std::printf("stats: %s\n", rt.stats_json().c_str());
-  return echoed == "hello" && sum == 4950 && fib == 75025 && served == 1 ? 0 : 1;
+  return echoed == "hello" && sum == 4950 && fib == 75025 && served == 1 && from_task == 143 ? 0
+                                                                                             : 1;
 }
