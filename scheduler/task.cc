@@ -36,38 +36,46 @@ bool YieldTask(std::coroutine_handle<> h) noexcept {
 using namespace scheduler_internal;
 
 void Runtime::Impl::RunTask(Worker& w, Fiber* f) {
-  Started(w, f);
-  // Woken in a wait (or back to retry one that found no memory): the rest of it first.
-  bool resume = f->task_park == nullptr || TaskWait(w, f, /*parked=*/!f->task_retry);
-  while (resume) {
-    f->task_park = nullptr;
-    f->task_exit = kTaskRunning;
-    std::coroutine_handle<>::from_address(f->task_frame).resume();
-    switch (f->task_exit) {
-      case kTaskParking:
-        // Saved before TaskWait may publish the park (the task may then run elsewhere).
-        f->saved_errno = *w.errno_slot;
-        resume = TaskWait(w, f, /*parked=*/false);
-        break;
-      case kTaskYielding:
-        f->saved_errno = *w.errno_slot;
-        f->state.store(kRunnable, std::memory_order_relaxed);
-        if (w.measure_latency) [[unlikely]]
-          StampNow(f);
-        w.yields.push(f);  // behind the worker's other runnable ones, as a fiber's yield
-        resume = false;
-        break;
-      case kTaskFinished:
-        FinishTask(w, f);
-        resume = false;
-        break;
-      default:
-        // The coroutine suspended in an awaitable that is not weft's: nothing would resume it
-        // on a worker (and whatever does would race the worker).
-        TaskBlocked(f, "suspended in an awaitable that is not weft's");
+  for (;;) {
+    Started(w, f);
+    // Woken in a wait (or back to retry one that found no memory): the rest of it first.
+    bool resume = f->task_park == nullptr || TaskWait(w, f, /*parked=*/!f->task_retry);
+    while (resume) {
+      f->task_park = nullptr;
+      f->task_exit = kTaskRunning;
+      std::coroutine_handle<>::from_address(f->task_frame).resume();
+      switch (f->task_exit) {
+        case kTaskParking:
+          // Saved before TaskWait may publish the park (the task may then run elsewhere).
+          f->saved_errno = *w.errno_slot;
+          resume = TaskWait(w, f, /*parked=*/false);
+          break;
+        case kTaskYielding:
+          f->saved_errno = *w.errno_slot;
+          f->state.store(kRunnable, std::memory_order_relaxed);
+          if (w.measure_latency) [[unlikely]]
+            StampNow(f);
+          w.yields.push(f);  // behind the worker's other runnable ones, as a fiber's yield
+          resume = false;
+          break;
+        case kTaskFinished:
+          FinishTask(w, f);
+          resume = false;
+          break;
+        default:
+          // The coroutine suspended in an awaitable that is not weft's: nothing would resume
+          // it on a worker (and whatever does would race the worker).
+          TaskBlocked(f, "suspended in an awaitable that is not weft's");
+      }
     }
+    w.current = nullptr;
+    // A task made runnable here next (run_next: the one it woke) runs at once, as a fiber's
+    // direct switch, unless a fairness pass is due (DirectNext's rule).
+    Fiber* next = w.run_next;
+    if (next == nullptr || !IsTask(next) || w.tick - w.fair_tick >= kFairnessInterval) return;
+    w.run_next = nullptr;
+    f = next;
   }
-  w.current = nullptr;
 }
 
 void Runtime::Impl::FinishTask(Worker& w, Fiber* f) {
