@@ -131,7 +131,9 @@ bool IoWait::Step() {
 
 std::int64_t IoWait::Finish() {
   fiber_->wait_fd.store(-1, std::memory_order_relaxed);
-  if (cancel_state_ != nullptr) sync_internal::Deregister(cancel_state_, &reg_);
+  // The callback only notifies the Waiter (which outlives every notify): no need to wait for
+  // a running one, and a task must not block.
+  if (cancel_state_ != nullptr) sync_internal::DeregisterNoWait(cancel_state_, &reg_);
   const std::int64_t r = req_.result;
   return r == -ETIMEDOUT && deadline_.by_token && SyncClock::now() >= *deadline_.at ? -ECANCELED
                                                                                     : r;

@@ -234,6 +234,8 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
   }
 }
 
+bool FiberWaiter::can_block() const { return !IsTask(const_cast<FiberWaiter*>(this)->fiber()); }
+
 bool FiberWaiter::suspend(sync_internal::AsyncPark& park, std::coroutine_handle<> h) {
   Fiber* f = fiber();
   if (!IsTask(f)) return false;  // a coroutine on a fiber: AsyncPark blocks the fiber

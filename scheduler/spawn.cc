@@ -27,7 +27,8 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::sourc
   StackOptions so{.size = options.stack_size != 0 ? options.stack_size : impl.options.stack_size,
                   .protection = options.protection};
   // The stack itself comes when the fiber first runs (Impl::Prepare); a size no stack class has
-  // is bad input, reported now.
+  // is bad input, reported now. A task has no stack: its options' size does not matter.
+  if (task_frame != nullptr) so.size = impl.options.stack_size;
   if (!valid_stack_size(so.size)) {
     throw std::system_error(std::make_error_code(std::errc::invalid_argument),
                             "weft: a fiber stack size must be 1 byte .. 64 MiB");

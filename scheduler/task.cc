@@ -23,6 +23,14 @@ void TaskFinished() noexcept {
   if (f != nullptr && IsTask(f)) f->task_exit = kTaskFinished;
 }
 
+bool TransferInTask(std::coroutine_handle<> next) noexcept {
+  Fiber* f = CurrentFiber();
+  if (f == nullptr || !IsTask(f)) return false;
+  f->task_frame = next.address();
+  f->task_exit = kTaskTransferring;
+  return true;
+}
+
 bool YieldTask(std::coroutine_handle<> h) noexcept {
   Fiber* f = CurrentFiber();
   if (f == nullptr || !IsTask(f)) return false;
@@ -58,6 +66,8 @@ void Runtime::Impl::RunTask(Worker& w, Fiber* f) {
           w.yields.push(f);  // behind the worker's other runnable ones, as a fiber's yield
           resume = false;
           break;
+        case kTaskTransferring:
+          break;  // on at task_frame: a child it awaits, or the parent a child returned to
         case kTaskFinished:
           FinishTask(w, f);
           resume = false;

@@ -37,6 +37,7 @@
 #include <new>
 #include <optional>
 #include <source_location>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -58,6 +59,12 @@ namespace scheduler_internal {
 void TaskFinished() noexcept;
 // YieldTask: the running task yields, to resume at h: true; false if the caller is not a task.
 bool YieldTask(std::coroutine_handle<> h) noexcept;
+// TransferInTask: the running task goes on at `next` (a child it awaits, or the parent a child
+// returns to): the worker's RunTask resumes it, so that a chain of such transfers keeps the
+// worker's stack flat whatever the optimisation level (symmetric transfer is a tail call only
+// when the compiler makes it one: GCC 12 at -O2, not at -O0 or -O1). True; false if the caller
+// is not a task (the caller then transfers to `next` itself).
+bool TransferInTask(std::coroutine_handle<> next) noexcept;
 
 // TaskBody: a task's FiberBody: finish() takes the finished coroutine's result into the join
 // state, destroys the frame and signals the joiner (on the worker, after the coroutine ends).
@@ -112,7 +119,10 @@ class [[nodiscard]] Task {
     struct FinalAwaiter {
       bool await_ready() noexcept { return false; }
       std::coroutine_handle<> await_suspend(handle_type h) noexcept {
-        if (std::coroutine_handle<> c = h.promise().continuation) return c;
+        if (std::coroutine_handle<> c = h.promise().continuation) {
+          if (scheduler_internal::TransferInTask(c)) return std::noop_coroutine();
+          return c;
+        }
         scheduler_internal::TaskFinished();
         return std::noop_coroutine();
       }
@@ -142,16 +152,20 @@ class [[nodiscard]] Task {
   }
 
   // co_await task: runs it now, on the awaiting coroutine's task, and gives its value (or
-  // rethrows its exception).
+  // rethrows its exception). An empty Task (moved from) throws std::logic_error.
   auto operator co_await() && noexcept {
     struct Awaiter {
       handle_type h;
-      bool await_ready() noexcept { return false; }
+      bool await_ready() noexcept { return !h; }
       std::coroutine_handle<> await_suspend(std::coroutine_handle<> caller) noexcept {
         h.promise().continuation = caller;
+        if (scheduler_internal::TransferInTask(h)) return std::noop_coroutine();
         return h;
       }
-      T await_resume() { return h.promise().take(); }
+      T await_resume() {
+        if (!h) throw std::logic_error("weft: co_await on an empty Task");
+        return h.promise().take();
+      }
     };
     return Awaiter{h_};
   }

@@ -29,6 +29,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::DeathTestStyle;
+using testing::kTsan;
 using testing::StressScale;
 
 Task<int> Add(int a, int b) { co_return a + b; }
@@ -472,6 +473,81 @@ TEST(TaskTest, ShutdownEndsTheWaitsOfParkedTasks) {
     while (ch.waiters() < 50) std::this_thread::sleep_for(1ms);
   }
   EXPECT_EQ(cancelled.load(), 250);
+}
+
+// A token cancelled on another thread while the task's wait ends (its callback may still run
+// as the task deregisters): the task must not wait for the callback (it cannot block), and
+// nothing is lost. Each round races a cancel against a send.
+TEST(TaskTest, ACancelCallbackStillRunningAsTheWaitEnds) {
+  Runtime rt({.workers = 2});
+  Channel<int> ch(1);
+  const int rounds = (kTsan ? 2000 : 20000) * StressScale();
+  std::atomic<int> parked_round{-1}, done_round{-1};
+  std::vector<std::unique_ptr<CancellationSource>> sources;
+  for (int i = 0; i < rounds; ++i) sources.push_back(std::make_unique<CancellationSource>());
+  auto h = rt.spawn_task([&]() -> Task<int> {
+    int received = 0;
+    for (int i = 0; i < rounds; ++i) {
+      CancellationToken token = sources[i]->token();
+      parked_round.store(i);
+      if (co_await ch.async_recv({.cancel = &token})) ++received;
+      done_round.store(i);
+    }
+    co_return received;
+  });
+  std::atomic<int> sent{0};
+  std::thread canceller([&] {
+    for (int i = 0; i < rounds; ++i) {
+      while (parked_round.load() < i) std::this_thread::yield();
+      sources[i]->cancel();  // races the send below
+      while (done_round.load() < i) std::this_thread::yield();
+    }
+  });
+  for (int i = 0; i < rounds; ++i) {
+    while (parked_round.load() < i) std::this_thread::yield();
+    if (ch.try_send(int{i}).ok()) sent.fetch_add(1);
+    while (done_round.load() < i) std::this_thread::yield();
+  }
+  canceller.join();
+  const int received = *h.join();
+  // Every value sent was received, now or by a later round (a value may wait in the channel).
+  EXPECT_EQ(received + static_cast<int>(ch.size()), sent.load());
+}
+
+TEST(TaskTest, AStackSizeDoesNotApplyToATask) {
+  Runtime rt({.workers = 1});
+  FiberOptions options{.stack_size = std::size_t{1} << 30, .name = "no stack"};
+  JoinHandle<int> h = rt.spawn_task(Add(1, 2), options);
+  EXPECT_EQ(*h.join(), 3);
+}
+
+// Children awaited inline that finish without suspending: the worker's stack stays flat at any
+// optimisation level (the transfers go through the worker, not nested resumes).
+TEST(TaskTest, ManyChildrenAwaitedInlineDoNotGrowTheStack) {
+  Runtime rt({.workers = 1});
+  const int n = 200000;
+  auto h = rt.spawn_task([n]() -> Task<long> {
+    long sum = 0;
+    for (int i = 0; i < n; ++i) sum += co_await Add(i, 1) - i;
+    co_return sum;
+  });
+  EXPECT_EQ(*h.join(), n);
+}
+
+TEST(TaskTest, AwaitingAnEmptyTaskThrows) {
+  Runtime rt({.workers = 1});
+  auto h = rt.spawn_task([]() -> Task<bool> {
+    Task<int> t = Add(1, 1);
+    Task<int> moved = std::move(t);
+    bool threw = false;
+    try {
+      (void)co_await std::move(t);
+    } catch (const std::logic_error&) {
+      threw = true;
+    }
+    co_return threw && (co_await std::move(moved)) == 2;
+  });
+  EXPECT_TRUE(*h.join());
 }
 
 // A coroutine that is not a task (here one that runs eagerly on a fiber) may await weft's

@@ -105,13 +105,29 @@ bool Register(CancelState* state, CancelRegistration* reg) {
   return true;
 }
 
+namespace {
+// Unlink: takes a linked registration off the state's list (under state->lock); false if it was
+// not linked (its callback ran, runs now, or never will).
+bool Unlink(CancelState* state, CancelRegistration* reg)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->lock) {
+  if (!reg->linked) return false;
+  if (reg->prev != nullptr) reg->prev->next = reg->next;
+  if (reg->next != nullptr) reg->next->prev = reg->prev;
+  if (state->head == reg) state->head = reg->next;
+  reg->linked = false;
+  return true;
+}
+}  // namespace
+
+void DeregisterNoWait(CancelState* state, CancelRegistration* reg) {
+  state->lock.lock();
+  (void)Unlink(state, reg);
+  state->lock.unlock();
+}
+
 void Deregister(CancelState* state, CancelRegistration* reg) {
   state->lock.lock();
-  if (reg->linked) {
-    if (reg->prev != nullptr) reg->prev->next = reg->next;
-    if (reg->next != nullptr) reg->next->prev = reg->prev;
-    if (state->head == reg) state->head = reg->next;
-    reg->linked = false;
+  if (Unlink(state, reg)) {
     state->lock.unlock();
     return;
   }
@@ -128,6 +144,14 @@ void Deregister(CancelState* state, CancelRegistration* reg) {
     state->lock.lock();
   }
   while (state->running == reg && state->canceller != self) {
+    if (!self->can_block()) {
+      // A stackless task cannot park here (it would stall its worker): it spins until the
+      // callback, which runs on the cancelling thread, returns.
+      state->lock.unlock();
+      std::this_thread::yield();
+      state->lock.lock();
+      continue;
+    }
     state->done_waiter = self;
     state->lock.unlock();
     (void)self->wait(std::nullopt);  // a stale permit only makes us look again
@@ -157,8 +181,11 @@ void Cancel(CancelState* s) {
     if (reg->next != nullptr) reg->next->prev = nullptr;
     reg->linked = false;
     s->running = reg;
+    // Read under the lock: once it is released, a DeregisterNoWait may let reg go.
+    void (*const fn)(void*) = reg->fn;
+    void* const arg = reg->arg;
     s->lock.unlock();
-    reg->fn(reg->arg);  // may park; reg may be gone once it returns (its owner deregistered it)
+    fn(arg);  // may park; reg may be gone already (its owner deregistered it without waiting)
     s->lock.lock();
     s->running = nullptr;
     if (Waiter* w = s->done_waiter) {

@@ -42,6 +42,10 @@ struct CancelRegistration {
 // Deregister parks the caller until it returns (unless the caller is that execution).
 bool Register(CancelState* state, CancelRegistration* reg);
 void Deregister(CancelState* state, CancelRegistration* reg);
+// DeregisterNoWait: Deregister for a registration whose callback touches nothing but a Waiter
+// (which outlives every notify, sync/waiter.h): returns at once, even while the callback runs.
+// For waits that must not block (a task's AsyncPark, a task's I/O).
+void DeregisterNoWait(CancelState* state, CancelRegistration* reg);
 // Deadline: the earliest deadline of `state` and the sources it is linked to, if any. A hint,
 // read without locks: a deadline set concurrently reaches a wait through the cancel that the
 // deadline thread makes at that time.

@@ -15,9 +15,9 @@
 // Timer and token cases have no counterpart that claims the select. A timer case (a
 // Selectable) queues a plain node that its owner grants when it may have become ready sooner
 // than the time the select parks until (a reset to an earlier deadline); a token case registers
-// a callback that sets group.recheck. The select parks until a channel claims it, a node is
-// granted, recheck is set, or the earliest timer or token deadline passes; then it looks at its
-// timer and token cases (in a random order) and claims a ready one with the same CAS, under the
+// a callback that wakes the select. The select parks until a channel claims it, a node is
+// granted, a token is cancelled, or the earliest timer or token deadline passes; then it looks at
+// its timer and token cases (in a random order) and claims a ready one with the same CAS, under the
 // timer's lock, or watches them again and parks again.
 
 #include "weft/sync/channel.h"
@@ -361,14 +361,10 @@ std::optional<SyncClock::time_point> Earliest(std::optional<SyncClock::time_poin
   return std::min(*a, *b);
 }
 
-// WakeSelect: a token case's cancellation callback, on the cancelling execution: asks the
-// select to look at its timer and token cases again.
-void WakeSelect(void* arg) {
-  auto* group = static_cast<sync_internal::SelectGroup*>(arg);
-  // release: pairs with the select's acquire exchange; ordered after the cancel flag's store.
-  group->recheck.store(true, std::memory_order_release);
-  group->waiter->notify();  // Waiters stay valid for a late notify (sync/waiter.h)
-}
+// WakeSelect: a token case's cancellation callback, on the cancelling execution: wakes the
+// select, whose Done() then sees the token cancelled. It touches only the Waiter, which stays
+// valid for a late notify (sync/waiter.h), so the select deregisters without waiting for it.
+void WakeSelect(void* waiter) { static_cast<Waiter*>(waiter)->notify(); }
 
 }  // namespace
 
@@ -479,7 +475,7 @@ std::optional<Result<SelectResult>> SelectRun::Start(std::span<const SelectCase>
     CancelState* state = StateOf(*cases[i].token);
     if (state == nullptr) continue;  // a default token: never cancelled
     regs_[i].fn = &WakeSelect;
-    regs_[i].arg = &group_;
+    regs_[i].arg = me;
     registered_[i] = Register(state, &regs_[i]);
     // relaxed: read by this execution only, in Done() below.
     if (!registered_[i]) group_.recheck.store(true, std::memory_order_relaxed);
@@ -504,6 +500,7 @@ bool SelectRun::Done() {
     const int i = others_[k];
     if (kind_[i] == CaseKind::kTimer && nodes_[i].state.load(std::memory_order_acquire) != kWaiting)
       return true;
+    if (kind_[i] == CaseKind::kToken && cases_[i].token->is_cancelled()) return true;
   }
   return false;
 }
@@ -551,9 +548,8 @@ bool SelectRun::AfterPark(ParkResult r) {
   result_ = r;
   if (n_ == 0) return true;
   if (group_.fired.load(std::memory_order_acquire) != -1) return true;
-  // acquire: pairs with WakeSelect's release. Cleared before looking, so that a cancel during
-  // the look makes Done() true again.
-  group_.recheck.exchange(false, std::memory_order_acquire);
+  // Set by the select itself (a token found cancelled as it registered): cleared before looking.
+  group_.recheck.store(false, std::memory_order_relaxed);
   if (LookAgain()) return true;  // a case that is ready as the select gives up still wins
   if (r == ParkResult::kCancelled || (r == ParkResult::kTimedOut && !cases_first_)) {
     int expected = -1;
@@ -567,10 +563,10 @@ bool SelectRun::AfterPark(ParkResult r) {
 Result<SelectResult> SelectRun::Finish() {
   if (!queued_) return ErrorOf(result_);  // no cases: the deadline or the token
   queued_ = false;
-  // Deregister: once it returns, no WakeSelect runs on our group (it parks for a running one).
+  // A WakeSelect still running touches only our Waiter: no need to wait for it.
   for (std::size_t k = 0; k < nothers_; ++k) {
     const int i = others_[k];
-    if (registered_[i]) Deregister(StateOf(*cases_[i].token), &regs_[i]);
+    if (registered_[i]) DeregisterNoWait(StateOf(*cases_[i].token), &regs_[i]);
   }
   // Take our nodes off every queue; this also waits for the winner to finish delivering (it
   // holds its channel's lock until the node's state is set).

@@ -208,8 +208,8 @@ Result<SelectResult> select(std::span<const SelectCase> cases, const WaitOptions
 namespace sync_internal {
 
 // SelectGroup: one waiting select. fired: -1 while open, then the index of the case that
-// happened, or kAborted, claimed by a CAS (reopened only by Requeue). recheck: a token case's
-// callback asks the select to look at its timer and token cases again.
+// happened, or kAborted, claimed by a CAS (reopened only by Requeue). recheck: a token case was
+// cancelled already as the select registered on it: look at the cases again.
 struct SelectGroup {
   atomic<int> fired{-1};
   atomic<bool> recheck{false};

@@ -54,6 +54,10 @@ class Waiter {
     (void)h;
     return false;
   }
+  // can_block: false for a Waiter whose wait() must not be called (a stackless task's: it would
+  // stall its worker). The rare waits that cannot be made awaitable (a Deregister that finds the
+  // callback running) spin instead.
+  virtual bool can_block() const { return true; }
 
   // The rest is read or written on every wait, so it is plain data, not virtual calls (three
   // indirect calls per park were 4% of a channel round trip between fibers).

@@ -100,6 +100,7 @@ class FiberWaiter final : public Waiter {
   bool wait(std::optional<SyncClock::time_point> deadline) override;
   void notify() override;
   bool suspend(sync_internal::AsyncPark& park, std::coroutine_handle<> h) override;
+  bool can_block() const override;
   // Renew: a new fiber in this Fiber object: its id is the Waiter's identity (Mutex ownership).
   void Renew(std::uint64_t fiber_id) { set_identity(fiber_id); }
   // Rebind: the Fiber object now belongs to another runtime (a retired FiberBlock reused).
@@ -248,7 +249,13 @@ struct alignas(64) Fiber {
 inline Context TaskContext() { return reinterpret_cast<Context>(std::uintptr_t{64}); }
 inline bool IsTask(const Fiber* f) { return f->context() == TaskContext(); }
 // Why a task's coroutine returned to its worker (Fiber::task_exit).
-enum TaskExit : std::uint8_t { kTaskRunning, kTaskParking, kTaskYielding, kTaskFinished };
+enum TaskExit : std::uint8_t {
+  kTaskRunning,
+  kTaskParking,
+  kTaskYielding,
+  kTaskTransferring,
+  kTaskFinished
+};
 
 // FiberBlock: Fiber objects are made kFibers at a time, kStride bytes apart, in one page-aligned
 // block whose pages get their memory with one system call (context_internal::VmPrefaultWrite:

@@ -121,7 +121,9 @@ bool AsyncPark::Continue(bool woken) {
 ParkResult AsyncPark::End() {
   waiter_->note_wait(nullptr, nullptr);
   if (cancel_state_ != nullptr) {
-    Deregister(cancel_state_, &reg_);
+    // The callback only notifies the Waiter, which outlives every notify: no need to wait for
+    // a running one (and a task must not block its worker).
+    DeregisterNoWait(cancel_state_, &reg_);
     cancel_state_ = nullptr;
   }
   return result_;
