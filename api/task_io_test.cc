@@ -4,12 +4,14 @@
 // by its own task's destructor, and shutdown with tasks parked in accept and read.
 // WEFT_STRESS_SCALE=N multiplies the round trips.
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "weft/api/net.h"
 #include "weft/base/stress_scale.h"
+#include "weft/reactor/reactor.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/scheduler/task.h"
 #include "weft/sync/cancellation.h"
@@ -235,6 +238,67 @@ TEST(TaskIoTest, ShutdownEndsParkedAcceptsAndReads) {
     std::this_thread::sleep_for(5ms);
   }
   EXPECT_EQ(cancelled.load(), 2);
+}
+
+// A task's close of a socket that another reactor also holds an operation on waits for that
+// reactor's acknowledgement without the task waiting. If the runtime goes first, the close's op
+// is freed with the worker (ASan would report it leaked) and the other reactor's operation still
+// ends, and the fd is closed, when that reactor acknowledges.
+TEST(TaskIoTest, ATaskCloseStillWaitingWhenTheRuntimeGoes) {
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  Result<TcpStream> client = TcpStream::connect(*listener->local_address());
+  ASSERT_TRUE(client.ok());
+  Result<TcpStream> served = listener->accept();
+  ASSERT_TRUE(served.ok());
+  const int fd = served->fd();
+  // Another reactor (this thread's, polled only below) with a receive pending on fd.
+  Result<std::unique_ptr<Reactor>> other = Reactor::create();
+  ASSERT_TRUE(other.ok());
+  struct Pending {
+    IoOp op;
+    std::atomic<bool> done{false};
+    std::int64_t result = 0;
+  } pending;
+  char buf[8];
+  pending.op.user = &pending;
+  pending.op.on_complete = [](IoOp& op, std::int64_t r, unsigned) {
+    auto* p = static_cast<Pending*>(op.user);
+    p->result = r;
+    p->done.store(true);
+  };
+  (*other)->recv(pending.op, fd, buf, sizeof buf, 0);
+  (void)(*other)->poll(std::chrono::steady_clock::now());  // submitted, still pending
+  {
+    Runtime rt({.workers = 1});
+    ASSERT_TRUE(rt.spawn_task([&]() -> Task<> {
+                    EXPECT_TRUE(served->close().ok());  // a task: does not wait
+                    co_return;
+                  })
+                    .join()
+                    .ok());
+  }  // the worker's reactor goes with the close still waiting for `other`
+  for (int i = 0; i < 1000 && !pending.done.load(); ++i) {
+    (void)(*other)->poll(std::chrono::steady_clock::now() + 1ms);
+  }
+  EXPECT_TRUE(pending.done.load());
+  EXPECT_EQ(pending.result, -ECANCELED);
+  EXPECT_EQ(::fcntl(fd, F_GETFD), -1) << "fd still open";
+}
+
+// A worker without a reactor (its creation failed: here a backend this system lacks) still
+// serves; a task's close there closes directly, as a fiber's does.
+TEST(TaskIoTest, ACloseInATaskOnAWorkerWithoutAReactor) {
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  Result<TcpStream> client = TcpStream::connect(*listener->local_address());
+  ASSERT_TRUE(client.ok());
+  const int fd = client->fd();
+  Runtime rt({.workers = 1, .reactor = {.backend = ReactorBackend::kIocp}});
+  Result<void> closed =
+      rt.spawn_task([&]() -> Task<Result<void>> { co_return client->close(); }).join().value();
+  EXPECT_TRUE(closed.ok());
+  EXPECT_EQ(::fcntl(fd, F_GETFD), -1) << "fd still open";
 }
 
 }  // namespace

@@ -223,6 +223,21 @@ std::int64_t IoAwaiter::await_resume() {
   return wait_.Finish();
 }
 
+// A task's close on its worker's reactor (CloseFd), listed on the worker until it completes.
+struct TaskCloseOp {
+  IoOp op;
+  Worker* owner = nullptr;
+  TaskCloseOp* prev = nullptr;
+  TaskCloseOp* next = nullptr;
+};
+
+void FreeTaskCloses(Worker& w) {
+  while (TaskCloseOp* c = w.task_closes) {
+    w.task_closes = c->next;
+    delete c;
+  }
+}
+
 bool FileIoThroughReactor() {
   Worker* w = t_worker;
   if (w != nullptr && w->current != nullptr) {  // a fiber on its worker: the worker's reactor
@@ -268,30 +283,36 @@ FdUse::FdUse(int fd, std::int64_t epoch) {
 
 void CloseFd(int fd) {
   if (std::atomic<std::uint64_t>* e = g_fd_uses.at(fd, /*make=*/true)) fd_use::BeginClose(*e);
-  if (Worker* w = t_worker;
-      w != nullptr && w->current != nullptr && IsTask(w->current) && w->reactor != nullptr) {
+  if (Worker* w = t_worker; w != nullptr && w->current != nullptr && IsTask(w->current)) {
     // A task must not wait (a socket's destructor in a task closes it): the close goes to the
-    // worker's reactor with an op of its own, which frees itself as it completes. The number
-    // stays the file's until then, and the epoch bumped above already refuses new calls on it.
-    struct CloseOp {
-      IoOp op;
-    };
-    auto* c = new (std::nothrow) CloseOp;
-    if (c != nullptr) {
-      c->op.user = c;
-      c->op.on_complete = [](IoOp& op, std::int64_t, unsigned) {
-        delete static_cast<CloseOp*>(op.user);
-      };
-      w->reactor->close(c->op, fd);
+    // worker's reactor with an op of its own, freed as it completes (or, if the reactor goes
+    // first, as the worker exits). The number stays the file's until then, and the epoch bumped
+    // above already refuses new calls on it.
+    auto* c = w->reactor != nullptr ? new (std::nothrow) TaskCloseOp : nullptr;
+    if (c == nullptr) {
+      // No reactor, or no memory for the op: close directly, as a fiber without a reactor does
+      // (other reactors' operations on fd then end with a closed fd's errors).
+#ifdef _WIN32
+      ::closesocket(NativeSocket(fd));
+#else
+      ::close(fd);
+#endif
       return;
     }
-    // No memory for the op: close directly (other reactors' operations on fd then end with
-    // the errors of a closed fd).
-#ifdef _WIN32
-    ::closesocket(NativeSocket(fd));
-#else
-    ::close(fd);
-#endif
+    c->owner = w;
+    c->next = w->task_closes;
+    if (c->next != nullptr) c->next->prev = c;
+    w->task_closes = c;
+    c->op.user = c;
+    c->op.on_complete = [](IoOp& op, std::int64_t, unsigned) {
+      auto* done = static_cast<TaskCloseOp*>(op.user);  // on its worker's thread (its reactor)
+      Worker* owner = done->owner;
+      if (done->prev != nullptr) done->prev->next = done->next;
+      if (done->next != nullptr) done->next->prev = done->prev;
+      if (owner->task_closes == done) owner->task_closes = done->next;
+      delete done;
+    };
+    w->reactor->close(c->op, fd);
     return;
   }
   // Through the calling execution's reactor, as an operation: it ends the fd's operations in

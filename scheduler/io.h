@@ -37,6 +37,10 @@ namespace weft::scheduler_internal {
 
 struct Worker;
 struct Fiber;
+struct TaskCloseOp;
+// FreeTaskCloses: frees w's task closes still pending as its reactor has gone (its thread, at
+// the worker's exit).
+void FreeTaskCloses(Worker& w);
 
 // An I/O operation of a fiber or task, in its frame. Worker-thread fields are touched only on
 // the owner's thread; the atomics tell the waiter what happened.

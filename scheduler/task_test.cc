@@ -550,6 +550,75 @@ TEST(TaskTest, AwaitingAnEmptyTaskThrows) {
   EXPECT_TRUE(*h.join());
 }
 
+// A value whose move assignment (a select case's delivery) is slow and throws: the sender's
+// claim of the select is undone after the select may have looked at it.
+struct SlowThrowing {
+  int v = 0;
+  SlowThrowing() = default;
+  explicit SlowThrowing(int x) : v(x) {}
+  SlowThrowing(SlowThrowing&& o) noexcept(false) : v(o.v) {}
+  SlowThrowing& operator=(SlowThrowing&&) {
+    std::this_thread::sleep_for(30ms);  // the select's deadline passes meanwhile
+    throw std::runtime_error("move");
+  }
+};
+
+// A sender claims a waiting select's case, then its move throws and the select is open again:
+// a select that gives up meanwhile must not take the undone claim as its outcome (it once
+// returned index -1). Both forms.
+TEST(TaskTest, ASelectClaimUndoneByAThrowingMoveIsNotTheOutcome) {
+  Runtime rt({.workers = 2});
+  for (int form = 0; form < 2; ++form) {  // 0: async_select in a task; 1: select in a fiber
+    Channel<SlowThrowing> ch;
+    std::thread sender([&] {
+      while (ch.waiters() == 0) std::this_thread::yield();
+      try {
+        (void)ch.send(SlowThrowing(7));
+      } catch (const std::runtime_error&) {
+      }
+    });
+    Result<SelectResult> r = std::errc::io_error;
+    if (form == 0) {
+      r = *rt.spawn_task([&]() -> Task<Result<SelectResult>> {
+               SlowThrowing out;
+               SelectCase c[] = {ch.recv_case(out)};
+               co_return co_await async_select(c, {.deadline = SyncClock::now() + 10ms});
+             }).join();
+    } else {
+      r = *rt.spawn([&] {
+               SlowThrowing out;
+               SelectCase c[] = {ch.recv_case(out)};
+               return select(c, {.deadline = SyncClock::now() + 10ms});
+             }).join();
+    }
+    sender.join();
+    EXPECT_EQ(r, std::errc::timed_out) << (form == 0 ? "async_select" : "select");
+  }
+}
+
+// A task that destroys a CancellationCallback while its callback runs parked on the task's own
+// worker would wait for good (a task cannot park): it aborts with a message instead.
+TEST(TaskDeathTest, DeregisteringWhileTheCallbackWaitsForTheWorkerAborts) {
+  GTEST_FLAG_SET(death_test_style, DeathTestStyle());
+  EXPECT_DEATH(
+      {
+        Runtime rt({.workers = 1, .stuck_threshold = std::chrono::milliseconds(0)});
+        CancellationSource source;
+        Event in_callback;
+        auto cb = std::make_unique<CancellationCallback>(source.token(), [&] {
+          in_callback.set();
+          (void)this_fiber::sleep_for(50ms);  // parks the cancelling fiber on the only worker
+        });
+        auto canceller = rt.spawn([&] { source.cancel(); });
+        auto task = rt.spawn_task([&]() -> Task<> {
+          EXPECT_TRUE(co_await in_callback.async_wait());
+          cb.reset();  // the callback runs, parked: Deregister must wait for it
+        });
+        (void)task.join();
+      },
+      "a task has waited 1 s for a cancellation callback");
+}
+
 // A coroutine that is not a task (here one that runs eagerly on a fiber) may await weft's
 // awaitables: they block the fiber that runs it.
 struct Eager {

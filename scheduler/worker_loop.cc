@@ -485,6 +485,7 @@ void Runtime::Impl::WorkerLoop(Worker& w) {
   w.spare_count = kSpareTimers;  // as if full: later frees here delete
   TakeMail(w);                   // cancel requests that raced with their completions
   w.reactor.reset();
+  FreeTaskCloses(w);  // closes that the reactor's end left uncompleted (the fds are closed)
   if (!w.spare) fork_join->detach_current_thread();
   set_waiter_provider(nullptr, nullptr);
   w.stacks.reset();

@@ -15,11 +15,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <system_error>
 #include <thread>
@@ -143,11 +147,26 @@ void Deregister(CancelState* state, CancelRegistration* reg) {
     self = &current_waiter();  // may allocate a thread's waiter: not under the spin lock
     state->lock.lock();
   }
+  std::optional<std::chrono::steady_clock::time_point> spinning_since;
   while (state->running == reg && state->canceller != self) {
     if (!self->can_block()) {
       // A stackless task cannot park here (it would stall its worker): it spins until the
-      // callback, which runs on the cancelling thread, returns.
+      // callback, which runs on the cancelling execution, returns. If that execution waits for
+      // this worker (a fiber parked in the callback, on this worker only), that never happens:
+      // after a second, a message and an abort instead of a silent hang.
       state->lock.unlock();
+      const auto now = std::chrono::steady_clock::now();
+      if (!spinning_since) spinning_since = now;
+      if (now - *spinning_since > std::chrono::seconds(1)) {
+        std::fprintf(stderr,
+                     "weft: a task has waited 1 s for a cancellation callback to return (it "
+                     "deregisters one, destroying a CancellationCallback or a linked source, "
+                     "while the callback runs); a task cannot park, so if the callback waits "
+                     "for the task's worker this never ends. Deregister from a fiber, or keep "
+                     "callbacks from parking.\n");
+        std::fflush(stderr);
+        std::abort();
+      }
       std::this_thread::yield();
       state->lock.lock();
       continue;

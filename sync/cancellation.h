@@ -140,7 +140,9 @@ class CancellationSource {
 
 // CancellationCallback: runs `fn` when the token is cancelled (at once if it already is). After
 // destruction, fn is neither running nor going to run: a destructor that races a running fn
-// parks until fn returns. fn must not throw (std::terminate).
+// parks until fn returns (in a stackless task, which cannot park, it spins; a fn that waits for
+// that task's worker would never return, so after a second the process aborts with a message).
+// fn must not throw (std::terminate).
 class CancellationCallback {
  public:
   CancellationCallback(const CancellationToken& token, std::function<void()> fn);

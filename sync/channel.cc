@@ -522,10 +522,13 @@ bool SelectRun::LookAgain() {
   for (std::size_t k = 0; k < nothers_; ++k) {
     const int i = shuffled[k];
     const SelectCase& c = cases_[i];
+    // A claim that loses to a channel's claim that is then undone (Decided) leaves the case to
+    // the next look, at once.
     if (kind_[i] == CaseKind::kToken) {
       if (c.token->is_cancelled()) {
-        (void)Claim(i);
-        return true;
+        if (Claim(i) || Decided()) return true;
+        group_.recheck.store(true, std::memory_order_relaxed);
+        continue;
       }
       wake_at_ = Earliest(wake_at_, c.token->deadline());
       continue;
@@ -534,28 +537,49 @@ bool SelectRun::LookAgain() {
     lock.lock();
     const SyncClock::time_point t = Now();
     if (c.timer->SelectReady(epoch_[i], t)) {
-      if (Claim(i)) c.timer->SelectTake(c.value, t);  // under the timer's lock: a Ticker's tick
-      lock.unlock();                                  // goes to one select or tick() only
-      return true;
+      if (Claim(i)) {
+        c.timer->SelectTake(c.value, t);  // under the timer's lock: a Ticker's tick goes to
+        lock.unlock();                    // one select or tick() only
+        return true;
+      }
+      lock.unlock();
+      if (Decided()) return true;
+      group_.recheck.store(true, std::memory_order_relaxed);
+      continue;
     }
     wake_at_ = Earliest(wake_at_, c.timer->SelectWatch(&nodes_[i]));
     lock.unlock();
   }
-  return group_.fired.load(std::memory_order_acquire) != -1;
+  return Decided();
+}
+
+bool SelectRun::Decided() {
+  if (group_.fired.load(std::memory_order_acquire) == -1) return false;
+  // A channel's claim is final only once its delivery is done: a claimer whose element move
+  // throws undoes it (Requeue), and it holds that channel's lock meanwhile. Under the locks, the
+  // claim has stood or been undone.
+  LockAll();
+  const bool decided = group_.fired.load(std::memory_order_acquire) != -1;
+  UnlockAll();
+  return decided;
 }
 
 bool SelectRun::AfterPark(ParkResult r) {
   result_ = r;
   if (n_ == 0) return true;
-  if (group_.fired.load(std::memory_order_acquire) != -1) return true;
+  if (Decided()) return true;
   // Set by the select itself (a token found cancelled as it registered): cleared before looking.
   group_.recheck.store(false, std::memory_order_relaxed);
   if (LookAgain()) return true;  // a case that is ready as the select gives up still wins
   if (r == ParkResult::kCancelled || (r == ParkResult::kTimedOut && !cases_first_)) {
-    int expected = -1;
-    // acq_rel: either we claim the select as aborted, or we see the case that won.
-    group_.fired.compare_exchange_strong(expected, kAborted, std::memory_order_acq_rel);
-    return true;
+    for (;;) {
+      int expected = -1;
+      // acq_rel: either we claim the select as aborted, or we see the case that won.
+      if (group_.fired.compare_exchange_strong(expected, kAborted, std::memory_order_acq_rel)) {
+        return true;
+      }
+      if (Decided()) return true;  // else a claim undone meanwhile: try again
+    }
   }
   return false;
 }

@@ -239,6 +239,9 @@ class SelectRun {
  private:
   bool Claim(int i);
   bool LookAgain();
+  // Decided: a case claimed the select for good (a channel's claim can be undone while its
+  // claimer delivers: see channel.cc).
+  bool Decided();
   void LockAll();
   void UnlockAll();
 

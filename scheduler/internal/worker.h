@@ -180,6 +180,10 @@ struct Worker {
   FiberFifo mail_fibers;
   IoRequest* mail_cancels = nullptr;
   weft::atomic<bool> has_mail{false};
+  // The closes tasks started on this worker's reactor and did not wait for (CloseFd), not
+  // completed yet: freed as they complete, the rest after the reactor is gone (FreeTaskCloses).
+  // Owner only.
+  TaskCloseOp* task_closes = nullptr;
 
   // Sleeping (guarded by the runtime's idle.lock(); scheduler/internal/idle.h).
   bool sleeping = false;
