@@ -109,12 +109,9 @@ void W8(const Options& o, unsigned workers) {
                 co_return Ms(end - release);
               }).join();
   });
-  double release_ms = bench::Median(s);
-  char extra[96];
-  // From the first (warm-up) run, as weft_workloads' W8: later runs reuse its memory.
-  std::snprintf(extra, sizeof extra, ",\"release_ms\":%.3f,\"rss_kb_per_task\":%.3f", release_ms,
-                rss_per_task.front());
-  Emit("park_many", kN, rt.workers(), 0, s, extra);
+  // RSS per task from the first (warm-up) run: later runs reuse the memory it left resident
+  // (stacks and records), so their deltas show only what was not kept.
+  bench::EmitParkMany("weft_task", rt.workers(), kN, s, rss_per_task);
 }
 
 // ---- W6: loopback TCP echo, 100 connections x 1,000 round trips of 64 bytes, a task each ------
@@ -179,12 +176,7 @@ void W6(const Options& o, unsigned workers) {
     }
     return Ms(Clock::now() - start);
   });
-  double wall = bench::Median(s);
-  constexpr double kOps = double{kConns} * kTrips;
-  char extra[64];
-  std::snprintf(extra, sizeof extra, ",\"msgs_per_s\":%.0f", kOps / (wall / 1000.0));
-  Emit("tcp_echo", static_cast<long>(kOps), rt.workers(), wall * 1e6 / kOps, s,
-       extra + bench::LatencyJson(latency));
+  bench::EmitTcpEcho("weft_task", rt.workers(), long{kConns} * kTrips, s, latency);
 }
 
 }  // namespace

@@ -208,12 +208,7 @@ void W6(const Options& o, unsigned workers) {
     }
     return Ms(Clock::now() - start);
   });
-  double wall = bench::Median(s);
-  constexpr double kOps = double{kConns} * kTrips;
-  char extra[64];
-  std::snprintf(extra, sizeof extra, ",\"msgs_per_s\":%.0f", kOps / (wall / 1000.0));
-  Emit("tcp_echo", static_cast<long>(kOps), rt.workers(), wall * 1e6 / kOps, s,
-       extra + bench::LatencyJson(latency));
+  bench::EmitTcpEcho("weft", rt.workers(), long{kConns} * kTrips, s, latency);
 }
 
 // ---- W7: 1,000 fibers x 1,000 lock/increment/unlock on one mutex ------------------------------
@@ -275,13 +270,9 @@ void W8(const Options& o, unsigned workers) {
       return Ms(end - release);
     });
   });
-  double release_ms = bench::Median(s);
-  char extra[96];
-  // RSS per task from the first (warm-up) run: later runs reuse the stacks and fiber objects it
-  // left resident, so their deltas show only what was not kept.
-  std::snprintf(extra, sizeof extra, ",\"release_ms\":%.3f,\"rss_kb_per_task\":%.3f", release_ms,
-                rss_per_task.front());
-  Emit("park_many", kN, rt.workers(), 0, s, extra);
+  // RSS per task from the first (warm-up) run: later runs reuse the memory it left resident
+  // (stacks and records), so their deltas show only what was not kept.
+  bench::EmitParkMany("weft", rt.workers(), kN, s, rss_per_task);
 }
 
 // ---- W9: 10,000 connections, clients in a second process (bench/w9_client) -----------------

@@ -166,6 +166,30 @@ Percentiles PercentilesOf(const LatencyHistogram& h);
 // line: each the median over the timed runs (`runs` holds the warm-up first, which is dropped).
 std::string LatencyJson(const std::vector<Percentiles>& runs);
 
+// EmitTcpEcho: W6's line ("tcp_echo") from its runs' samples and latency percentiles: per
+// message, and msgs_per_s.
+inline void EmitTcpEcho(const char* runtime, unsigned workers, long messages,
+                        const std::vector<double>& samples,
+                        const std::vector<Percentiles>& latency) {
+  const double wall = Median(samples);
+  const double ops = static_cast<double>(messages);
+  char extra[64];
+  std::snprintf(extra, sizeof extra, ",\"msgs_per_s\":%.0f", ops / (wall / 1000.0));
+  Emit(runtime, "tcp_echo", messages, workers, wall * 1e6 / ops, samples,
+       extra + LatencyJson(latency));
+}
+
+// EmitParkMany: W8's line ("park_many"): the release times as samples, and the RSS per task of
+// the first (warm-up) run, whose memory the later runs reuse.
+inline void EmitParkMany(const char* runtime, unsigned workers, long tasks,
+                         const std::vector<double>& release_ms,
+                         const std::vector<double>& rss_kb_per_task) {
+  char extra[96];
+  std::snprintf(extra, sizeof extra, ",\"release_ms\":%.3f,\"rss_kb_per_task\":%.3f",
+                Median(release_ms), rss_kb_per_task.front());
+  Emit(runtime, "park_many", tasks, workers, 0, release_ms, extra);
+}
+
 // W9WallMs: the wall time of the client's "done WALL_NS MESSAGES BAD P50 P99 P999" line (its
 // percentiles into *latency); exits with a message on lost messages.
 double W9WallMs(const std::string& done_line, long expected_messages, Percentiles* latency);
