@@ -16,13 +16,13 @@
 // the workers; awaited from another task (`co_await child()`) it runs inline, as a call, and the
 // awaiter gets its value or its exception. A Task is lazy: nothing runs until it is spawned or
 // awaited. Tasks wait only through co_await: the async_ forms of the primitives
-// (Channel::async_send / async_recv, Mutex::async_lock, Event::async_wait,
-// JoinHandle::async_join, this_task::sleep_for), each with the same deadlines, cancellation and
-// errors as its blocking form, completing exactly once. A fiber and a task may share any of
-// them and wake each other. A blocking call from a task (a blocking wait, this_fiber::yield,
-// call_blocking, a BlockingRegion) would stall its worker: it aborts the process with a message
-// naming the call. Awaiting anything else that suspends (another library's awaitable) is not
-// supported and aborts the same way.
+// (Channel::async_send / async_recv, async_select, Mutex::async_lock, CondVar::async_wait,
+// Event::async_wait, JoinHandle::async_join, this_task::sleep_for, TcpStream::async_read...),
+// each with the same deadlines, cancellation and errors as its blocking form, completing
+// exactly once. A fiber and a task may share any of them and wake each other. A blocking call from
+// a task (a blocking wait, this_fiber::yield, call_blocking, a BlockingRegion) would stall its
+// worker: it aborts the process with a message naming the call. Awaiting anything else that
+// suspends (another library's awaitable) is not supported and aborts the same way.
 //
 // Memory: a task has no stack. It holds its coroutine frames (from the spawning worker's slab,
 // like a fiber's spawn state: no malloc) and a task record shared with fibers (448 bytes).

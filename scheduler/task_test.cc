@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <coroutine>
+#include <deque>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -268,6 +269,130 @@ TEST_P(TaskWorkersTest, AnEventWakesParkedTasksAndFibers) {
   ASSERT_TRUE(setter.join().ok());
   for (auto& h : hs) ASSERT_TRUE(h.join().ok());
   EXPECT_EQ(woken.load(), 2 * kEach);
+}
+
+// A bounded queue under one Mutex and two CondVars, with producers and consumers that are
+// tasks and fibers: every value is consumed once, and the queue never overflows.
+TEST_P(TaskWorkersTest, CondVarsShareAQueueBetweenTasksAndFibers) {
+  Runtime rt({.workers = GetParam()});
+  Mutex mu;
+  CondVar not_empty, not_full;
+  std::deque<int> q;
+  constexpr std::size_t kCap = 4;
+  bool done = false;
+  const int per = 500 * StressScale();
+  std::atomic<long> sum{0};
+  std::atomic<bool> overflow{false};
+  std::vector<JoinHandle<void>> producers, consumers;
+  for (int p = 0; p < 3; ++p) {
+    if (p < 2) {
+      producers.push_back(rt.spawn_task([&, p]() -> Task<> {
+        for (int i = 0; i < per; ++i) {
+          EXPECT_TRUE(co_await mu.async_lock());
+          while (q.size() >= kCap) EXPECT_TRUE(co_await not_full.async_wait(mu));
+          q.push_back(p * per + i);
+          not_empty.signal();
+          EXPECT_TRUE(mu.unlock().ok());
+        }
+      }));
+    } else {
+      producers.push_back(rt.spawn([&, p] {
+        for (int i = 0; i < per; ++i) {
+          MutexLock hold(mu);
+          ASSERT_TRUE(not_full.wait(mu, [&] { return q.size() < kCap; }).ok());
+          q.push_back(p * per + i);
+          not_empty.signal();
+        }
+      }));
+    }
+  }
+  auto take = [&](int v) {
+    sum.fetch_add(v);
+    if (q.size() > kCap) overflow.store(true);
+  };
+  for (int c = 0; c < 3; ++c) {
+    if (c < 2) {
+      consumers.push_back(rt.spawn_task([&]() -> Task<> {
+        for (;;) {
+          EXPECT_TRUE(co_await mu.async_lock());
+          while (q.empty() && !done) EXPECT_TRUE(co_await not_empty.async_wait(mu));
+          if (q.empty()) {
+            EXPECT_TRUE(mu.unlock().ok());
+            co_return;
+          }
+          int v = q.front();
+          q.pop_front();
+          take(v);
+          not_full.signal();
+          EXPECT_TRUE(mu.unlock().ok());
+        }
+      }));
+    } else {
+      consumers.push_back(rt.spawn([&] {
+        for (;;) {
+          MutexLock hold(mu);
+          ASSERT_TRUE(not_empty.wait(mu, [&] { return !q.empty() || done; }).ok());
+          if (q.empty()) return;
+          int v = q.front();
+          q.pop_front();
+          take(v);
+          not_full.signal();
+        }
+      }));
+    }
+  }
+  for (auto& h : producers) ASSERT_TRUE(h.join().ok());
+  {
+    MutexLock hold(mu);  // a plain thread
+    done = true;
+    not_empty.broadcast();
+  }
+  for (auto& h : consumers) ASSERT_TRUE(h.join().ok());
+  const long n = 3L * per;
+  EXPECT_EQ(sum.load(), n * (n - 1) / 2);
+  EXPECT_FALSE(overflow.load());
+}
+
+// A CondVar wait from a task always returns holding the mutex: after a signal, a deadline, a
+// token, and the shutdown (while a fiber holds the mutex, so the re-lock waits); EPERM without it.
+TEST(TaskTest, ACondVarWaitReturnsHoldingTheMutex) {
+  Mutex mu;
+  CondVar cv;
+  std::atomic<int> outcomes{0};
+  {
+    Runtime rt({.workers = 2});
+    auto h = rt.spawn_task([&]() -> Task<> {
+      EXPECT_EQ(co_await cv.async_wait(mu), std::errc::operation_not_permitted);
+      EXPECT_TRUE(co_await mu.async_lock());
+      EXPECT_EQ(co_await cv.async_wait(mu, {.deadline = SyncClock::now() + 5ms}),
+                std::errc::timed_out);
+      EXPECT_EQ(co_await mu.async_lock(), std::errc::resource_deadlock_would_occur);  // held
+      CancellationSource source;
+      CancellationToken token = source.token();
+      source.cancel();
+      EXPECT_EQ(co_await cv.async_wait(mu, {.cancel = &token}), std::errc::operation_canceled);
+      EXPECT_TRUE(mu.unlock().ok());  // held: the unlock is ours
+    });
+    ASSERT_TRUE(h.join().ok());
+    // Shutdown: a task parked in the wait, a fiber holding the mutex (until it is interrupted).
+    Event waiting, holding;
+    rt.spawn_task([&]() -> Task<> {
+        EXPECT_TRUE(co_await mu.async_lock());
+        waiting.set();
+        Result<void> r = co_await cv.async_wait(mu);  // the shutdown ends it
+        if (r == std::errc::operation_canceled && mu.unlock().ok()) outcomes.fetch_add(1);
+      }).detach();
+    ASSERT_TRUE(waiting.wait().ok());
+    rt.spawn([&] {
+        mu.lock();  // once the task's wait released it
+        holding.set();
+        (void)this_fiber::sleep_for(1h);  // until the shutdown interrupts it
+        (void)mu.unlock();
+        outcomes.fetch_add(1);
+      }).detach();
+    ASSERT_TRUE(holding.wait().ok());
+  }
+  EXPECT_EQ(outcomes.load(), 2);
 }
 
 TEST_P(TaskWorkersTest, SemaphorePermitsPassBetweenTasksAndFibers) {

@@ -213,21 +213,24 @@ bool Mutex::LockAwaiter::await_suspend(std::coroutine_handle<> h) {
   return park_.Begin(*node_.waiter, h, options_, "Mutex", &mutex_);
 }
 
-bool Mutex::LockAwaiter::Step(void* self) {
-  auto& a = *static_cast<LockAwaiter*>(self);
-  Mutex& m = a.mutex_;
+bool Mutex::StepQueued(MutexNode& node) {
   // acquire: pairs with Grant's release (a hand-off: the holder's critical section is ours).
-  const int st = a.node_.state.load(std::memory_order_acquire);
+  const int st = node.state.load(std::memory_order_acquire);
   if (st == kWaiting) return false;
   if (st == kGranted) return true;
   // Woken to compete (kWoken), as LockSlow after its Park: the next unlock may wake another.
-  m.state_.fetch_and(~kWakePending, std::memory_order_relaxed);
-  if (m.TryAcquire(a.node_.waiter) || m.AcquireOrQueue(a.node_, /*front=*/true)) {
-    // Holding it, off the queue: later looks (and await_resume) see it as handed over.
-    a.node_.state.store(kGranted, std::memory_order_relaxed);
+  state_.fetch_and(~kWakePending, std::memory_order_relaxed);
+  if (TryAcquire(node.waiter) || AcquireOrQueue(node, /*front=*/true)) {
+    // Holding it, off the queue: later looks (and the awaiter's end) see it as handed over.
+    node.state.store(kGranted, std::memory_order_relaxed);
     return true;
   }
   return false;  // queued again at the front
+}
+
+bool Mutex::LockAwaiter::Step(void* self) {
+  auto& a = *static_cast<LockAwaiter*>(self);
+  return a.mutex_.StepQueued(a.node_);
 }
 
 Result<void> Mutex::LockAwaiter::await_resume() {
@@ -334,6 +337,68 @@ Result<void> CondVar::wait(Mutex& mutex, const WaitOptions& options) {
   // execution held the mutex during a shutdown.) EDEADLK cannot happen: we released it above.
   if (!mutex.TryAcquire(me)) (void)mutex.LockSlow(me, WaitOptions{}, /*interruptible=*/false);
   return result;
+}
+
+bool CondVar::WaitAwaiter::await_ready() {
+  Waiter* me = &current_waiter();
+  // relaxed: compared with our own identity only.
+  if (mutex_.owner_.load(std::memory_order_relaxed) != me->identity()) {
+    result_ = std::errc::operation_not_permitted;
+    return true;
+  }
+  node_.waiter = me;
+  cv_.queue_lock_.lock();
+  cv_.queue_.push_back(&node_);
+  cv_.queue_lock_.unlock();
+  (void)mutex_.unlock();
+  waited_ = true;
+  return false;
+}
+
+bool CondVar::WaitAwaiter::await_suspend(std::coroutine_handle<> h) {
+  return park_.Begin(*node_.waiter, h, options_, "CondVar", &cv_);
+}
+
+bool CondVar::WaitAwaiter::Done(void* self) {
+  auto& a = *static_cast<WaitAwaiter*>(self);
+  if (a.relocking_) return a.mutex_.StepQueued(a.lock_node_);
+  // acquire: pairs with Grant's release.
+  return a.node_.state.load(std::memory_order_acquire) != kWaiting;
+}
+
+bool CondVar::WaitAwaiter::Again(void* self, ParkResult r,
+                                 std::optional<SyncClock::time_point>* deadline) {
+  auto& a = *static_cast<WaitAwaiter*>(self);
+  if (a.relocking_) return false;  // holding the mutex again: over
+  // The wait on the CondVar ended with r, as wait()'s Park.
+  if (r != ParkResult::kWoken) {
+    a.cv_.queue_lock_.lock();
+    if (a.node_.state.load(std::memory_order_relaxed) == kWaiting) {
+      a.cv_.queue_.remove(&a.node_);
+      a.result_ = sync_internal::ErrorOf(r);
+    }  // else signalled as we gave up: report the signal
+    a.cv_.queue_lock_.unlock();
+  }
+  // Re-lock without limit and without the shutdown's interruption, as wait() does.
+  a.park_.Uncancellable();
+  Waiter* me = a.node_.waiter;
+  a.lock_node_.waiter = me;
+  a.lock_node_.since = sync_internal::Now();
+  if (a.mutex_.TryAcquire(me) || a.mutex_.AcquireOrQueue(a.lock_node_, /*front=*/false)) {
+    return false;
+  }
+  a.relocking_ = true;
+  *deadline = std::nullopt;
+  return true;
+}
+
+Result<void> CondVar::WaitAwaiter::await_resume() {
+  if (waited_) (void)park_.End();
+  return result_;
+}
+
+CondVar::WaitAwaiter CondVar::async_wait(Mutex& mutex, const WaitOptions& options) {
+  return WaitAwaiter(*this, mutex, options);
 }
 
 Result<void> CondVar::wait(UniqueLock& lock, const WaitOptions& options) {

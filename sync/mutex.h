@@ -132,6 +132,10 @@ class Mutex {
   // GiveUp: after a wait on `node` that ended with r (not woken): withdraws, unless the lock
   // was handed over meanwhile ({}); a wake-up that came as it gave up passes on.
   Result<void> GiveUp(sync_internal::MutexNode& node, sync_internal::ParkResult r);
+  // StepQueued: an awaiter's condition for its queued `node` (on its own side): granted, or
+  // woken and now holding it (competing as LockSlow's loop does; a loser queues again at the
+  // front).
+  bool StepQueued(sync_internal::MutexNode& node);
   void UnlockSlow();
   void WakeNext();  // wakes the first waiter to compete, leaving the lock as it is
 
@@ -178,6 +182,36 @@ class CondVar {
   }
   void signal();
   void broadcast();
+
+  // async_wait: wait(mutex, options) for a task (scheduler/task.h), which waits without blocking
+  // its worker: `co_await cv.async_wait(mu)` from a task holding mu (taken with async_lock). The
+  // same results; it returns holding mu again (the re-lock waits without limit, as wait's).
+  // From a coroutine that is not a task, it blocks the fiber or thread that runs it.
+  class WaitAwaiter {
+   public:
+    bool await_ready();
+    bool await_suspend(std::coroutine_handle<> h);
+    Result<void> await_resume();
+
+   private:
+    friend class CondVar;
+    WaitAwaiter(CondVar& cv, Mutex& mutex, const WaitOptions& options)
+        : cv_(cv), mutex_(mutex), options_(options), park_(&Done, this, &Again) {}
+    // Two waits in one park: for the signal, then (Again) for the mutex, uncancellable.
+    static bool Done(void* self);
+    static bool Again(void* self, sync_internal::ParkResult r,
+                      std::optional<SyncClock::time_point>* deadline);
+    CondVar& cv_;
+    Mutex& mutex_;
+    WaitOptions options_;
+    sync_internal::WaitNode node_;        // on the CondVar's queue
+    sync_internal::MutexNode lock_node_;  // the re-lock's, on the mutex's queue
+    sync_internal::AsyncPark park_;
+    Result<void> result_;
+    bool waited_ = false;
+    bool relocking_ = false;
+  };
+  WaitAwaiter async_wait(Mutex& mutex, const WaitOptions& options = {});
 
  private:
   sync_internal::SpinLock queue_lock_;

@@ -73,12 +73,12 @@ bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptio
   reg_.fn = [](void* w) { static_cast<Waiter*>(w)->notify(); };
   reg_.arg = &waiter;
   cancel_state_ = options.cancel != nullptr ? StateOf(*options.cancel) : nullptr;
+  deadline_ = DeadlineOf(options);  // before any Over(), which may set the next park's
   if (cancel_state_ != nullptr && !Register(cancel_state_, &reg_)) {
     cancel_state_ = nullptr;  // not registered: nothing to take back
     result_ = ParkResult::kCancelled;
     if (Over()) return false;
   }
-  deadline_ = DeadlineOf(options);
   for (;;) {
     if (done_(done_arg_)) {
       result_ = ParkResult::kWoken;
@@ -116,6 +116,16 @@ bool AsyncPark::Continue(bool woken) {
     woken = true;
     if (!done_(done_arg_) && !Cancelled()) return false;
   }
+}
+
+void AsyncPark::Uncancellable() {
+  if (cancel_state_ != nullptr) {
+    DeregisterNoWait(cancel_state_, &reg_);  // its callback only notifies the Waiter
+    cancel_state_ = nullptr;
+  }
+  static const WaitOptions kNone{};
+  options_ = &kNone;
+  interruptible_ = false;
 }
 
 ParkResult AsyncPark::End() {

@@ -221,6 +221,9 @@ class AsyncPark {
   // wait again, until deadline().
   bool Continue(bool woken);
   std::optional<SyncClock::time_point> deadline() const { return deadline_.at; }
+  // Uncancellable: for an AgainFn whose next park must end only with its condition (a CondVar's
+  // re-lock): the token and the shutdown no longer end the wait.
+  void Uncancellable();
   // End: from await_resume, on the task: ends the wait (its cancellation registration) and
   // returns how it ended.
   ParkResult End();
