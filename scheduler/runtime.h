@@ -203,7 +203,7 @@ class JoinSignal {
   bool Claim(Waiter& self, Result<void>* result);
   Result<void> Withdraw(Waiter& self, sync_internal::ParkResult r);
 
-  // Awaiter: wait() for a task: co_await signal.async_wait(options) (JoinHandle::async_join).
+  // Awaiter: wait() for a task (JoinHandle::async_join's).
   class Awaiter {
    public:
     Awaiter(JoinSignal* signal, const WaitOptions& options)
@@ -232,7 +232,6 @@ class JoinSignal {
     Result<void> result_;
     bool parked_ = false;
   };
-  Awaiter async_wait(const WaitOptions& options) { return Awaiter(this, options); }
 
  private:
   Result<void> WaitSlow(const WaitOptions& options, const atomic<bool>* interrupt);
@@ -277,6 +276,42 @@ void FreeSpawnState(void* p) noexcept;
 // not a trip through the owner's remote-free list.
 bool SpawnStateIsLocal(const void* p) noexcept;
 
+// SpawnStorage<S>: where a spawn state S lives (a fiber's SpawnState, a task's TaskState): the
+// slab while S's alignment allows (AllocateSpawnState's 16 bytes), else operator new with S's
+// alignment (an over-aligned callable or result).
+template <typename S>
+struct SpawnStorage {
+  // New: an S made from args; throws what the allocation or S's constructor throws.
+  template <typename... A>
+  static S* New(A&&... args) {
+    void* p;
+    if constexpr (alignof(S) <= 16) {
+      p = AllocateSpawnState(sizeof(S));
+    } else {
+      p = ::operator new (sizeof(S), std::align_val_t{alignof(S)});
+    }
+    try {
+      return ::new (p) S(std::forward<A>(args)...);
+    } catch (...) {
+      Free(p);
+      throw;
+    }
+  }
+  static void Delete(S* s) noexcept {
+    s->~S();
+    Free(s);
+  }
+
+ private:
+  static void Free(void* p) noexcept {
+    if constexpr (alignof(S) <= 16) {
+      FreeSpawnState(p);
+    } else {
+      ::operator delete (p, std::align_val_t{alignof(S)});
+    }
+  }
+};
+
 // SpawnState: the callable and the join state in one allocation, referenced by the fiber (as its
 // FiberBody) and by the handle (as its JoinState); the second of the two to let go frees it
 // (JoinSignal). The callable may be move-only; it is destroyed as soon as it returns (not when
@@ -285,24 +320,9 @@ template <typename T, typename F>
 struct SpawnState final : JoinState<T>, FiberBody {
   explicit SpawnState(F&& f) : fn(std::move(f)) { this->destroy = &Destroy; }
   // New: a state for f; throws what the allocation or F's move constructor throws.
-  static SpawnState* New(F&& f) {
-    void* p;
-    if constexpr (alignof(SpawnState) <= 16) {
-      p = AllocateSpawnState(sizeof(SpawnState));
-    } else {
-      p = ::operator new (sizeof(SpawnState), std::align_val_t{alignof(SpawnState)});
-    }
-    try {
-      return ::new (p) SpawnState(std::move(f));
-    } catch (...) {
-      Free(p);
-      throw;
-    }
-  }
+  static SpawnState* New(F&& f) { return SpawnStorage<SpawnState>::New(std::move(f)); }
   static void Destroy(JoinBase* base) noexcept {
-    auto* self = static_cast<SpawnState*>(static_cast<JoinState<T>*>(base));
-    self->~SpawnState();
-    Free(self);
+    SpawnStorage<SpawnState>::Delete(static_cast<SpawnState*>(static_cast<JoinState<T>*>(base)));
   }
   void run() override {
     try {
@@ -324,15 +344,6 @@ struct SpawnState final : JoinState<T>, FiberBody {
     if (this->done.set()) Destroy(this);
   }
   std::optional<F> fn;
-
- private:
-  static void Free(void* p) noexcept {
-    if constexpr (alignof(SpawnState) <= 16) {  // AllocateSpawnState's alignment
-      FreeSpawnState(p);
-    } else {
-      ::operator delete (p, std::align_val_t{alignof(SpawnState)});
-    }
-  }
 };
 
 // Spawn: a fiber that runs body; throws std::system_error (EINVAL) for a stack size no class

@@ -104,6 +104,14 @@ struct TaskResult<void> {
 // Task<T>: see the file comment. Move-only; destroying a Task that never ran destroys its frame.
 template <typename T>
 class [[nodiscard]] Task {
+  // A coroutine frame is allocated with operator new(size) alone (C++20 passes no alignment),
+  // so it is only as aligned as new's default: a promise holding a more aligned T would be
+  // misaligned.
+  static_assert(alignof(std::conditional_t<std::is_void_v<T>, char, T>) <=
+                    __STDCPP_DEFAULT_NEW_ALIGNMENT__,
+                "weft::Task<T>: T may not be aligned beyond __STDCPP_DEFAULT_NEW_ALIGNMENT__ "
+                "(return it in a std::unique_ptr)");
+
  public:
   using value_type = T;
   struct promise_type;
@@ -187,19 +195,9 @@ namespace scheduler_internal {
 template <typename T, typename F>
 struct TaskState final : JoinState<T>, TaskBody {
   explicit TaskState(F&& f) : fn(std::move(f)) { this->destroy = &Destroy; }
-  static TaskState* New(F&& f) {
-    void* p = AllocateSpawnState(sizeof(TaskState));
-    try {
-      return ::new (p) TaskState(std::move(f));
-    } catch (...) {
-      FreeSpawnState(p);
-      throw;
-    }
-  }
+  static TaskState* New(F&& f) { return SpawnStorage<TaskState>::New(std::move(f)); }
   static void Destroy(JoinBase* base) noexcept {
-    auto* self = static_cast<TaskState*>(static_cast<JoinState<T>*>(base));
-    self->~TaskState();
-    FreeSpawnState(self);
+    SpawnStorage<TaskState>::Delete(static_cast<TaskState*>(static_cast<JoinState<T>*>(base)));
   }
   void finish() noexcept override {
     auto& promise = root.promise();
@@ -221,9 +219,6 @@ struct TaskState final : JoinState<T>, TaskBody {
   std::optional<F> fn;
   typename Task<T>::handle_type root;
 };
-
-// NoCallable: the F of a task spawned from a Task object.
-struct NoCallable {};
 
 }  // namespace scheduler_internal
 
@@ -248,17 +243,7 @@ requires scheduler_internal::IsTaskType<std::invoke_result_t<F&>>::value auto Ru
 template <typename T>
 JoinHandle<T> Runtime::spawn_task(Task<T> task, const FiberOptions& options,
                                   std::source_location site) {
-  using State = scheduler_internal::TaskState<T, scheduler_internal::NoCallable>;
-  State* state = State::New(scheduler_internal::NoCallable{});
-  state->root = task.release();
-  try {
-    scheduler_internal::Spawn(*this, state, options, site, state->root.address());
-  } catch (...) {
-    state->root.destroy();
-    State::Destroy(state);
-    throw;
-  }
-  return JoinHandle<T>(state);
+  return spawn_task([t = std::move(task)]() mutable { return std::move(t); }, options, site);
 }
 
 namespace this_task {

@@ -639,6 +639,24 @@ TEST(TaskTest, ACancelCallbackStillRunningAsTheWaitEnds) {
   EXPECT_EQ(received + static_cast<int>(ch.size()), sent.load());
 }
 
+// A callable aligned beyond the slab's 16 bytes: the task's state, which keeps it, is allocated
+// aligned for it (UBSan checks).
+struct alignas(64) Aligned {
+  int v = 0;
+};
+
+TEST(TaskTest, AnOverAlignedCallableIsKeptAligned) {
+  Runtime rt({.workers = 2});
+  std::vector<JoinHandle<int>> hs;
+  for (int i = 0; i < 64; ++i) {
+    hs.push_back(rt.spawn_task([a = Aligned{i}]() -> Task<int> {
+      co_await this_task::yield();
+      co_return a.v;
+    }));
+  }
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(*hs[static_cast<std::size_t>(i)].join(), i);
+}
+
 TEST(TaskTest, AStackSizeDoesNotApplyToATask) {
   Runtime rt({.workers = 1});
   FiberOptions options{.stack_size = std::size_t{1} << 30, .name = "no stack"};
