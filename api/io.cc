@@ -114,6 +114,26 @@ Result<std::size_t> Recv(Fd at, void* buf, std::size_t len, int flags, const Wai
       "io recv"));
 }
 
+namespace {
+// SendDirect: a send's first try, without the reactor: its result, or nullopt to go through the
+// reactor. A send seldom waits: the socket's buffer usually has room. So it is tried as a
+// non-blocking call first; that spares the fiber a park, a reactor round and a wake-up (W6 in
+// docs/bench.md). Not when a cancelled token must fail the call, nor past the fiber's budget of
+// direct turns. (A deadline matters only to a send that waits, here as in the reactor.)
+std::optional<Result<std::size_t>> SendDirect(Fd at, const void* buf, std::size_t len, int flags,
+                                              const WaitOptions& options) {
+#ifndef _WIN32
+  if (BadIoRequest(buf, len)) return Result<std::size_t>(std::errc::invalid_argument);
+  return TryDirect(at, options, [&] {
+    return ::send(at.fd, buf, ClampIoLength(len), flags | kNoSignal | MSG_DONTWAIT);
+  });
+#else
+  (void)at, (void)buf, (void)len, (void)flags, (void)options;
+  return std::nullopt;
+#endif
+}
+}  // namespace
+
 Result<std::size_t> Send(Fd at, const void* buf, std::size_t len, int flags,
                          const WaitOptions& options) {
   const int fd = at.fd;
@@ -128,18 +148,7 @@ Result<std::size_t> Send(Fd at, const void* buf, std::size_t len, int flags,
         options, "io send zerocopy"));
   }
 #endif
-#ifndef _WIN32
-  // A send seldom waits: the socket's buffer usually has room. So try it as a non-blocking call
-  // first; that spares the fiber a park, a reactor round and a wake-up (W6 in docs/bench.md).
-  // Not when a cancelled token must fail the call, nor past the fiber's budget of direct turns.
-  // (A deadline matters only to a send that waits, here as in the reactor.)
-  if (BadIoRequest(buf, len)) return std::errc::invalid_argument;  // as the reactor says
-  if (std::optional<Result<std::size_t>> r = TryDirect(at, options, [&] {
-        return ::send(fd, buf, ClampIoLength(len), flags | kNoSignal | MSG_DONTWAIT);
-      })) {
-    return *r;
-  }
-#endif
+  if (std::optional<Result<std::size_t>> r = SendDirect(at, buf, len, flags, options)) return *r;
   // MSG_NOSIGNAL: a closed peer is an EPIPE error, not a process-killing SIGPIPE.
   return Size(RunAbsorbing(
       ForFlags(flags), at,
@@ -198,10 +207,7 @@ Task<std::int64_t> RunAbsorbingAsync(Absorb what, Fd fd, Submit submit, WaitOpti
                                      const char* name) {
   for (int i = 0;; ++i) {
     std::int64_t r = co_await scheduler_internal::IoAwaiter(submit, options, name, fd.fd, fd.epoch);
-    bool transient = r == -EINTR ||
-                     (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
-                     (what == Absorb::kAccept && r == -ECONNABORTED);
-    if (!transient || i == kTransientRetries) co_return r;
+    if (!Transient(what, r) || i == kTransientRetries) co_return r;
   }
 }
 
@@ -220,15 +226,7 @@ Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int
                                     WaitOptions options) {
   const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
-#ifndef _WIN32
-  // First without the reactor, as Send.
-  if (BadIoRequest(buf, len)) co_return std::errc::invalid_argument;
-  if (std::optional<Result<std::size_t>> r = TryDirect(at, options, [&] {
-        return ::send(fd, buf, ClampIoLength(len), flags | kNoSignal | MSG_DONTWAIT);
-      })) {
-    co_return *r;
-  }
-#endif
+  if (std::optional<Result<std::size_t>> r = SendDirect(at, buf, len, flags, options)) co_return *r;
   co_return Size(co_await RunAbsorbingAsync(
       ForFlags(flags), at,
       [=](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | kNoSignal); }, options,

@@ -66,6 +66,21 @@ Reactor* ThreadReactorOrNull(std::errc* error) {
   return t.reactor.get();
 }
 
+// ByDeadline: an operation's result r, with a timeout at its token's deadline (a source's
+// cancel_at, earlier than the call's own) reported as the cancellation it is.
+std::int64_t ByDeadline(std::int64_t r, const sync_internal::EffectiveDeadline& deadline) {
+  return r == -ETIMEDOUT && deadline.by_token && SyncClock::now() >= *deadline.at ? -ECANCELED : r;
+}
+
+// CloseNow: closes fd directly, when it cannot go through a reactor.
+void CloseNow(int fd) {
+#ifdef _WIN32
+  ::closesocket(NativeSocket(fd));  // api fds are sockets
+#else
+  ::close(fd);
+#endif
+}
+
 }  // namespace
 
 bool IoWait::Start(Fiber* f, IoSubmit submit, void* arg, const WaitOptions& options, int fd,
@@ -134,9 +149,7 @@ std::int64_t IoWait::Finish() {
   // The callback only notifies the Waiter (which outlives every notify): no need to wait for
   // a running one, and a task must not block.
   if (cancel_state_ != nullptr) sync_internal::DeregisterNoWait(cancel_state_, &reg_);
-  const std::int64_t r = req_.result;
-  return r == -ETIMEDOUT && deadline_.by_token && SyncClock::now() >= *deadline_.at ? -ECANCELED
-                                                                                    : r;
+  return ByDeadline(req_.result, deadline_);
 }
 
 std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what, int fd,
@@ -190,9 +203,7 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     (void)r->poll(std::nullopt);
   }
   if (registered) sync_internal::Deregister(cs, &reg);
-  return req.result == -ETIMEDOUT && deadline.by_token && SyncClock::now() >= *deadline.at
-             ? -ECANCELED
-             : req.result;
+  return ByDeadline(req.result, deadline);
 }
 
 bool IoAwaiter::await_ready() {
@@ -213,8 +224,8 @@ bool IoAwaiter::await_ready() {
 bool IoAwaiter::await_suspend(std::coroutine_handle<> h) {
   // No deadline or token for the park itself: the reactor times the operation out, and the
   // token's and the shutdown's cancellations go through Step to the owner (not interruptible).
-  static const WaitOptions kNone{};
-  return park_.Begin(fiber_->waiter, h, kNone, what_, nullptr, /*interruptible=*/false);
+  return park_.Begin(fiber_->waiter, h, sync_internal::kNoWaitOptions, what_, nullptr,
+                     /*interruptible=*/false);
 }
 
 std::int64_t IoAwaiter::await_resume() {
@@ -292,11 +303,7 @@ void CloseFd(int fd) {
     if (c == nullptr) {
       // No reactor, or no memory for the op: close directly, as a fiber without a reactor does
       // (other reactors' operations on fd then end with a closed fd's errors).
-#ifdef _WIN32
-      ::closesocket(NativeSocket(fd));
-#else
-      ::close(fd);
-#endif
+      CloseNow(fd);
       return;
     }
     c->owner = w;
@@ -330,12 +337,7 @@ void CloseFd(int fd) {
   // even in a fiber that shutdown interrupts (a socket's destructor, unwinding): a plain
   // ::close would skip the other reactors' operations on the fd.
   if (submitted) return;
-    // RunIo failed first (no reactor for this execution): close directly.
-#ifdef _WIN32
-  ::closesocket(NativeSocket(fd));  // api fds are sockets
-#else
-  ::close(fd);
-#endif
+  CloseNow(fd);  // RunIo failed first (no reactor for this execution)
 }
 
 }  // namespace scheduler_internal

@@ -180,11 +180,12 @@ enum class StepEnd { kWoken, kTimedOut, kSpurious };
 }  // namespace
 
 void TaskBlocked(Fiber* f, const char* how) {
-  const char* what = f->waiter.waiting_on();
+  const char* what = f->waiter.waiting_on();  // set by the wait that called, if one did
   std::fprintf(stderr,
-               "weft: task %llu %s (%s), which would block its worker; a task waits with "
+               "weft: task %llu %s%s%s%s, which would block its worker; a task waits with "
                "co_await (the async_ forms), a fiber or thread with the blocking calls\n",
-               static_cast<unsigned long long>(f->id), how, what != nullptr ? what : "a wait");
+               static_cast<unsigned long long>(f->id), how, what != nullptr ? " (" : "",
+               what != nullptr ? what : "", what != nullptr ? ")" : "");
   std::fflush(stderr);
   std::abort();
 }

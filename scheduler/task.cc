@@ -18,26 +18,25 @@
 namespace weft {
 namespace scheduler_internal {
 
-void TaskFinished() noexcept {
+namespace {
+// BackToWorker: the running task's coroutine returns to RunTask for `why`, to go on at `at` (if
+// given); false if the caller is not a task.
+bool BackToWorker(TaskExit why, std::coroutine_handle<> at) noexcept {
   Fiber* f = CurrentFiber();
-  if (f != nullptr && IsTask(f)) f->task_exit = kTaskFinished;
+  if (f == nullptr || !IsTask(f)) return false;
+  if (at) f->task_frame = at.address();
+  f->task_exit = why;
+  return true;
 }
+}  // namespace
+
+void TaskFinished() noexcept { (void)BackToWorker(kTaskFinished, nullptr); }
 
 bool TransferInTask(std::coroutine_handle<> next) noexcept {
-  Fiber* f = CurrentFiber();
-  if (f == nullptr || !IsTask(f)) return false;
-  f->task_frame = next.address();
-  f->task_exit = kTaskTransferring;
-  return true;
+  return BackToWorker(kTaskTransferring, next);
 }
 
-bool YieldTask(std::coroutine_handle<> h) noexcept {
-  Fiber* f = CurrentFiber();
-  if (f == nullptr || !IsTask(f)) return false;
-  f->task_frame = h.address();
-  f->task_exit = kTaskYielding;
-  return true;
-}
+bool YieldTask(std::coroutine_handle<> h) noexcept { return BackToWorker(kTaskYielding, h); }
 
 }  // namespace scheduler_internal
 

@@ -447,7 +447,6 @@ std::optional<Result<SelectResult>> SelectRun::Start(std::span<const SelectCase>
     UnlockAll();
     return Result<SelectResult>(SelectResult{-1, false});
   }
-  group_.waiter = me;
   // wake_at_: when a timer or token case may become ready with nobody telling the select (a
   // timer's deadline, a token's cancel_at): the park ends then, and the cases are looked at.
   for (std::size_t i = 0; i < n_; ++i) {

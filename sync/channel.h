@@ -213,7 +213,6 @@ namespace sync_internal {
 struct SelectGroup {
   atomic<int> fired{-1};
   atomic<bool> recheck{false};
-  Waiter* waiter = nullptr;
 };
 
 enum class SelectCaseKind : unsigned char { kChannel, kTimer, kToken };

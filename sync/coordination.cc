@@ -24,8 +24,7 @@ WaitList::~WaitList() {
   sync_internal::AbortIfWaitedOn(lock_, {&queue_}, "a Semaphore, WaitGroup, Event or Barrier");
 }
 
-template <typename OnAbort>
-Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) {
+WaitNode& WaitList::QueueAndUnlock() {
   // The node lives in the Waiter (see Waiter::own_node): an execution waits on one thing at a
   // time, and a granted node is never touched by its releaser again (Grant's store is last).
   Waiter& self = current_waiter();
@@ -36,9 +35,11 @@ Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) 
   node.state.store(kWaiting, std::memory_order_relaxed);
   queue_.push_back(&node);
   lock_.unlock();
-  ParkResult r = Park(
-      *node.waiter, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
-      what_, this);
+  return node;
+}
+
+template <typename OnAbort>
+Result<void> WaitList::Withdraw(WaitNode& node, ParkResult r, OnAbort on_abort) {
   if (r == ParkResult::kWoken) return {};
   lock_.lock();
   if (node.state.load(std::memory_order_relaxed) == kWaiting) {
@@ -51,22 +52,22 @@ Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) 
   return {};  // granted as we gave up: it stands
 }
 
+template <typename OnAbort>
+Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) {
+  WaitNode& node = QueueAndUnlock();
+  ParkResult r = Park(
+      *node.waiter, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
+      what_, this);
+  return Withdraw(node, r, on_abort);
+}
+
 bool WaitList::Awaiter::await_ready() {
   list_.lock_.lock();
   if (ready_(list_)) {
     list_.lock_.unlock();
     return true;
   }
-  Waiter& self = current_waiter();
-  // The node lives in the Waiter, as WaitQueued's.
-  WaitNode& node = self.own_node();
-  assert(!node.queued);
-  node.waiter = &self;
-  // relaxed: nobody else sees the node before push_back (under lock_) publishes it.
-  node.state.store(kWaiting, std::memory_order_relaxed);
-  list_.queue_.push_back(&node);
-  list_.lock_.unlock();
-  node_ = &node;
+  node_ = &list_.QueueAndUnlock();
   return false;
 }
 
@@ -81,16 +82,7 @@ bool WaitList::Awaiter::await_suspend(std::coroutine_handle<> h) {
 
 Result<void> WaitList::Awaiter::await_resume() {
   if (node_ == nullptr) return {};
-  ParkResult r = park_.End();
-  if (r == ParkResult::kWoken) return {};
-  list_.lock_.lock();
-  if (node_->state.load(std::memory_order_relaxed) == kWaiting) {
-    list_.queue_.remove(node_);
-    list_.lock_.unlock();
-    return sync_internal::ErrorOf(r);
-  }
-  list_.lock_.unlock();
-  return {};  // granted as we gave up: it stands
+  return list_.Withdraw(*node_, park_.End(), [] {});
 }
 
 namespace {

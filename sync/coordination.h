@@ -54,6 +54,14 @@ class WaitList {
   // runs under lock_ if the wait gives up while still queued (to undo bookkeeping).
   template <typename OnAbort>
   Result<void> WaitQueued(const WaitOptions& options, OnAbort on_abort);
+  // WaitQueued's two ends around its park, shared with Awaiter. QueueAndUnlock: the caller holds
+  // lock_; queues the calling execution's node and unlocks. Withdraw: after the park ended with
+  // r: {} if granted (also just as it gave up), else takes the node off the queue, runs
+  // on_abort under lock_, and returns the error.
+  sync_internal::WaitNode& QueueAndUnlock();
+  template <typename OnAbort>
+  Result<void> Withdraw(sync_internal::WaitNode& node, sync_internal::ParkResult r,
+                        OnAbort on_abort);
   // WakeAllAndUnlock: the caller holds lock_; returns after unlocking and notifying.
   void WakeAllAndUnlock();
   // WakeAllInBatchesAndUnlock: the same, a batch at a time (lock, grant a batch, unlock,

@@ -56,15 +56,17 @@ inline constexpr int kTransientRetries = 64;
 // now; the call ends with ECANCELED, as an operation in flight would (RunIo checks the epoch
 // for each submission).
 enum class Absorb { kEintr, kEagain, kAccept };
+// Transient: r is an error that `what` absorbs (RunAbsorbing runs the operation again).
+inline bool Transient(Absorb what, std::int64_t r) {
+  return r == -EINTR || (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
+         (what == Absorb::kAccept && r == -ECONNABORTED);
+}
 template <typename Submit>
 std::int64_t RunAbsorbing(Absorb what, Fd fd, const Submit& submit, const WaitOptions& options,
                           const char* name) {
   for (int i = 0;; ++i) {
     std::int64_t r = scheduler_internal::RunIo(submit, options, name, fd.fd, fd.epoch);
-    bool transient = r == -EINTR ||
-                     (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
-                     (what == Absorb::kAccept && r == -ECONNABORTED);
-    if (!transient || i == kTransientRetries) return r;
+    if (!Transient(what, r) || i == kTransientRetries) return r;
   }
 }
 

@@ -79,16 +79,7 @@ bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptio
     result_ = ParkResult::kCancelled;
     if (Over()) return false;
   }
-  for (;;) {
-    if (done_(done_arg_)) {
-      result_ = ParkResult::kWoken;
-    } else if (Cancelled()) {
-      result_ = ParkResult::kCancelled;
-    } else {
-      break;
-    }
-    if (Over()) return false;
-  }
+  if (Continue(/*woken=*/true)) return false;  // over before it parks (done, or cancelled)
   waiter.note_wait(what, object);
   if (waiter.suspend(*this, h)) return true;
   // Not a task: this thread or fiber blocks, as Park does (the registration made above serves).
@@ -112,9 +103,7 @@ bool AsyncPark::Continue(bool woken) {
       return false;
     }
     if (Over()) return true;
-    // Parking again (a longer wait of several parks): as a fresh wake-up, look once more.
-    woken = true;
-    if (!done_(done_arg_) && !Cancelled()) return false;
+    woken = true;  // parking again (a wait of several parks): look once more first
   }
 }
 
@@ -123,8 +112,7 @@ void AsyncPark::Uncancellable() {
     DeregisterNoWait(cancel_state_, &reg_);  // its callback only notifies the Waiter
     cancel_state_ = nullptr;
   }
-  static const WaitOptions kNone{};
-  options_ = &kNone;
+  options_ = &kNoWaitOptions;
   interruptible_ = false;
 }
 

@@ -188,6 +188,9 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, const cha
   return result;
 }
 
+// kNoWaitOptions: no deadline, no token, for waits that take the address of their options.
+inline constexpr WaitOptions kNoWaitOptions{};
+
 // AsyncPark: Park for a stackless task (a C++20 coroutine), the same loop turned inside out:
 // the awaitable's await_suspend calls Begin, which suspends the task through its Waiter
 // (Waiter::suspend) instead of blocking; the task's scheduler calls Continue each time the task
