@@ -319,6 +319,54 @@ std::optional<Result<io::RecvBuffer>> RecvOwn(Fd at) {
   }
   return b;
 }
+
+// RecvBufferTries: one recv_buffer call's attempts, shared by its blocking and task forms.
+// Through the worker's ring while it has one and lends buffers; once it says it cannot (ENOBUFS:
+// all lent; EOPNOTSUPP: no ring), the readiness way for the rest of the call.
+class RecvBufferTries {
+ public:
+  explicit RecvBufferTries(Fd at) : at_(at) {}
+  // Submit: the next attempt's operation (RunAbsorbing's submit; again for each retry).
+  void Submit(Reactor& re, IoOp& op) {
+    pooled_ = !no_ring_ && re.pooled_receives();
+    if (pooled_) {
+      re.recv_pooled(op, at_.fd, &got_, 0);
+    } else {
+      re.poll_readiness(op, at_.fd, POLLIN);
+    }
+  }
+  // After: the call's result once the attempt ended with r; nullopt: submit another.
+  std::optional<Result<io::RecvBuffer>> After(std::int64_t r) {
+    if (pooled_) {
+      if (r == -ENOBUFS || r == -EOPNOTSUPP) {
+        no_ring_ = true;
+        no_buffers_ = r == -ENOBUFS;
+        return std::nullopt;
+      }
+      if (r < 0) return ErrcOf(r);
+      if (r == 0) return io::RecvBuffer();                   // end of stream
+      if (got_.pool == nullptr) return std::errc::io_error;  // (a backend that lent nothing)
+      g_recv_pooled.fetch_add(1, std::memory_order_relaxed);
+      return io::RecvBufferAccess::Make(got_.data, static_cast<std::size_t>(r), got_.pool,
+                                        got_.id);
+    }
+    if (r < 0) return ErrcOf(r);
+    std::optional<Result<io::RecvBuffer>> b = RecvOwn(at_);
+    if (b && b->ok() && !(*b)->empty()) {
+      (no_buffers_ ? g_recv_no_buffers : g_recv_fallback).fetch_add(1, std::memory_order_relaxed);
+    }
+    return b;
+  }
+
+ private:
+  Fd at_;
+  PooledBuffer got_;
+  bool pooled_ = false;
+  bool no_ring_ = false;
+  bool no_buffers_ = false;
+};
+
+constexpr const char* kRecvBufferName = "io recv_buffer";
 }  // namespace
 
 Result<io::RecvBuffer> RecvBufferOn(Fd at, const WaitOptions& options) {
@@ -331,43 +379,23 @@ Result<io::RecvBuffer> RecvBufferOn(Fd at, const WaitOptions& options) {
     if (b.ok() && !b->empty()) g_recv_fallback.fetch_add(1, std::memory_order_relaxed);
     return b;
   }
-  // Through the worker's ring while it has one and lends buffers; once it says it cannot
-  // (ENOBUFS: all lent; EOPNOTSUPP: no ring), the readiness way for the rest of this call.
-  bool no_ring = false;
-  bool no_buffers = false;
+  RecvBufferTries tries(at);
   for (;;) {
-    PooledBuffer got;
-    bool pooled = false;
     const std::int64_t r = RunAbsorbing(
-        Absorb::kEagain, at,
-        [&](Reactor& re, IoOp& op) {
-          pooled = !no_ring && re.pooled_receives();
-          if (pooled) {
-            re.recv_pooled(op, fd, &got, 0);
-          } else {
-            re.poll_readiness(op, fd, POLLIN);
-          }
-        },
-        options, "io recv_buffer");
-    if (pooled) {
-      if (r == -ENOBUFS || r == -EOPNOTSUPP) {
-        no_ring = true;
-        no_buffers = r == -ENOBUFS;
-        continue;
-      }
-      if (r < 0) return ErrcOf(r);
-      if (r == 0) return io::RecvBuffer();                  // end of stream
-      if (got.pool == nullptr) return std::errc::io_error;  // (a backend that lent nothing)
-      g_recv_pooled.fetch_add(1, std::memory_order_relaxed);
-      return io::RecvBufferAccess::Make(got.data, static_cast<std::size_t>(r), got.pool, got.id);
-    }
-    if (r < 0) return ErrcOf(r);
-    if (std::optional<Result<io::RecvBuffer>> b = RecvOwn(at)) {
-      if (b->ok() && !(*b)->empty()) {
-        (no_buffers ? g_recv_no_buffers : g_recv_fallback).fetch_add(1, std::memory_order_relaxed);
-      }
-      return std::move(*b);
-    }
+        Absorb::kEagain, at, [&](Reactor& re, IoOp& op) { tries.Submit(re, op); }, options,
+        kRecvBufferName);
+    if (std::optional<Result<io::RecvBuffer>> b = tries.After(r)) return std::move(*b);
+  }
+}
+
+Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd at, WaitOptions options) {
+  if (sim_internal::IsSimFd(at.fd)) co_return std::errc::not_supported;
+  RecvBufferTries tries(at);
+  for (;;) {
+    const std::int64_t r = co_await RunAbsorbingAsync(
+        Absorb::kEagain, at, [t = &tries](Reactor& re, IoOp& op) { t->Submit(re, op); }, options,
+        kRecvBufferName);
+    if (std::optional<Result<io::RecvBuffer>> b = tries.After(r)) co_return std::move(*b);
   }
 }
 

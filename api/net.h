@@ -93,6 +93,8 @@ class TcpStream {
   // recv_buffer: up to 4 KiB in a buffer the runtime lends (io::recv_buffer): a connection that
   // waits holds no buffer; empty at end of stream.
   Result<io::RecvBuffer> recv_buffer(const WaitOptions& options = {});
+  // async_recv_buffer: recv_buffer for a task: a task parked in it holds no buffer either.
+  Task<Result<io::RecvBuffer>> async_recv_buffer(WaitOptions options = {});
 
   Result<void> shutdown_write();  // sends FIN; reads continue
   // shutdown: both ways: a FIN, and reads (also those waiting) return 0 from now on.

@@ -3,7 +3,8 @@
 // from elsewhere; on io_uring, receives that wait hold no buffer (more waiters than the ring has
 // buffers, none falls back), a ring whose buffers are all lent falls back to the call's own
 // buffers without losing a byte, buffers handed back on other threads return to the ring, and a
-// buffer outlives its runtime. Under WEFT_REACTOR=epoll the same calls take the readiness way.
+// buffer outlives its runtime; the same from stackless tasks (TcpStream::async_recv_buffer).
+// Under WEFT_REACTOR=epoll the same calls take the readiness way.
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,6 +24,9 @@
 #include "weft/base/clock.h"
 #include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
+#include "weft/scheduler/task.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/coordination.h"
 
 namespace weft {
 namespace {
@@ -255,6 +259,142 @@ TEST(RecvBufferRingTest, ABufferOutlivesItsRuntime) {
   EXPECT_EQ(kept.view(), "kept");
   kept.reset();
   EXPECT_TRUE(kept.empty());
+}
+
+// ---- From stackless tasks: TcpStream::async_recv_buffer ----
+
+class TaskRecvBufferTest : public ::testing::TestWithParam<unsigned> {};
+INSTANTIATE_TEST_SUITE_P(Workers, TaskRecvBufferTest, ::testing::Values(1u, 2u, 4u));
+
+// Task servers echo through async_recv_buffer to fiber clients, every byte checked; the end of
+// a stream is an empty buffer.
+TEST_P(TaskRecvBufferTest, TasksEchoThroughLentBuffers) {
+  Runtime rt({.workers = GetParam()});
+  Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(l.ok());
+  const net::SocketAddress at = *l->local_address();
+  constexpr int kConns = 8;
+  const int trips = 100 * testing::StressScale();
+  std::atomic<int> ended{0};
+  auto server = rt.spawn_task([&]() -> Task<> {
+    std::vector<JoinHandle<void>> echoers;
+    for (int c = 0; c < kConns; ++c) {
+      Result<net::TcpStream> s = co_await l->async_accept();
+      EXPECT_TRUE(s.ok());
+      if (!s.ok()) co_return;
+      (void)s->set_nodelay(true);
+      echoers.push_back(rt.spawn_task([&, st = std::move(*s)]() mutable -> Task<> {
+        for (;;) {
+          Result<io::RecvBuffer> b = co_await st.async_recv_buffer();
+          EXPECT_TRUE(b.ok());
+          if (!b.ok()) co_return;
+          if (b->empty()) break;
+          EXPECT_LE(b->size(), 4096u);
+          if (!(co_await st.async_write_all(b->data(), b->size())).ok()) co_return;
+        }
+        ended.fetch_add(1);
+      }));
+    }
+    for (auto& h : echoers) EXPECT_TRUE((co_await h).ok());
+  });
+  std::vector<JoinHandle<void>> clients;
+  for (int c = 0; c < kConns; ++c) {
+    clients.push_back(rt.spawn([&, c] {
+      Result<net::TcpStream> st = net::TcpStream::connect(at);
+      ASSERT_TRUE(st.ok());
+      (void)st->set_nodelay(true);
+      std::string out(100 + 700 * c, '\0'), in(out.size(), '\0');
+      for (int i = 0; i < trips; ++i) {
+        for (std::size_t k = 0; k < out.size(); ++k) out[k] = static_cast<char>(c * 31 + i + k);
+        ASSERT_TRUE(st->write_all(out.data(), out.size()).ok());
+        ASSERT_TRUE(st->read_exact(in.data(), in.size()).ok());
+        ASSERT_TRUE(in == out);
+      }
+      ASSERT_TRUE(st->shutdown_write().ok());
+    }));
+  }
+  for (auto& h : clients) ASSERT_TRUE(h.join().ok());
+  ASSERT_TRUE(server.join().ok());
+  EXPECT_EQ(ended.load(), kConns);
+}
+
+// More tasks wait than the ring has buffers, and none falls back: a task parked in
+// async_recv_buffer holds no buffer.
+TEST(TaskRecvBufferRingTest, WaitingTasksHoldNoBuffer) {
+  const int n = 1100;  // > Reactor::kPooledBuffers (1,024)
+  if (testing::RaiseFdLimit() < 2 * n + 256) GTEST_SKIP() << "needs " << 2 * n + 256 << " fds";
+  Runtime rt({.workers = 1});
+  std::vector<Pair> pairs(n);
+  for (const Pair& p : pairs) ASSERT_GE(p.a, 0);
+  const io::RecvBufferStats before = io::recv_buffer_stats();
+  std::atomic<int> done{0};
+  std::vector<JoinHandle<void>> tasks;
+  for (int i = 0; i < n; ++i) {
+    tasks.push_back(rt.spawn_task([&, i]() -> Task<> {
+      net::TcpStream st = net::TcpStream(pairs[i].a);
+      pairs[i].a = -1;
+      Result<io::RecvBuffer> b = co_await st.async_recv_buffer();
+      EXPECT_TRUE(b.ok());
+      if (b.ok()) EXPECT_EQ(b->view(), std::to_string(i));
+      done.fetch_add(1);
+    }));
+  }
+  rt.block_on([&] {
+    for (int k = 0; k < 50; ++k) this_fiber::yield();  // let them all park
+    for (int i = 0; i < n; ++i) {
+      const std::string m = std::to_string(i);
+      ASSERT_TRUE(io::send_all(pairs[i].b, m.data(), m.size()).ok());
+      if (i % 100 == 99) {
+        while (done.load() <= i) this_fiber::yield();
+      }
+    }
+  });
+  for (auto& t : tasks) ASSERT_TRUE(t.join().ok());
+  const io::RecvBufferStats after = io::recv_buffer_stats();
+  if (Uring()) {
+    EXPECT_EQ(after.pooled - before.pooled, static_cast<std::uint64_t>(n));
+    EXPECT_EQ(after.fallback_no_buffers, before.fallback_no_buffers);
+  } else {
+    EXPECT_EQ(after.fallback - before.fallback, static_cast<std::uint64_t>(n));
+  }
+}
+
+// A task's waiting async_recv_buffer ends with its deadline, its token, or a close by another
+// task; a bad fd is an error at once.
+TEST_P(TaskRecvBufferTest, DeadlineCancelCloseAndBadFd) {
+  Runtime rt({.workers = GetParam()});
+  Pair p;
+  ASSERT_GE(p.a, 0);
+  net::TcpStream st = net::TcpStream(p.a);
+  p.a = -1;
+  auto h = rt.spawn_task([&]() -> Task<> {
+    Result<io::RecvBuffer> r =
+        co_await st.async_recv_buffer({.deadline = SyncClock::now() + 10ms});
+    EXPECT_EQ(r.error(), std::errc::timed_out);
+    CancellationSource source;
+    CancellationToken token = source.token();
+    source.cancel_after(5ms);
+    r = co_await st.async_recv_buffer({.cancel = &token});
+    EXPECT_EQ(r.error(), std::errc::operation_canceled);
+    Event parked;
+    auto closer = rt.spawn_task([&]() -> Task<> {
+      EXPECT_TRUE(co_await parked.async_wait());
+      co_await this_task::sleep_for(2ms);
+      EXPECT_TRUE(st.close().ok());
+    });
+    parked.set();
+    r = co_await st.async_recv_buffer();
+    EXPECT_FALSE(r.ok());
+    if (!r.ok()) {
+      EXPECT_TRUE(r.error() == std::errc::operation_canceled ||
+                  r.error() == std::errc::bad_file_descriptor);
+    }
+    EXPECT_TRUE((co_await closer).ok());
+    net::TcpStream bad = net::TcpStream(-1);
+    r = co_await bad.async_recv_buffer();
+    EXPECT_EQ(r.error(), std::errc::bad_file_descriptor);
+  });
+  ASSERT_TRUE(h.join().ok());
 }
 
 }  // namespace

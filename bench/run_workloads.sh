@@ -72,7 +72,7 @@ if has_peer tbb; then
   bazel_targets+=(//bench/peers/tbb:tbb_workloads)
   peers+=(tbb)
 fi
-# weft_task: W2, W3, W6 and W8 on weft's stackless tasks (bench/weft_task_workloads.cc).
+# weft_task: W2, W3, W6, W8 and W9 on weft's stackless tasks (bench/weft_task_workloads.cc).
 if has_peer weft_task; then
   bazel_targets+=(//bench:weft_task_workloads)
   peers+=(weft_task)
@@ -141,7 +141,7 @@ peer_has() {
     tbb:*) return 1 ;;
     weft_c:W6) return 0 ;;
     weft_c:*) return 1 ;;
-    weft_task:W2 | weft_task:W3 | weft_task:W6 | weft_task:W8) return 0 ;;
+    weft_task:W2 | weft_task:W3 | weft_task:W6 | weft_task:W8 | weft_task:W9) return 0 ;;
     weft_task:*) return 1 ;;
     boost_fiber:W6 | boost_fiber:W9 | boost_fiber:W10) return 1 ;;
     *) return 0 ;;
@@ -171,7 +171,7 @@ for id in "${ids[@]}"; do
   for rt in "${runtimes[@]}"; do
     if [ "$rt" != weft ] && ! peer_has "$rt" "$id"; then
       if [ "$rt" = weft_c ]; then note "weft_c has only W6 (bench/c)";
-      elif [ "$rt" = weft_task ]; then note "weft_task has W2, W3, W6 and W8";
+      elif [ "$rt" = weft_task ]; then note "weft_task has W2, W3, W6, W8 and W9";
       else note "$rt has no $id (see bench/peers/$rt)"; fi
       continue
     fi

@@ -4,9 +4,10 @@
 // (bench/workload_common.h). W2: a root task spawns 100,000 empty tasks and joins each; W3: two
 // tasks bounce a message over two capacity-1 channels; W6: loopback TCP echo with a task per
 // connection (msgs_per_s and the round trips' percentiles); W8: 100,000 tasks parked on one
-// event, then released (release_ms, rss_kb_per_task).
+// event, then released (release_ms, rss_kb_per_task); W9: 10,000 connections, a task each,
+// echoing through lent buffers (msgs_per_s, rss_kb_per_conn).
 //
-//   ./bazelw run -c opt //bench:weft_task_workloads -- --only W2,W3,W6,W8
+//   ./bazelw run -c opt //bench:weft_task_workloads -- --only W2,W3,W6,W8,W9
 
 #include <atomic>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "weft/api/weft.h"
@@ -179,6 +181,64 @@ void W6(const Options& o, unsigned workers) {
   bench::EmitTcpEcho("weft_task", rt.workers(), long{kConns} * kTrips, s, latency);
 }
 
+// ---- W9: 10,000 connections, clients in a second process (bench/w9_client), a task each ------
+// Each task echoes with async_recv_buffer: on io_uring the kernel picks a buffer from the
+// worker's ring when data arrives, so an idle connection holds its task and no buffer.
+void W9(const Options& o, unsigned workers) {
+  const int conns = bench::W9Conns();
+  const long messages = static_cast<long>(conns) * bench::kW9Trips;
+  Runtime rt({.workers = workers});
+  std::vector<double> rss_per_conn;
+  std::vector<bench::Percentiles> latency;  // per run, the warm-up first
+  auto s = Repeat(o, [&] {
+    auto listener = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
+    if (!listener.ok()) {
+      std::fprintf(stderr, "W9: cannot listen\n");
+      std::exit(1);
+    }
+    const long rss0 = RssKb();
+    std::atomic<int> accepted{0};
+    auto server = rt.spawn_task([&]() -> Task<> {
+      std::vector<JoinHandle<void>> echoers;
+      echoers.reserve(static_cast<std::size_t>(conns));
+      for (int c = 0; c < conns; ++c) {
+        auto conn = co_await listener->async_accept();
+        if (!conn.ok()) co_return;
+        (void)conn->set_nodelay(true);
+        echoers.push_back(rt.spawn_task([&, st = std::move(*conn)]() mutable -> Task<> {
+          accepted.fetch_add(1, std::memory_order_relaxed);
+          for (;;) {
+            auto b = co_await st.async_recv_buffer();
+            if (!b.ok() || b->empty() || !(co_await st.async_write_all(b->data(), b->size())).ok()) {
+              co_return;
+            }
+          }
+        }));
+      }
+      for (auto& h : echoers) (void)co_await h;
+    });
+    bench::W9Client client(listener->local_address()->port(), conns);
+    std::string line = client.ReadLine();
+    if (line != "connected") {
+      std::fprintf(stderr, "W9: the client did not connect (\"%s\")\n", line.c_str());
+      std::exit(1);
+    }
+    while (accepted.load(std::memory_order_relaxed) < conns) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // every echoer parked
+    rss_per_conn.push_back(static_cast<double>(RssKb() - rss0) / conns);
+    client.WriteLine("go");
+    line = client.ReadLine();
+    bench::Percentiles p;
+    const double wall = bench::W9WallMs(line, messages, &p);
+    latency.push_back(p);
+    (void)server.join();  // the client's resets end every echoer
+    return wall;
+  });
+  bench::EmitManyConnEcho("weft_task", rt.workers(), conns, s, rss_per_conn, latency);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,5 +249,6 @@ int main(int argc, char** argv) {
   if (o.wants("W3")) W3(o, o.workers);
   if (o.wants("W6")) W6(o, o.workers);
   if (o.wants("W8")) W8(o, o.workers);
+  if (o.wants("W9")) W9(o, o.workers);
   return 0;
 }

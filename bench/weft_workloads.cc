@@ -337,12 +337,7 @@ void W9(const Options& o, unsigned workers) {
       return wall;
     });
   });
-  const double wall = bench::Median(s);
-  char extra[128];
-  std::snprintf(extra, sizeof extra, ",\"msgs_per_s\":%.0f,\"rss_kb_per_conn\":%.3f,\"conns\":%d",
-                static_cast<double>(messages) / (wall / 1000.0), rss_per_conn.front(), conns);
-  Emit("many_conn_echo", messages, rt.workers(), wall * 1e6 / static_cast<double>(messages), s,
-       extra + bench::LatencyJson(latency));
+  bench::EmitManyConnEcho("weft", rt.workers(), conns, s, rss_per_conn, latency);
 }
 
 // ---- W10: 16 fibers read a warm 1 GiB file, each its sixteenth, in 4 KiB and 1 MiB chunks -------

@@ -194,6 +194,21 @@ inline void EmitParkMany(const char* runtime, unsigned workers, long tasks,
 // percentiles into *latency); exits with a message on lost messages.
 double W9WallMs(const std::string& done_line, long expected_messages, Percentiles* latency);
 
+// EmitManyConnEcho: W9's line ("many_conn_echo") from its runs' wall times, the RSS per
+// connection of the first run (as W8's) and the runs' latency percentiles.
+inline void EmitManyConnEcho(const char* runtime, unsigned workers, int conns,
+                             const std::vector<double>& samples,
+                             const std::vector<double>& rss_kb_per_conn,
+                             const std::vector<Percentiles>& latency) {
+  const long messages = static_cast<long>(conns) * kW9Trips;
+  const double wall = Median(samples);
+  char extra[128];
+  std::snprintf(extra, sizeof extra, ",\"msgs_per_s\":%.0f,\"rss_kb_per_conn\":%.3f,\"conns\":%d",
+                static_cast<double>(messages) / (wall / 1000.0), rss_kb_per_conn.front(), conns);
+  Emit(runtime, "many_conn_echo", messages, workers, wall * 1e6 / static_cast<double>(messages),
+       samples, extra + LatencyJson(latency));
+}
+
 }  // namespace weft::bench
 
 #endif  // WEFT_BENCH_WORKLOAD_COMMON_H_

@@ -127,6 +127,7 @@ Task<Result<std::size_t>> AsyncSend(Fd fd, const void* buf, std::size_t len, int
                                     WaitOptions options);
 Task<Result<void>> AsyncSendAll(Fd fd, const void* buf, std::size_t len, WaitOptions options);
 Task<Result<void>> AsyncReadExact(Fd fd, void* buf, std::size_t len, WaitOptions options);
+Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd fd, WaitOptions options);
 Task<Result<int>> AsyncAccept(Fd fd, WaitOptions options);
 Task<Result<void>> AsyncConnect(int fd, const sockaddr* addr, socklen_t addrlen,
                                 WaitOptions options);
