@@ -199,27 +199,18 @@ Result<void> SendAll(Fd at, const void* buf, std::size_t len, const WaitOptions&
                   len);
 }
 
-namespace {
-
-// RunAbsorbingAsync: RunAbsorbing for a task.
-template <typename Submit>
-Task<std::int64_t> RunAbsorbingAsync(Absorb what, Fd fd, Submit submit, WaitOptions options,
-                                     const char* name) {
-  for (int i = 0;; ++i) {
-    std::int64_t r = co_await scheduler_internal::IoAwaiter(submit, options, name, fd.fd, fd.epoch);
-    if (!Transient(what, r) || i == kTransientRetries) co_return r;
-  }
-}
-
-}  // namespace
-
 Task<Result<std::size_t>> AsyncRecv(Fd at, void* buf, std::size_t len, int flags,
                                     WaitOptions options) {
   const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
-  co_return Size(co_await RunAbsorbingAsync(
-      ForFlags(flags), at, [=](Reactor& r, IoOp& op) { r.recv(op, fd, buf, len, flags); }, options,
-      "io recv"));
+  std::int64_t r;
+  int retries = 0;
+  do {
+    r = co_await scheduler_internal::IoAwaiter(
+        [=](Reactor& re, IoOp& op) { re.recv(op, fd, buf, len, flags); }, options, "io recv", fd,
+        at.epoch);
+  } while (Absorbed(ForFlags(flags), r, &retries));
+  co_return Size(r);
 }
 
 Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int flags,
@@ -227,10 +218,14 @@ Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int
   const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
   if (std::optional<Result<std::size_t>> r = SendDirect(at, buf, len, flags, options)) co_return *r;
-  co_return Size(co_await RunAbsorbingAsync(
-      ForFlags(flags), at,
-      [=](Reactor& r, IoOp& op) { r.send(op, fd, buf, len, flags | kNoSignal); }, options,
-      "io send"));
+  std::int64_t r;
+  int retries = 0;
+  do {
+    r = co_await scheduler_internal::IoAwaiter(
+        [=](Reactor& re, IoOp& op) { re.send(op, fd, buf, len, flags | kNoSignal); }, options,
+        "io send", fd, at.epoch);
+  } while (Absorbed(ForFlags(flags), r, &retries));
+  co_return Size(r);
 }
 
 Task<Result<void>> AsyncSendAll(Fd at, const void* buf, std::size_t len, WaitOptions options) {
@@ -260,9 +255,13 @@ Task<Result<void>> AsyncReadExact(Fd at, void* buf, std::size_t len, WaitOptions
 Task<Result<int>> AsyncAccept(Fd at, WaitOptions options) {
   const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
-  std::int64_t r = co_await RunAbsorbingAsync(
-      Absorb::kAccept, at, [fd](Reactor& re, IoOp& op) { re.accept(op, fd, nullptr, nullptr); },
-      options, "io accept");
+  std::int64_t r;
+  int retries = 0;
+  do {
+    r = co_await scheduler_internal::IoAwaiter(
+        [fd](Reactor& re, IoOp& op) { re.accept(op, fd, nullptr, nullptr); }, options, "io accept",
+        fd, at.epoch);
+  } while (Absorbed(Absorb::kAccept, r, &retries));
   if (r < 0) co_return ErrcOf(r);
   co_return static_cast<int>(r);
 }
@@ -347,8 +346,7 @@ class RecvBufferTries {
       if (r == 0) return io::RecvBuffer();                   // end of stream
       if (got_.pool == nullptr) return std::errc::io_error;  // (a backend that lent nothing)
       g_recv_pooled.fetch_add(1, std::memory_order_relaxed);
-      return io::RecvBufferAccess::Make(got_.data, static_cast<std::size_t>(r), got_.pool,
-                                        got_.id);
+      return io::RecvBufferAccess::Make(got_.data, static_cast<std::size_t>(r), got_.pool, got_.id);
     }
     if (r < 0) return ErrcOf(r);
     std::optional<Result<io::RecvBuffer>> b = RecvOwn(at_);
@@ -392,9 +390,13 @@ Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd at, WaitOptions options) {
   if (sim_internal::IsSimFd(at.fd)) co_return std::errc::not_supported;
   RecvBufferTries tries(at);
   for (;;) {
-    const std::int64_t r = co_await RunAbsorbingAsync(
-        Absorb::kEagain, at, [t = &tries](Reactor& re, IoOp& op) { t->Submit(re, op); }, options,
-        kRecvBufferName);
+    std::int64_t r;
+    int retries = 0;
+    do {
+      r = co_await scheduler_internal::IoAwaiter(
+          [&](Reactor& re, IoOp& op) { tries.Submit(re, op); }, options, kRecvBufferName, at.fd,
+          at.epoch);
+    } while (Absorbed(Absorb::kEagain, r, &retries));
     if (std::optional<Result<io::RecvBuffer>> b = tries.After(r)) co_return std::move(*b);
   }
 }

@@ -368,8 +368,7 @@ TEST_P(TaskRecvBufferTest, DeadlineCancelCloseAndBadFd) {
   net::TcpStream st = net::TcpStream(p.a);
   p.a = -1;
   auto h = rt.spawn_task([&]() -> Task<> {
-    Result<io::RecvBuffer> r =
-        co_await st.async_recv_buffer({.deadline = SyncClock::now() + 10ms});
+    Result<io::RecvBuffer> r = co_await st.async_recv_buffer({.deadline = SyncClock::now() + 10ms});
     EXPECT_EQ(r.error(), std::errc::timed_out);
     CancellationSource source;
     CancellationToken token = source.token();

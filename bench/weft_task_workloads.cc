@@ -209,7 +209,8 @@ void W9(const Options& o, unsigned workers) {
           accepted.fetch_add(1, std::memory_order_relaxed);
           for (;;) {
             auto b = co_await st.async_recv_buffer();
-            if (!b.ok() || b->empty() || !(co_await st.async_write_all(b->data(), b->size())).ok()) {
+            if (!b.ok() || b->empty() ||
+                !(co_await st.async_write_all(b->data(), b->size())).ok()) {
               co_return;
             }
           }

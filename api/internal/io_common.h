@@ -56,19 +56,27 @@ inline constexpr int kTransientRetries = 64;
 // now; the call ends with ECANCELED, as an operation in flight would (RunIo checks the epoch
 // for each submission).
 enum class Absorb { kEintr, kEagain, kAccept };
-// Transient: r is an error that `what` absorbs (RunAbsorbing runs the operation again).
-inline bool Transient(Absorb what, std::int64_t r) {
-  return r == -EINTR || (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
-         (what == Absorb::kAccept && r == -ECONNABORTED);
+// Absorbed: the attempt that ended with r is to be made again: r is an error that `what`
+// absorbs, and fewer than kTransientRetries were absorbed so far (*retries counts them).
+inline bool Absorbed(Absorb what, std::int64_t r, int* retries) {
+  const bool transient = r == -EINTR ||
+                         (what != Absorb::kEintr && (r == -EAGAIN || r == -EWOULDBLOCK)) ||
+                         (what == Absorb::kAccept && r == -ECONNABORTED);
+  return transient && (*retries)++ < kTransientRetries;
 }
 template <typename Submit>
 std::int64_t RunAbsorbing(Absorb what, Fd fd, const Submit& submit, const WaitOptions& options,
                           const char* name) {
-  for (int i = 0;; ++i) {
-    std::int64_t r = scheduler_internal::RunIo(submit, options, name, fd.fd, fd.epoch);
-    if (!Transient(what, r) || i == kTransientRetries) return r;
-  }
+  std::int64_t r;
+  int retries = 0;
+  do {
+    r = scheduler_internal::RunIo(submit, options, name, fd.fd, fd.epoch);
+  } while (Absorbed(what, r, &retries));
+  return r;
 }
+// A task's form is the same loop around co_await scheduler_internal::IoAwaiter(...), written
+// out in each task call (a shared coroutine would add a frame, about 700 bytes, to every
+// operation that waits).
 
 #ifndef _WIN32
 // TryDirect: call(), a non-blocking system call (ssize_t and errno), for a call that seldom has
