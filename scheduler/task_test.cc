@@ -5,6 +5,7 @@
 
 #include "weft/scheduler/task.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <coroutine>
@@ -448,6 +449,136 @@ TEST_P(TaskWorkersTest, TasksAndFibersJoinEachOther) {
   EXPECT_EQ(*h.join(), 22);
 }
 
+// Rounds of a Barrier met by tasks and fibers alike: each round has exactly one leader, and no
+// party starts a round before every party finished the one before.
+TEST_P(TaskWorkersTest, TasksAndFibersMeetAtABarrier) {
+  Runtime rt({.workers = GetParam()});
+  constexpr int kEach = 8;
+  const int rounds = 50 * StressScale();
+  Barrier barrier(2 * kEach);
+  std::atomic<int> leaders{0};
+  std::vector<std::atomic<int>> arrived(static_cast<std::size_t>(rounds));
+  std::atomic<bool> early{false};
+  auto check = [&](int round) {
+    if (round > 0 && arrived[static_cast<std::size_t>(round - 1)].load() != 2 * kEach) {
+      early = true;
+    }
+    arrived[static_cast<std::size_t>(round)].fetch_add(1);
+  };
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < kEach; ++i) {
+    hs.push_back(rt.spawn_task([&]() -> Task<> {
+      for (int round = 0; round < rounds; ++round) {
+        check(round);
+        Result<bool> leader = co_await barrier.async_arrive_and_wait();
+        EXPECT_TRUE(leader.ok());
+        if (leader.ok() && *leader) leaders.fetch_add(1);
+      }
+    }));
+    hs.push_back(rt.spawn([&] {
+      for (int round = 0; round < rounds; ++round) {
+        check(round);
+        Result<bool> leader = barrier.arrive_and_wait();
+        ASSERT_TRUE(leader.ok());
+        if (*leader) leaders.fetch_add(1);
+      }
+    }));
+  }
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  EXPECT_EQ(leaders.load(), rounds);
+  EXPECT_FALSE(early.load());
+}
+
+// A task that gives up at a Barrier withdraws its arrival: the round then needs a full set again.
+TEST(TaskTest, ATaskThatGivesUpAtABarrierWithdrawsItsArrival) {
+  Runtime rt({.workers = 2});
+  Barrier barrier(2);
+  auto h = rt.spawn_task([&]() -> Task<> {
+    EXPECT_EQ(co_await barrier.async_arrive_and_wait({.deadline = SyncClock::now() + 5ms}),
+              std::errc::timed_out);
+    CancellationSource source;
+    CancellationToken token = source.token();
+    source.cancel_after(2ms);
+    EXPECT_EQ(co_await barrier.async_arrive_and_wait({.cancel = &token}),
+              std::errc::operation_canceled);
+    // Both earlier arrivals were taken back: with one more party, this one waits, then leads
+    // or follows.
+    auto other = Runtime::current()->spawn([&] {
+      Result<bool> r = barrier.arrive_and_wait();
+      ASSERT_TRUE(r.ok());
+    });
+    Result<bool> mine = co_await barrier.async_arrive_and_wait();
+    EXPECT_TRUE(mine.ok());
+    EXPECT_TRUE(co_await other);
+  });
+  ASSERT_TRUE(h.join().ok());
+}
+
+// Timer and Ticker from tasks: a wait returns once the timer fires (at once when it has), a
+// reset to an earlier deadline wakes it, a stop keeps it waiting (its own deadline ends it), a
+// token ends it; ticks come in their schedule's order, each taken once by tasks and fibers.
+TEST_P(TaskWorkersTest, TimersAndTickersFromTasks) {
+  Runtime rt({.workers = GetParam()});
+  auto h = rt.spawn_task([&]() -> Task<> {
+    Timer soon(2ms);
+    EXPECT_TRUE(co_await soon.async_wait());
+    EXPECT_TRUE(soon.fired());
+    EXPECT_TRUE(co_await soon.async_wait());  // a fired Timer stays fired
+    Timer later(1h);
+    auto resetter = Runtime::current()->spawn([&] {
+      this_fiber::sleep_for(2ms);
+      (void)later.reset(SyncClock::now());  // earlier: wakes the waiting task
+    });
+    EXPECT_TRUE(co_await later.async_wait());
+    EXPECT_TRUE(co_await resetter);
+    Timer stopped(1ms);
+    (void)stopped.stop();
+    EXPECT_EQ(co_await stopped.async_wait({.deadline = SyncClock::now() + 5ms}),
+              std::errc::timed_out);
+    CancellationSource source;
+    CancellationToken token = source.token();
+    source.cancel_after(2ms);
+    EXPECT_TRUE(co_await later.async_wait({.cancel = &token}));  // fired: at once
+    Timer armed(1h);
+    EXPECT_EQ(co_await armed.async_wait({.cancel = &token}), std::errc::operation_canceled);
+  });
+  ASSERT_TRUE(h.join().ok());
+
+  // Ticks taken by two tasks and a fiber: each scheduled tick is taken once (the takers still
+  // waiting when the count is reached take one more each).
+  Ticker ticker(500us);
+  constexpr int kTicks = 30;
+  std::atomic<int> taken{0};
+  Mutex mu;
+  std::vector<SyncClock::time_point> ticks;
+  auto take = [&](Result<SyncClock::time_point> t) {
+    EXPECT_TRUE(t.ok());
+    if (!t.ok()) return false;
+    MutexLock lock(mu);
+    ticks.push_back(*t);
+    return taken.fetch_add(1) + 1 < kTicks;
+  };
+  std::vector<JoinHandle<void>> takers;
+  for (int i = 0; i < 2; ++i) {
+    takers.push_back(rt.spawn_task([&]() -> Task<> {
+      while (taken.load() < kTicks && take(co_await ticker.async_tick())) {
+      }
+    }));
+  }
+  takers.push_back(rt.spawn([&] {
+    while (taken.load() < kTicks && take(ticker.tick())) {
+    }
+  }));
+  for (auto& t : takers) ASSERT_TRUE(t.join().ok());
+  EXPECT_GE(ticks.size(), static_cast<std::size_t>(kTicks));
+  std::sort(ticks.begin(), ticks.end());
+  EXPECT_TRUE(std::adjacent_find(ticks.begin(), ticks.end()) == ticks.end()) << "a tick twice";
+  Ticker refused(0s);
+  auto r = rt.spawn_task(
+      [&]() -> Task<> { EXPECT_EQ(co_await refused.async_tick(), std::errc::invalid_argument); });
+  ASSERT_TRUE(r.join().ok());
+}
+
 TEST(TaskTest, DeadlinesAndCancellationEndWaits) {
   Runtime rt({.workers = 2});
   Channel<int> never;
@@ -563,6 +694,8 @@ TEST(TaskTest, ShutdownEndsTheWaitsOfParkedTasks) {
   Event never;
   Semaphore none(0);
   Mutex held;
+  Barrier crowd(1000);
+  Timer unarmed;
   {
     Runtime rt({.workers = 2});
     Event locked;
@@ -592,12 +725,22 @@ TEST(TaskTest, ShutdownEndsTheWaitsOfParkedTasks) {
       rt.spawn_task([&]() -> Task<> {
           if ((co_await held.async_lock()) == std::errc::operation_canceled) cancelled.fetch_add(1);
         }).detach();
+      rt.spawn_task([&]() -> Task<> {
+          if ((co_await crowd.async_arrive_and_wait()) == std::errc::operation_canceled) {
+            cancelled.fetch_add(1);
+          }
+        }).detach();
+      rt.spawn_task([&]() -> Task<> {
+          if ((co_await unarmed.async_wait()) == std::errc::operation_canceled) {
+            cancelled.fetch_add(1);
+          }
+        }).detach();
     }
     // Every task parked: the channel's and the lists' queues hold them (the sleeps and locks
     // are left to the runtime's count).
     while (ch.waiters() < 50) std::this_thread::sleep_for(1ms);
   }
-  EXPECT_EQ(cancelled.load(), 250);
+  EXPECT_EQ(cancelled.load(), 350);
 }
 
 // A token cancelled on another thread while the task's wait ends (its callback may still run

@@ -63,8 +63,9 @@ Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) 
 
 bool WaitList::Awaiter::await_ready() {
   list_.lock_.lock();
-  if (ready_(list_)) {
-    list_.lock_.unlock();
+  bool unlocked = false;
+  if (ready_(list_, &unlocked)) {
+    if (!unlocked) list_.lock_.unlock();
     return true;
   }
   node_ = &list_.QueueAndUnlock();
@@ -82,7 +83,9 @@ bool WaitList::Awaiter::await_suspend(std::coroutine_handle<> h) {
 
 Result<void> WaitList::Awaiter::await_resume() {
   if (node_ == nullptr) return {};
-  return list_.Withdraw(*node_, park_.End(), [] {});
+  return list_.Withdraw(*node_, park_.End(), [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (abort_ != nullptr) abort_(list_);
+  });
 }
 
 namespace {
@@ -129,7 +132,7 @@ Result<void> Semaphore::acquire(const WaitOptions& options) {
 
 WaitList::Awaiter Semaphore::async_acquire(const WaitOptions& options) {
   return AsyncWait(
-      [](WaitList& list) {
+      [](WaitList& list, bool*) {
         auto& self = static_cast<Semaphore&>(list);
         if (self.count_ <= 0) return false;
         --self.count_;
@@ -189,7 +192,7 @@ Result<void> WaitGroup::wait(const WaitOptions& options) {
 }
 
 WaitList::Awaiter WaitGroup::async_wait(const WaitOptions& options) {
-  return AsyncWait([](WaitList& list) { return static_cast<WaitGroup&>(list).count_ == 0; },
+  return AsyncWait([](WaitList& list, bool*) { return static_cast<WaitGroup&>(list).count_ == 0; },
                    options);
 }
 
@@ -225,22 +228,38 @@ Result<void> Event::wait(const WaitOptions& options) {
 }
 
 WaitList::Awaiter Event::async_wait(const WaitOptions& options) {
-  return AsyncWait([](WaitList& list) { return static_cast<Event&>(list).set_; }, options);
+  return AsyncWait([](WaitList& list, bool*) { return static_cast<Event&>(list).set_; }, options);
 }
 
 // ---- Barrier ----
 
+bool Barrier::Arrive() {
+  if (++arrived_ != parties_) return false;
+  arrived_ = 0;
+  ++generation_;
+  WakeAllAndUnlock();
+  return true;
+}
+
 Result<bool> Barrier::arrive_and_wait(const WaitOptions& options) {
   lock_.lock();
-  if (++arrived_ == parties_) {
-    arrived_ = 0;
-    ++generation_;
-    WakeAllAndUnlock();
-    return true;
-  }
+  if (Arrive()) return true;
   Result<void> r = WaitQueued(options, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { --arrived_; });
   if (!r) return r.error();
   return false;
+}
+
+Barrier::ArriveAwaiter::ArriveAwaiter(Barrier& barrier, const WaitOptions& options)
+    : inner_(barrier.AsyncWait(
+          [](WaitList& list, bool* unlocked) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return *unlocked = static_cast<Barrier&>(list).Arrive();
+          },
+          options,
+          [](WaitList& list)
+              ABSL_NO_THREAD_SAFETY_ANALYSIS { --static_cast<Barrier&>(list).arrived_; })) {}
+
+Barrier::ArriveAwaiter Barrier::async_arrive_and_wait(const WaitOptions& options) {
+  return ArriveAwaiter(*this, options);
 }
 
 }  // namespace weft

@@ -26,22 +26,28 @@ class WaitList {
   // Awaiter: the common wait for a task (scheduler/task.h), which must not block its worker:
   // what each primitive's async_ form returns (co_await event.async_wait()). `ready`, called
   // with lock_ held, says whether the wait is over at once (and takes what it needs: a
-  // Semaphore's permit); otherwise the task queues and waits as WaitQueued would, with no undo.
-  // From a coroutine that is not a task, it blocks the fiber or thread that runs it.
+  // Semaphore's permit); it leaves lock_ held, or releases it through WakeAllAndUnlock (a
+  // Barrier's last arrival) and says so in *unlocked. Otherwise the task queues and waits as
+  // WaitQueued would; `abort` (if not null) is WaitQueued's on_abort. From a coroutine that is
+  // not a task, it blocks the fiber or thread that runs it.
   class Awaiter {
    public:
     bool await_ready();
     bool await_suspend(std::coroutine_handle<> h);
     Result<void> await_resume();
+    // queued: the wait was not over at once (ready said no).
+    bool queued() const { return node_ != nullptr; }
 
    private:
     friend class WaitList;
-    using ReadyFn = bool (*)(WaitList& list);
-    Awaiter(WaitList& list, ReadyFn ready, const WaitOptions& options)
-        : list_(list), ready_(ready), options_(options), park_(&Done, this) {}
+    using ReadyFn = bool (*)(WaitList& list, bool* unlocked);
+    using AbortFn = void (*)(WaitList& list);
+    Awaiter(WaitList& list, ReadyFn ready, AbortFn abort, const WaitOptions& options)
+        : list_(list), ready_(ready), abort_(abort), options_(options), park_(&Done, this) {}
     static bool Done(void* self);
     WaitList& list_;
     ReadyFn ready_;
+    AbortFn abort_;
     WaitOptions options_;
     sync_internal::AsyncPark park_;
     sync_internal::WaitNode* node_ = nullptr;  // queued: the waiter's own_node
@@ -68,8 +74,9 @@ class WaitList {
   // notify it), so that each batch's waiters are still in the cache when notified. Only for a
   // state in which no new waiter can queue (a set Event): a later waiter would be woken too.
   void WakeAllInBatchesAndUnlock();
-  Awaiter AsyncWait(Awaiter::ReadyFn ready, const WaitOptions& options) {
-    return Awaiter(*this, ready, options);
+  Awaiter AsyncWait(Awaiter::ReadyFn ready, const WaitOptions& options,
+                    Awaiter::AbortFn abort = nullptr) {
+    return Awaiter(*this, ready, abort, options);
   }
 
   const char* what_;                      // the kind named in dumps of parked fibers
@@ -130,8 +137,32 @@ class Barrier : private WaitList {
       : WaitList("Barrier"), parties_(parties == 0 ? 1 : parties) {}
   // arrive_and_wait: true for the round's last arrival (the leader).
   Result<bool> arrive_and_wait(const WaitOptions& options = {});
+  // async_arrive_and_wait: arrive_and_wait for a task: `Result<bool> leader = co_await
+  // barrier.async_arrive_and_wait()`. The same results; a task that gives up withdraws its
+  // arrival, as a fiber does.
+  class ArriveAwaiter {
+   public:
+    bool await_ready() { return inner_.await_ready(); }
+    bool await_suspend(std::coroutine_handle<> h) { return inner_.await_suspend(h); }
+    Result<bool> await_resume() {
+      const bool leader = !inner_.queued();  // only the last arrival passes at once
+      Result<void> r = inner_.await_resume();
+      if (!r.ok()) return r.error();
+      return leader;
+    }
+
+   private:
+    friend class Barrier;
+    ArriveAwaiter(Barrier& barrier, const WaitOptions& options);
+    Awaiter inner_;
+  };
+  ArriveAwaiter async_arrive_and_wait(const WaitOptions& options = {});
 
  private:
+  // Arrive: one arrival, with lock_ held: true for the round's last, which has then woken the
+  // round's waiters and unlocked.
+  bool Arrive() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+
   std::size_t parties_;
   std::size_t arrived_ ABSL_GUARDED_BY(lock_) = 0;
   std::uint64_t generation_ ABSL_GUARDED_BY(lock_) = 0;

@@ -136,43 +136,85 @@ void TimerCore::SelectUnwatch(WaitNode* node) {
   if (queue_.empty()) parked_until_ = SyncClock::time_point::min();
 }
 
+bool TimerWait::Look() {
+  const SyncClock::time_point now = Now();
+  if (core_->SelectReady(epoch_, now)) {
+    core_->SelectTake(tick_, now);
+    return true;
+  }
+  const std::optional<SyncClock::time_point> until = core_->SelectWatch(&node_);
+  // Park until the timer's deadline when it comes before the wait's own; reaching it only
+  // means looking again (a later reset may have moved it on).
+  park_ = *options_;
+  timer_first_ = until && (!options_->deadline || *until < *options_->deadline);
+  if (timer_first_) park_.deadline = until;
+  return false;
+}
+
+bool TimerWait::Start(TimerCore* core, Waiter& self, const WaitOptions& options,
+                      SyncClock::time_point* tick) {
+  core_ = core;
+  options_ = &options;
+  tick_ = tick;
+  node_.waiter = &self;
+  core->select_lock_.lock();
+  epoch_ = core->fires_;  // widened: SelectReady compares it with fires_
+  const bool over = Look();
+  core->select_lock_.unlock();
+  return over;
+}
+
+bool TimerWait::AfterPark(ParkResult r) {
+  core_->select_lock_.lock();
+  core_->SelectUnwatch(&node_);
+  bool over = true;
+  if (r == ParkResult::kWoken || (r == ParkResult::kTimedOut && timer_first_)) {
+    over = Look();
+  } else if (const SyncClock::time_point now = Now(); core_->SelectReady(epoch_, now)) {
+    core_->SelectTake(tick_, now);  // fired as the wait gave up: the fire stands
+  } else {
+    error_ = ErrorOf(r);
+  }
+  core_->select_lock_.unlock();
+  return over;
+}
+
 std::errc TimerCore::Wait(const WaitOptions& options, SyncClock::time_point* tick) {
   if (select_refused()) return std::errc::invalid_argument;
   Waiter& self = current_waiter();  // before the lock: a thread's first wait may allocate
-  WaitNode node;
-  node.waiter = &self;
-  select_lock_.lock();
-  const std::uint64_t epoch = fires_;  // widened: SelectReady compares it with fires_
+  TimerWait wait;
+  if (wait.Start(this, self, options, tick)) return {};
   for (;;) {
-    SyncClock::time_point now = Now();
-    if (SelectReady(epoch, now)) {
-      SelectTake(tick, now);
-      select_lock_.unlock();
-      return {};
-    }
-    const std::optional<SyncClock::time_point> until = SelectWatch(&node);
-    select_lock_.unlock();
-    // Park until the timer's deadline when it comes before the wait's own; reaching it only
-    // means looking again (a later reset may have moved it on).
-    WaitOptions park = options;
-    const bool timer_first = until && (!options.deadline || *until < *options.deadline);
-    if (timer_first) park.deadline = until;
-    // acquire: pairs with Grant's release.
     ParkResult r = Park(
-        self, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, park, what(),
-        this);
-    select_lock_.lock();
-    SelectUnwatch(&node);
-    if (r == ParkResult::kWoken || (r == ParkResult::kTimedOut && timer_first)) continue;
-    now = Now();
-    if (SelectReady(epoch, now)) {  // fired as the wait gave up: the fire stands
-      SelectTake(tick, now);
-      select_lock_.unlock();
-      return {};
-    }
-    select_lock_.unlock();
-    return ErrorOf(r);
+        self, [&] { return wait.Granted(); }, wait.park_options(), what(), this);
+    if (wait.AfterPark(r)) return wait.error();
   }
+}
+
+bool TimerAwaiter::await_ready() {
+  if (core_->select_refused()) {
+    wait_.Refuse();
+    return true;
+  }
+  self_ = &current_waiter();
+  return wait_.Start(core_, *self_, options_, &tick_);
+}
+
+bool TimerAwaiter::await_suspend(std::coroutine_handle<> h) {
+  parked_ = true;
+  return park_.Begin(*self_, h, wait_.park_options(), core_->what(), core_);
+}
+
+bool TimerAwaiter::Again(void* self, ParkResult r, std::optional<SyncClock::time_point>* deadline) {
+  TimerWait& wait = static_cast<TimerAwaiter*>(self)->wait_;
+  if (wait.AfterPark(r)) return false;
+  *deadline = wait.park_options().deadline;
+  return true;
+}
+
+std::errc TimerAwaiter::Resume() {
+  if (parked_) (void)park_.End();
+  return wait_.error();
 }
 
 std::errc TimerCore::TryTake(SyncClock::time_point* tick) {

@@ -27,6 +27,8 @@
 #ifndef WEFT_SYNC_TIMER_H_
 #define WEFT_SYNC_TIMER_H_
 
+#include <atomic>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -75,6 +77,66 @@ namespace sync_internal {
 // deadline); a later one, or a stop, grants none: the waiters wake at the old deadline and look
 // again then, so resetting an idle timeout on every message wakes nobody. A Timer's reset or
 // stop that finds the deadline passed counts a fire (fires_) and grants every node.
+class TimerCore;
+
+// TimerWait: one wait on a TimerCore, in steps around its parks (Wait's, and TimerAwaiter's for
+// a task): Start looks once (true: over, fired or a tick taken); else the caller parks with
+// park_options() until Granted(), and calls AfterPark with how the park ended until it returns
+// true; error() is then the outcome ({}: fired).
+class TimerWait {
+ public:
+  bool Start(TimerCore* core, Waiter& self, const WaitOptions& options,
+             SyncClock::time_point* tick);
+  bool Granted() const {
+    // acquire: pairs with Grant's release.
+    return node_.state.load(std::memory_order_acquire) != kWaiting;
+  }
+  const WaitOptions& park_options() const { return park_; }
+  bool AfterPark(ParkResult r);
+  std::errc error() const { return error_; }
+  void Refuse() { error_ = std::errc::invalid_argument; }
+
+ private:
+  // Look: with the core's lock held: true (the tick taken) if it fired since the wait began;
+  // else watches and sets the next park's options.
+  bool Look();
+  TimerCore* core_ = nullptr;
+  const WaitOptions* options_ = nullptr;
+  SyncClock::time_point* tick_ = nullptr;
+  std::uint64_t epoch_ = 0;
+  WaitNode node_;
+  WaitOptions park_;
+  bool timer_first_ = false;
+  std::errc error_{};
+};
+
+// TimerAwaiter: Timer::async_wait and Ticker::async_tick (one wait of TimerWait's, its parks
+// made one AsyncPark through its AgainFn).
+class TimerAwaiter {
+ public:
+  TimerAwaiter(TimerCore* core, const WaitOptions& options)
+      : core_(core), options_(options), park_(&Done, this, &Again) {}
+  TimerAwaiter(const TimerAwaiter&) = delete;
+  TimerAwaiter& operator=(const TimerAwaiter&) = delete;
+  bool await_ready();
+  bool await_suspend(std::coroutine_handle<> h);
+
+ protected:
+  // Resume: the wait's outcome ({}: fired; a Ticker's tick is then tick_).
+  std::errc Resume();
+  SyncClock::time_point tick_{};
+
+ private:
+  static bool Done(void* self) { return static_cast<TimerAwaiter*>(self)->wait_.Granted(); }
+  static bool Again(void* self, ParkResult r, std::optional<SyncClock::time_point>* deadline);
+  TimerCore* core_;
+  WaitOptions options_;
+  Waiter* self_ = nullptr;
+  bool parked_ = false;  // await_suspend ran: the park is to be ended
+  TimerWait wait_;
+  AsyncPark park_;
+};
+
 class TimerCore final : public Selectable {
  public:
   // TimerCore: a Timer (ticker false; period and policy unused) or a Ticker.
@@ -103,6 +165,8 @@ class TimerCore final : public Selectable {
   void SelectUnwatch(WaitNode* node) override;
 
  private:
+  friend class TimerWait;
+  friend class TimerAwaiter;
   // ticker: a Ticker (a refused one has no period).
   bool ticker() const { return period_ != SyncClock::duration::zero() || select_refused(); }
   const char* what() const { return ticker() ? "Ticker" : "Timer"; }
@@ -151,6 +215,17 @@ class Timer {
   // (options.deadline), operation_canceled (options.cancel, or the runtime shutting down); a
   // fire that comes as the wait gives up wins. From a fiber or a plain thread.
   Result<void> wait(const WaitOptions& options = {});
+  // async_wait: wait for a task: `Result<void> r = co_await timer.async_wait()`. The same
+  // results.
+  class WaitAwaiter : public sync_internal::TimerAwaiter {
+   public:
+    using TimerAwaiter::TimerAwaiter;
+    Result<void> await_resume() {
+      if (const std::errc e = Resume(); e != std::errc{}) return e;
+      return {};
+    }
+  };
+  WaitAwaiter async_wait(const WaitOptions& options = {}) { return WaitAwaiter(&core_, options); }
   // select_case: a select case (sync/channel.h) that happens when the timer fires, as wait.
   SelectCase select_case() {
     SelectCase c;
@@ -182,6 +257,16 @@ class Ticker {
   // taken). Errors as Timer::wait, and invalid_argument (the period). A stopped Ticker waits
   // for a reset. From a fiber or a plain thread; concurrent calls each take a different tick.
   Result<SyncClock::time_point> tick(const WaitOptions& options = {});
+  // async_tick: tick for a task: `co_await ticker.async_tick()`. The same results.
+  class TickAwaiter : public sync_internal::TimerAwaiter {
+   public:
+    using TimerAwaiter::TimerAwaiter;
+    Result<SyncClock::time_point> await_resume() {
+      if (const std::errc e = Resume(); e != std::errc{}) return e;
+      return tick_;
+    }
+  };
+  TickAwaiter async_tick(const WaitOptions& options = {}) { return TickAwaiter(&core_, options); }
   // try_tick: takes the tick if one is due, else resource_unavailable_try_again.
   Result<SyncClock::time_point> try_tick();
   // reset: the next tick a period from now, the schedule counted from there. No effect on a
