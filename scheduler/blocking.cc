@@ -19,6 +19,14 @@ namespace scheduler_internal {
 
 namespace {
 
+// t_blocking_call_of: the runtime whose call_blocking function the calling thread runs now;
+// null elsewhere (InsideOf).
+thread_local constinit const Runtime::Impl* t_blocking_call_of = nullptr;
+
+}  // namespace
+
+// BlockingCall: a call_blocking of a fiber (on its stack) or a task (this_task::call_blocking:
+// allocated, freed by the task once done).
 struct BlockingCall {
   BlockingTask task;  // first member
   void (*fn)(void*);
@@ -26,11 +34,28 @@ struct BlockingCall {
   Waiter* waiter;
   const Runtime::Impl* rt;  // whose call it is (t_blocking_call_of while fn runs)
   std::atomic<bool> done{false};
+
+  // Submit: hands the call to f's runtime's blocking threads; false if none could take it.
+  bool Submit(Fiber* f, void (*call_fn)(void*), void* call_arg) {
+    task.run = [](BlockingTask* t) {
+      auto* c = reinterpret_cast<BlockingCall*>(t);
+      t_blocking_call_of = c->rt;
+      c->fn(c->arg);
+      t_blocking_call_of = nullptr;
+      Waiter* w = c->waiter;  // read first: c may be gone once `done` is seen
+      // release: fn's effects happen before the waiting side's acquire load.
+      c->done.store(true, std::memory_order_release);
+      w->notify();
+    };
+    fn = call_fn;
+    arg = call_arg;
+    waiter = &f->waiter;
+    rt = f->rt;
+    return f->rt->blocking->submit(&task);
+  }
 };
 
-// t_blocking_call_of: the runtime whose call_blocking function the calling thread runs now;
-// null elsewhere (InsideOf).
-thread_local constinit const Runtime::Impl* t_blocking_call_of = nullptr;
+namespace {
 
 Transfer AfterEnterRegion(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
@@ -85,27 +110,35 @@ bool RunBlocking(void (*fn)(void*), void* arg) {
   if (IsTask(f)) [[unlikely]]
     TaskBlocked(f, "called call_blocking");
   BlockingCall call;
-  call.task.run = [](BlockingTask* t) {
-    auto* c = reinterpret_cast<BlockingCall*>(t);
-    t_blocking_call_of = c->rt;
-    c->fn(c->arg);
-    t_blocking_call_of = nullptr;
-    Waiter* waiter = c->waiter;  // read first: c may be gone once `done` is seen
-    // release: fn's effects happen before the fiber's acquire load.
-    c->done.store(true, std::memory_order_release);
-    waiter->notify();
-  };
-  call.fn = fn;
-  call.arg = arg;
-  call.waiter = &f->waiter;
-  call.rt = f->rt;
-  if (!f->rt->blocking->submit(&call.task)) return false;  // no thread: run it inline
+  if (!call.Submit(f, fn, arg)) return false;  // no thread: run it inline
   f->waiter.note_wait("call_blocking", nullptr);
   // Not interruptible: fn must finish before `call` (on this stack) may go.
   while (!call.done.load(std::memory_order_acquire)) (void)f->waiter.wait(std::nullopt);
   f->waiter.note_wait(nullptr, nullptr);
   return true;
 }
+
+BlockingCall* StartBlockingCall(void (*fn)(void*), void* arg) {
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  if (f == nullptr || !IsTask(f)) {  // a fiber parks in call_blocking; a thread runs fn itself
+    if (!RunBlocking(fn, arg)) fn(arg);
+    return nullptr;
+  }
+  if (f->rt->sim == nullptr) {
+    auto call = std::make_unique<BlockingCall>();  // std::bad_alloc: fn has not run
+    if (call->Submit(f, fn, arg)) return call.release();
+  }
+  fn(arg);  // a simulation (deterministic, on its one thread), or no thread: here, as for fibers
+  return nullptr;
+}
+
+bool BlockingCallDone(const BlockingCall* call) {
+  // acquire: pairs with the blocking thread's release; fn's effects are visible after.
+  return call->done.load(std::memory_order_acquire);
+}
+
+void FinishBlockingCall(BlockingCall* call) { delete call; }
 
 bool InsideOf(const Runtime& rt) {
   // Runtime::current(): rt's fibers, on its workers or in a BlockingRegion.

@@ -356,6 +356,15 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::sourc
 // RunBlocking: runs fn(arg) on the blocking pool of the calling fiber's runtime while the fiber
 // parks; false when the caller is not a fiber (the caller then runs it itself).
 bool RunBlocking(void (*fn)(void*), void* arg);
+// For a task (this_task::call_blocking): StartBlockingCall hands fn(arg) to the blocking threads
+// and returns the call, which the task waits on (BlockingCallDone: fn has returned) and then
+// frees (FinishBlockingCall); null once fn has already run (the caller is not a task, which
+// call_blocking serves; a simulation; or no blocking thread could start). std::bad_alloc
+// before fn runs.
+struct BlockingCall;
+BlockingCall* StartBlockingCall(void (*fn)(void*), void* arg);
+bool BlockingCallDone(const BlockingCall* call);
+void FinishBlockingCall(BlockingCall* call);
 
 // The runtime's hosted fork-join pool, and whether the caller is a fiber on one of its workers.
 ForkJoinPool& ForkJoinPoolOf(Runtime& rt);

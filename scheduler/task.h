@@ -2,7 +2,7 @@
 // fibers: the same run queues, stealing, timers and reactor, and the same primitives.
 //
 // Defines: weft::Task<T>, weft::Runtime::spawn_task, weft::this_task::yield,
-// weft::this_task::sleep_for, weft::this_task::sleep_until.
+// weft::this_task::sleep_for, weft::this_task::sleep_until, weft::this_task::call_blocking.
 //
 //   weft::Task<int> answer(weft::Channel<int>& ch) {
 //     weft::Result<int> v = co_await ch.async_recv();      // parks the task, not the worker
@@ -17,12 +17,14 @@
 // awaiter gets its value or its exception. A Task is lazy: nothing runs until it is spawned or
 // awaited. Tasks wait only through co_await: the async_ forms of the primitives
 // (Channel::async_send / async_recv, async_select, Mutex::async_lock, CondVar::async_wait,
-// Event::async_wait, JoinHandle::async_join, this_task::sleep_for, TcpStream::async_read...),
-// each with the same deadlines, cancellation and errors as its blocking form, completing
-// exactly once. A fiber and a task may share any of them and wake each other. A blocking call from
-// a task (a blocking wait, this_fiber::yield, call_blocking, a BlockingRegion) would stall its
-// worker: it aborts the process with a message naming the call. Awaiting anything else that
-// suspends (another library's awaitable) is not supported and aborts the same way.
+// Event::async_wait, Barrier::async_arrive_and_wait, Timer::async_wait, JoinHandle::async_join,
+// this_task::sleep_for, TcpStream::async_read...), each with the same deadlines, cancellation
+// and errors as its blocking form, completing exactly once. A fiber and a task may share any of
+// them and wake each other. Work that blocks a thread goes through this_task::call_blocking. A
+// blocking call from a task (a blocking wait, this_fiber::yield, weft::call_blocking, a
+// BlockingRegion) would stall its worker: it aborts the process with a message naming the call.
+// Awaiting anything else that suspends (another library's awaitable) is not supported and
+// aborts the same way.
 //
 // Memory: a task has no stack. It holds its coroutine frames (from the spawning worker's slab,
 // like a fiber's spawn state: no malloc) and a task record shared with fibers (448 bytes).
@@ -261,6 +263,67 @@ inline auto yield() noexcept {
     void await_resume() noexcept {}
   };
   return Awaiter{};
+}
+
+// BlockingAwaiter: what call_blocking returns.
+template <typename F>
+class [[nodiscard]] BlockingAwaiter {
+  using T = std::invoke_result_t<F&>;
+
+ public:
+  explicit BlockingAwaiter(F f) : f_(std::move(f)), park_(&Done, this) {}
+  BlockingAwaiter(const BlockingAwaiter&) = delete;
+  BlockingAwaiter& operator=(const BlockingAwaiter&) = delete;
+  ~BlockingAwaiter() {
+    if (call_ != nullptr) scheduler_internal::FinishBlockingCall(call_);
+  }
+  bool await_ready() {
+    call_ = scheduler_internal::StartBlockingCall(&Invoke, this);
+    return call_ == nullptr;
+  }
+  bool await_suspend(std::coroutine_handle<> h) {
+    // Not cancellable, not even by the shutdown: f uses this frame until it returns.
+    return park_.Begin(current_waiter(), h, sync_internal::kNoWaitOptions, "call_blocking", nullptr,
+                       /*interruptible=*/false);
+  }
+  T await_resume() {
+    if (call_ != nullptr) (void)park_.End();
+    if (error_) std::rethrow_exception(error_);
+    if constexpr (!std::is_void_v<T>) return std::move(*value_);
+  }
+
+ private:
+  // Invoke: runs f on the thread that takes the call, keeping its result or exception.
+  static void Invoke(void* self) {
+    auto* a = static_cast<BlockingAwaiter*>(self);
+    try {
+      if constexpr (std::is_void_v<T>) {
+        a->f_();
+      } else {
+        a->value_.emplace(a->f_());
+      }
+    } catch (...) {
+      a->error_ = std::current_exception();
+    }
+  }
+  static bool Done(void* self) {
+    return scheduler_internal::BlockingCallDone(static_cast<BlockingAwaiter*>(self)->call_);
+  }
+  F f_;
+  std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value_;
+  std::exception_ptr error_;
+  scheduler_internal::BlockingCall* call_ = nullptr;
+  sync_internal::AsyncPark park_;
+};
+
+// call_blocking: weft::call_blocking for a task: `auto v = co_await this_task::call_blocking(f)`
+// runs f() on the runtime's blocking threads while the task is suspended (its worker runs
+// others), and gives f's result or rethrows its exception. As call_blocking, the wait is not
+// cancellable: f runs to its end (the runtime's shutdown waits for it). From a fiber, it is
+// call_blocking; on a plain thread, f runs there.
+template <typename F>
+BlockingAwaiter<F> call_blocking(F f) {
+  return BlockingAwaiter<F>(std::move(f));
 }
 
 // SleepAwaiter: what sleep_until and sleep_for return.

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <coroutine>
 #include <deque>
+#include <future>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -55,6 +56,18 @@ Task<std::string> CatchesFromAChild() {
   }
   co_return "not thrown";
 }
+
+// Eager: a coroutine that is not a task, run at once by whoever calls it (a fiber, in the tests
+// below): weft's awaitables block the fiber that runs it.
+struct Eager {
+  struct promise_type {
+    Eager get_return_object() { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { std::terminate(); }
+  };
+};
 
 TEST(TaskTest, SpawnedTaskIsJoinedFromAThread) {
   Runtime rt({.workers = 2});
@@ -579,6 +592,83 @@ TEST_P(TaskWorkersTest, TimersAndTickersFromTasks) {
   ASSERT_TRUE(r.join().ok());
 }
 
+// this_task::call_blocking runs its function off the worker: on one worker, a task's blocking
+// call waits for a value that another task sends only once it runs, which it could not if the
+// call held the worker. Results and exceptions come back; a fiber and a coroutine that is not a
+// task get call_blocking's behaviour.
+TEST(TaskTest, CallBlockingFromATaskLeavesTheWorkerFree) {
+  Runtime rt({.workers = 1});
+  std::promise<int> promise;
+  std::future<int> future = promise.get_future();
+  auto waiter = rt.spawn_task([&]() -> Task<int> {
+    co_return co_await this_task::call_blocking([&] { return future.get(); });
+  });
+  auto sender = rt.spawn_task([&]() -> Task<> {
+    co_await this_task::yield();
+    promise.set_value(42);
+    co_return;
+  });
+  EXPECT_EQ(*waiter.join(), 42);
+  ASSERT_TRUE(sender.join().ok());
+  auto thrower = rt.spawn_task([&]() -> Task<std::string> {
+    try {
+      co_await this_task::call_blocking([] { throw std::runtime_error("from a blocking thread"); });
+    } catch (const std::runtime_error& e) {
+      co_return e.what();
+    }
+    co_return "not thrown";
+  });
+  EXPECT_EQ(*thrower.join(), "from a blocking thread");
+  // Many at once, on 2 workers: every call's own result.
+  Runtime two({.workers = 2});
+  std::vector<JoinHandle<int>> hs;
+  for (int i = 0; i < 64; ++i) {
+    hs.push_back(two.spawn_task([i]() -> Task<int> {
+      std::thread::id caller = std::this_thread::get_id();
+      int v = co_await this_task::call_blocking([i, caller] {
+        EXPECT_NE(std::this_thread::get_id(), caller);  // not on the task's worker
+        std::this_thread::sleep_for(1ms);
+        return i * i;
+      });
+      co_return v;
+    }));
+  }
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(*hs[static_cast<std::size_t>(i)].join(), i * i);
+  // From a fiber (call_blocking) and from a plain thread (inline).
+  auto fiber = two.spawn([] {
+    int v = 0;
+    [&]() -> Eager { v = co_await this_task::call_blocking([] { return 7; }); }();
+    EXPECT_EQ(v, 7);
+  });
+  ASSERT_TRUE(fiber.join().ok());
+}
+
+// A runtime destroyed while a task waits in call_blocking: the call is not cancelled, the
+// destructor waits for it, and the task gets its result.
+TEST(TaskTest, ShutdownWaitsForATasksBlockingCall) {
+  std::atomic<int> got{0};
+  std::atomic<bool> release{false};
+  std::atomic<bool> started{false};
+  std::thread releaser;
+  {
+    Runtime rt({.workers = 1});
+    rt.spawn_task([&]() -> Task<> {
+        got = co_await this_task::call_blocking([&] {
+          started = true;
+          while (!release.load()) std::this_thread::sleep_for(1ms);
+          return 5;
+        });
+      }).detach();
+    while (!started.load()) std::this_thread::sleep_for(1ms);
+    releaser = std::thread([&] {
+      std::this_thread::sleep_for(5ms);
+      release = true;
+    });
+  }
+  releaser.join();
+  EXPECT_EQ(got.load(), 5);
+}
+
 TEST(TaskTest, DeadlinesAndCancellationEndWaits) {
   Runtime rt({.workers = 2});
   Channel<int> never;
@@ -904,18 +994,6 @@ TEST(TaskDeathTest, DeregisteringWhileTheCallbackWaitsForTheWorkerAborts) {
       },
       "a task has waited 1 s for a cancellation callback");
 }
-
-// A coroutine that is not a task (here one that runs eagerly on a fiber) may await weft's
-// awaitables: they block the fiber that runs it.
-struct Eager {
-  struct promise_type {
-    Eager get_return_object() { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() {}
-    void unhandled_exception() { std::terminate(); }
-  };
-};
 
 Eager ReceiveTwice(Channel<int>& ch, int& sum) {
   sum += *co_await ch.async_recv();
