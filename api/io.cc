@@ -156,38 +156,56 @@ Result<std::size_t> Send(Fd at, const void* buf, std::size_t len, int flags,
       "io send"));
 }
 
-Result<std::size_t> RecvMsg(Fd at, MsgHdr* msg, int flags, const WaitOptions& options) {
-  const int fd = at.fd;
+namespace {
+// RecvMsgAtOnce / SendMsgAtOnce: what RecvMsg / SendMsg (and their task forms) do before the
+// reactor: a result when the call ends without it, else nullopt.
+std::optional<Result<std::size_t>> RecvMsgAtOnce(Fd at, MsgHdr* msg, int flags,
+                                                 const WaitOptions& options) {
   // (The simulated network has no datagrams.)
-  if (sim_internal::IsSimFd(fd)) return std::errc::not_supported;
+  if (sim_internal::IsSimFd(at.fd)) return Result<std::size_t>(std::errc::not_supported);
 #ifndef _WIN32
   // A datagram already queued is taken without the reactor (a busy server's receives seldom
   // wait); only when none is does the call park. Within the fiber's budget, as a send.
-  if (BadMsg(msg)) return std::errc::invalid_argument;
-  if (std::optional<Result<std::size_t>> r =
-          TryDirect(at, options, [&] { return ::recvmsg(fd, msg, flags | MSG_DONTWAIT); })) {
-    return *r;
-  }
+  if (BadMsg(msg)) return Result<std::size_t>(std::errc::invalid_argument);
+  return TryDirect(at, options, [&] { return ::recvmsg(at.fd, msg, flags | MSG_DONTWAIT); });
+#else
+  (void)msg;
+  (void)flags;
+  (void)options;
+  return std::nullopt;
 #endif
+}
+
+std::optional<Result<std::size_t>> SendMsgAtOnce(Fd at, const MsgHdr* msg, int flags,
+                                                 const WaitOptions& options) {
+  if (sim_internal::IsSimFd(at.fd)) return Result<std::size_t>(std::errc::not_supported);
+#ifndef _WIN32
+  // As send: a datagram's send seldom waits, so it is first tried without the reactor.
+  if (BadMsg(msg)) return Result<std::size_t>(std::errc::invalid_argument);
+  return TryDirect(at, options,
+                   [&] { return ::sendmsg(at.fd, msg, flags | kNoSignal | MSG_DONTWAIT); });
+#else
+  (void)msg;
+  (void)flags;
+  (void)options;
+  return std::nullopt;
+#endif
+}
+}  // namespace
+
+Result<std::size_t> RecvMsg(Fd at, MsgHdr* msg, int flags, const WaitOptions& options) {
+  if (std::optional<Result<std::size_t>> r = RecvMsgAtOnce(at, msg, flags, options)) return *r;
   return Size(RunAbsorbing(
-      ForFlags(flags), at, [&](Reactor& r, IoOp& op) { r.recvmsg(op, fd, msg, flags); }, options,
+      ForFlags(flags), at, [&](Reactor& r, IoOp& op) { r.recvmsg(op, at.fd, msg, flags); }, options,
       "io recvmsg"));
 }
 
 Result<std::size_t> SendMsg(Fd at, const MsgHdr* msg, int flags, const WaitOptions& options) {
-  const int fd = at.fd;
-  if (sim_internal::IsSimFd(fd)) return std::errc::not_supported;
-#ifndef _WIN32
-  // As send: a datagram's send seldom waits, so it is first tried without the reactor.
-  if (BadMsg(msg)) return std::errc::invalid_argument;
-  if (std::optional<Result<std::size_t>> r = TryDirect(
-          at, options, [&] { return ::sendmsg(fd, msg, flags | kNoSignal | MSG_DONTWAIT); })) {
-    return *r;
-  }
-#endif
+  if (std::optional<Result<std::size_t>> r = SendMsgAtOnce(at, msg, flags, options)) return *r;
   return Size(RunAbsorbing(
-      ForFlags(flags), at, [&](Reactor& r, IoOp& op) { r.sendmsg(op, fd, msg, flags | kNoSignal); },
-      options, "io sendmsg"));
+      ForFlags(flags), at,
+      [&](Reactor& r, IoOp& op) { r.sendmsg(op, at.fd, msg, flags | kNoSignal); }, options,
+      "io sendmsg"));
 }
 
 Result<void> WriteAllOn(Fd at, const void* buf, std::size_t len, const WaitOptions& options) {
@@ -224,6 +242,30 @@ Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int
     r = co_await scheduler_internal::IoAwaiter(
         [=](Reactor& re, IoOp& op) { re.send(op, fd, buf, len, flags | kNoSignal); }, options,
         "io send", fd, at.epoch);
+  } while (Absorbed(ForFlags(flags), r, &retries));
+  co_return Size(r);
+}
+
+Task<Result<std::size_t>> AsyncRecvMsg(Fd at, MsgHdr* msg, int flags, WaitOptions options) {
+  if (std::optional<Result<std::size_t>> r = RecvMsgAtOnce(at, msg, flags, options)) co_return *r;
+  std::int64_t r;
+  int retries = 0;
+  do {
+    r = co_await scheduler_internal::IoAwaiter(
+        [=](Reactor& re, IoOp& op) { re.recvmsg(op, at.fd, msg, flags); }, options, "io recvmsg",
+        at.fd, at.epoch);
+  } while (Absorbed(ForFlags(flags), r, &retries));
+  co_return Size(r);
+}
+
+Task<Result<std::size_t>> AsyncSendMsg(Fd at, const MsgHdr* msg, int flags, WaitOptions options) {
+  if (std::optional<Result<std::size_t>> r = SendMsgAtOnce(at, msg, flags, options)) co_return *r;
+  std::int64_t r;
+  int retries = 0;
+  do {
+    r = co_await scheduler_internal::IoAwaiter(
+        [=](Reactor& re, IoOp& op) { re.sendmsg(op, at.fd, msg, flags | kNoSignal); }, options,
+        "io sendmsg", at.fd, at.epoch);
   } while (Absorbed(ForFlags(flags), r, &retries));
   co_return Size(r);
 }

@@ -545,6 +545,26 @@ Result<UdpSocket::Datagram> UdpSocket::recv_from(void* buf, std::size_t len,
   return Datagram{*n, FromAddress(from, msg.msg_namelen), (msg.msg_flags & kMsgTruncated) != 0};
 }
 
+Task<Result<std::size_t>> UdpSocket::async_send_to(const void* buf, std::size_t len,
+                                                   SocketAddress to, WaitOptions options) {
+  if (to.size() == 0) co_return std::errc::invalid_argument;
+  if (BadIoRequest(buf, len)) co_return std::errc::invalid_argument;
+  IoVec v{const_cast<void*>(buf), len};
+  const MsgHdr msg = OneBuffer(&v, const_cast<sockaddr*>(to.data()), to.size());
+  co_return co_await io_internal::AsyncSendMsg({fd_, epoch_}, &msg, 0, options);
+}
+
+Task<Result<UdpSocket::Datagram>> UdpSocket::async_recv_from(void* buf, std::size_t len,
+                                                             WaitOptions options) {
+  if (BadIoRequest(buf, len)) co_return std::errc::invalid_argument;
+  sockaddr_storage from{};
+  IoVec v{buf, len};
+  MsgHdr msg = OneBuffer(&v, &from, sizeof from);
+  Result<std::size_t> n = co_await io_internal::AsyncRecvMsg({fd_, epoch_}, &msg, 0, options);
+  if (!n.ok()) co_return n.error();
+  co_return Datagram{*n, FromAddress(from, msg.msg_namelen), (msg.msg_flags & kMsgTruncated) != 0};
+}
+
 namespace {
 // kMaxBatch: datagrams per batch call (Linux's UIO_MAXIOV bounds recvmmsg and sendmmsg too).
 constexpr std::size_t kMaxBatch = 1024;
@@ -700,6 +720,21 @@ Result<std::size_t> UdpSocket::recv(void* buf, std::size_t len, const WaitOption
   IoVec v{buf, len};
   MsgHdr msg = OneBuffer(&v, nullptr, 0);
   return io_internal::RecvMsg({fd_, epoch_}, &msg, 0, options);
+}
+
+Task<Result<std::size_t>> UdpSocket::async_send(const void* buf, std::size_t len,
+                                                WaitOptions options) {
+  if (BadIoRequest(buf, len)) co_return std::errc::invalid_argument;
+  IoVec v{const_cast<void*>(buf), len};
+  const MsgHdr msg = OneBuffer(&v, nullptr, 0);
+  co_return co_await io_internal::AsyncSendMsg({fd_, epoch_}, &msg, 0, options);
+}
+
+Task<Result<std::size_t>> UdpSocket::async_recv(void* buf, std::size_t len, WaitOptions options) {
+  if (BadIoRequest(buf, len)) co_return std::errc::invalid_argument;
+  IoVec v{buf, len};
+  MsgHdr msg = OneBuffer(&v, nullptr, 0);
+  co_return co_await io_internal::AsyncRecvMsg({fd_, epoch_}, &msg, 0, options);
 }
 
 Result<SocketAddress> UdpSocket::local_address() const {

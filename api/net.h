@@ -171,6 +171,12 @@ class UdpSocket {
   Result<std::size_t> send_to(const void* buf, std::size_t len, const SocketAddress& to,
                               const WaitOptions& options = {});
   Result<Datagram> recv_from(void* buf, std::size_t len, const WaitOptions& options = {});
+  // The forms for a task (scheduler/task.h): `co_await socket.async_recv_from(buf, len)`, the
+  // same results; as TcpStream's async_ calls, the buffer and the socket must outlive the call,
+  // and the simulated network's sockets give not_supported.
+  Task<Result<std::size_t>> async_send_to(const void* buf, std::size_t len, SocketAddress to,
+                                          WaitOptions options = {});
+  Task<Result<Datagram>> async_recv_from(void* buf, std::size_t len, WaitOptions options = {});
 
   // Batches: many datagrams for one wake-up and one system call where the system has one
   // (Linux's recvmmsg and sendmmsg; a loop of non-blocking calls on Windows).
@@ -200,6 +206,8 @@ class UdpSocket {
   Result<void> connect(const SocketAddress& peer);
   Result<std::size_t> send(const void* buf, std::size_t len, const WaitOptions& options = {});
   Result<std::size_t> recv(void* buf, std::size_t len, const WaitOptions& options = {});
+  Task<Result<std::size_t>> async_send(const void* buf, std::size_t len, WaitOptions options = {});
+  Task<Result<std::size_t>> async_recv(void* buf, std::size_t len, WaitOptions options = {});
 
   Result<SocketAddress> local_address() const;
   Result<void> set_broadcast(bool on);

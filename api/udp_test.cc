@@ -1,7 +1,7 @@
 // api/udp_test.cc: UdpSocket on fibers and on plain threads: datagrams with their senders,
 // truncation, request/response between many senders and one server with every reply checked,
 // connected sockets, deadlines, cancellation, a close from another execution, oversized and bad
-// input, and refusal in a simulated runtime.
+// input, and refusal in a simulated runtime; the same from stackless tasks (the async_ forms).
 
 #include <atomic>
 #include <chrono>
@@ -15,6 +15,9 @@
 #include "weft/api/testing/dual_mode.h"
 #include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
+#include "weft/scheduler/task.h"
+#include "weft/sync/cancellation.h"
+#include "weft/sync/coordination.h"
 
 namespace weft {
 namespace {
@@ -215,6 +218,135 @@ TEST_P(UdpTest, BatchesSendAndReceiveManyDatagramsPerCall) {
 
 INSTANTIATE_TEST_SUITE_P(FibersAndThreads, UdpTest,
                          ::testing::Values(Mode::kFibers, Mode::kThreads), testing::ModeName);
+
+// ---- From stackless tasks: the async_ forms ----
+
+class UdpTaskTest : public ::testing::TestWithParam<unsigned> {};
+INSTANTIATE_TEST_SUITE_P(Workers, UdpTaskTest, ::testing::Values(1u, 2u, 4u));
+
+// A task server answers task and fiber clients; every reply is checked, each datagram comes
+// with its sender, and a datagram longer than the buffer is reported truncated.
+TEST_P(UdpTaskTest, ATaskServerAnswersTasksAndFibers) {
+  Runtime rt({.workers = GetParam()});
+  const int clients = 4, requests = 100 * testing::StressScale();
+  net::UdpSocket server = Bound();
+  const net::SocketAddress addr = *server.local_address();
+  auto serve = rt.spawn_task([&]() -> Task<> {
+    char buf[64];
+    for (int n = 0; n < clients * requests; ++n) {
+      Result<net::UdpSocket::Datagram> d =
+          co_await server.async_recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 10s});
+      EXPECT_TRUE(d.ok());
+      if (!d.ok()) co_return;
+      const std::string reply = "re " + std::string(buf, d->size);
+      EXPECT_TRUE((co_await server.async_send_to(reply.data(), reply.size(), d->from)).ok());
+    }
+  });
+  std::atomic<int> replies{0};
+  std::vector<JoinHandle<void>> hs;
+  for (int c = 0; c < clients; ++c) {
+    if (c % 2 == 0) {
+      hs.push_back(rt.spawn_task([&, c]() -> Task<> {
+        net::UdpSocket me = Bound();
+        char buf[64];
+        for (int i = 0; i < requests; ++i) {
+          const std::string req = std::to_string(c) + ":" + std::to_string(i);
+          EXPECT_TRUE((co_await me.async_send_to(req.data(), req.size(), addr)).ok());
+          Result<net::UdpSocket::Datagram> d =
+              co_await me.async_recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 10s});
+          EXPECT_TRUE(d.ok());
+          if (!d.ok()) co_return;
+          EXPECT_EQ(std::string(buf, d->size), "re " + req);
+          EXPECT_EQ(d->from.port(), addr.port());
+          replies.fetch_add(1);
+        }
+      }));
+    } else {
+      hs.push_back(rt.spawn([&, c] {
+        net::UdpSocket me = Bound();
+        char buf[64];
+        for (int i = 0; i < requests; ++i) {
+          const std::string req = std::to_string(c) + ":" + std::to_string(i);
+          ASSERT_TRUE(me.send_to(req.data(), req.size(), addr).ok());
+          Result<net::UdpSocket::Datagram> d =
+              me.recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 10s});
+          ASSERT_TRUE(d.ok());
+          ASSERT_EQ(std::string(buf, d->size), "re " + req);
+          replies.fetch_add(1);
+        }
+      }));
+    }
+  }
+  for (auto& h : hs) ASSERT_TRUE(h.join().ok());
+  ASSERT_TRUE(serve.join().ok());
+  EXPECT_EQ(replies.load(), clients * requests);
+
+  // Truncation, and connected sockets' send and recv.
+  auto h = rt.spawn_task([&]() -> Task<> {
+    net::UdpSocket a = Bound(), b = Bound();
+    const net::SocketAddress b_addr = *b.local_address();
+    EXPECT_EQ(*co_await a.async_send_to("0123456789", 10, b_addr), 10u);
+    char small[4];
+    Result<net::UdpSocket::Datagram> d = co_await b.async_recv_from(small, sizeof small);
+    EXPECT_TRUE(d.ok() && d->truncated && d->size == 4);
+    EXPECT_TRUE(a.connect(b_addr).ok());
+    EXPECT_TRUE(b.connect(*a.local_address()).ok());
+    EXPECT_EQ(*co_await a.async_send("hi", 2), 2u);
+    char buf[8];
+    Result<std::size_t> n = co_await b.async_recv(buf, sizeof buf);
+    EXPECT_TRUE(n.ok() && *n == 2 && std::string(buf, 2) == "hi");
+  });
+  ASSERT_TRUE(h.join().ok());
+}
+
+// A task's receive ends with its deadline, its token, a close by another task, or the runtime's
+// shutdown; bad input is an error at once.
+TEST_P(UdpTaskTest, DeadlinesCancellationCloseShutdownAndBadInput) {
+  std::atomic<int> shut{0};
+  net::UdpSocket idle = Bound();  // outlives the runtime: only the shutdown ends its receive
+  {
+    Runtime rt({.workers = GetParam()});
+    net::UdpSocket s = Bound();
+    auto h = rt.spawn_task([&]() -> Task<> {
+      char buf[16];
+      EXPECT_EQ(co_await s.async_recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 5ms}),
+                std::errc::timed_out);
+      CancellationSource source;
+      CancellationToken token = source.token();
+      source.cancel_after(2ms);
+      EXPECT_EQ(co_await s.async_recv(buf, sizeof buf, {.cancel = &token}),
+                std::errc::operation_canceled);
+      EXPECT_EQ(co_await s.async_recv_from(nullptr, 4), std::errc::invalid_argument);
+      EXPECT_EQ(co_await s.async_send_to(buf, 4, net::SocketAddress()),
+                std::errc::invalid_argument);
+      Event parked;
+      auto closer = Runtime::current()->spawn_task([&]() -> Task<> {
+        EXPECT_TRUE(co_await parked.async_wait());
+        co_await this_task::sleep_for(2ms);
+        EXPECT_TRUE(s.close().ok());
+      });
+      parked.set();
+      Result<net::UdpSocket::Datagram> d = co_await s.async_recv_from(buf, sizeof buf);
+      EXPECT_FALSE(d.ok());
+      if (!d.ok()) {
+        EXPECT_TRUE(d.error() == std::errc::operation_canceled ||
+                    d.error() == std::errc::bad_file_descriptor);
+      }
+      EXPECT_TRUE(co_await closer);
+    });
+    ASSERT_TRUE(h.join().ok());
+    Event parked;
+    rt.spawn_task([&]() -> Task<> {
+        char buf[16];
+        parked.set();
+        if ((co_await idle.async_recv_from(buf, sizeof buf)) == std::errc::operation_canceled) {
+          shut.fetch_add(1);
+        }
+      }).detach();
+    ASSERT_TRUE(parked.wait().ok());
+  }
+  EXPECT_EQ(shut.load(), 1);
+}
 
 TEST(UdpSimulation, DatagramsAreNotSimulated) {
   Runtime rt({.simulation = SimulationOptions{.seed = 1}});

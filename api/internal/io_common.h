@@ -134,6 +134,8 @@ Task<Result<std::size_t>> AsyncRecv(Fd fd, void* buf, std::size_t len, int flags
 Task<Result<std::size_t>> AsyncSend(Fd fd, const void* buf, std::size_t len, int flags,
                                     WaitOptions options);
 Task<Result<void>> AsyncSendAll(Fd fd, const void* buf, std::size_t len, WaitOptions options);
+Task<Result<std::size_t>> AsyncRecvMsg(Fd fd, MsgHdr* msg, int flags, WaitOptions options);
+Task<Result<std::size_t>> AsyncSendMsg(Fd fd, const MsgHdr* msg, int flags, WaitOptions options);
 Task<Result<void>> AsyncReadExact(Fd fd, void* buf, std::size_t len, WaitOptions options);
 Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd fd, WaitOptions options);
 Task<Result<int>> AsyncAccept(Fd fd, WaitOptions options);
