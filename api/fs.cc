@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <system_error>
 
 #include "internal/io_common.h"
@@ -25,6 +26,7 @@
 #include "weft/reactor/reactor.h"
 #include "weft/scheduler/io.h"
 #include "weft/scheduler/runtime.h"
+#include "weft/scheduler/task.h"
 
 namespace weft::fs {
 namespace {
@@ -166,73 +168,145 @@ std::size_t Clamp(std::size_t len, std::uint64_t offset) {
 }
 }  // namespace
 
-Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offset,
-                                  const WaitOptions& options) {
-  if (BadIoRequest(buf, len) || offset > kMaxOffset) return std::errc::invalid_argument;
-  const int fd = fd_;
-  if (fd < 0) return std::errc::bad_file_descriptor;
-  if (Result<void> r = Ready(options); !r.ok()) return r.error();
-  len = Clamp(len, offset);
-  if (len == 0) return std::size_t{0};
-  Result<std::size_t> out = std::size_t{0};
+namespace {
+// ReadStart: read_at's checks and its first try: the call's result, or nullopt (*len clamped)
+// when the read goes on, through the ring (io_internal::Read) or on a blocking thread
+// (BlockingRead), after which the caller checks StillOurs. Shared with async_read_at.
+std::optional<Result<std::size_t>> ReadStart(int fd, std::uint32_t epoch, void* buf,
+                                             std::size_t* len, std::uint64_t offset,
+                                             const WaitOptions& options) {
+  if (BadIoRequest(buf, *len) || offset > kMaxOffset) {
+    return Result<std::size_t>(std::errc::invalid_argument);
+  }
+  if (fd < 0) return Result<std::size_t>(std::errc::bad_file_descriptor);
+  if (Result<void> r = Ready(options); !r.ok()) return Result<std::size_t>(r.error());
+  *len = Clamp(*len, offset);
+  if (*len == 0) return Result<std::size_t>(std::size_t{0});
   // First, what the page cache holds, without waiting: preadv2 with RWF_NOWAIT never waits for
   // the disk (EAGAIN instead), so it is safe on a worker. A read the cache serves then costs one
   // system call, not a park and a completion (W10 in docs/bench.md). A fiber past its budget of
   // direct turns goes through the reactor, as a send does, so the others of its worker run.
   // (Up to 128 KiB: a larger read is a long copy, which would hold the worker for long across
   // a budget of direct turns; through the ring it costs about the same.)
-  bool done = false;
-  if (len <= kMaxDirectRead && scheduler_internal::TakeDirectIoTurn()) {
+  if (*len > kMaxDirectRead || !scheduler_internal::TakeDirectIoTurn()) return std::nullopt;
+  Result<std::size_t> out = std::size_t{0};
+  {
     // An FdUse (scheduler/io.h): a close that began since the open refuses it; one that begins
     // during the read waits for it.
-    scheduler_internal::FdUse use(fd, epoch_);
-    if (use.refused()) return std::errc::operation_canceled;
-    iovec v{buf, ClampIoLength(len)};
+    scheduler_internal::FdUse use(fd, epoch);
+    if (use.refused()) return Result<std::size_t>(std::errc::operation_canceled);
+    iovec v{buf, ClampIoLength(*len)};
     ssize_t n = ::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT);
     if (n < 0 && errno == ESPIPE) n = ::preadv2(fd, &v, 1, -1, RWF_NOWAIT);  // a pipe: no offset
     if (n >= 0) {
       out = static_cast<std::size_t>(n);
-      done = true;
     } else if (errno != EAGAIN && errno != EOPNOTSUPP && errno != EINTR) {
       out = Errno();
-      done = true;
+    } else {
+      return std::nullopt;  // EAGAIN: not (all) cached; EOPNOTSUPP: no RWF_NOWAIT here
     }
-    // EAGAIN: not (all) cached; EOPNOTSUPP: no RWF_NOWAIT here: the usual way.
   }
-  if (!done && scheduler_internal::FileIoThroughReactor()) {
-    out = io_internal::Read({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset));
-  } else if (!done) {
-    out = AsSize(BlockingOn(fd, epoch_, regular_, [&] {
-      ssize_t r = ::pread(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
-      if (r < 0 && errno == ESPIPE) r = ::read(fd, buf, ClampIoLength(len));  // as io_uring
-      return static_cast<std::int64_t>(r);
-    }));
+  if (!StillOurs(fd, epoch)) return Result<std::size_t>(std::errc::operation_canceled);
+  return out;
+}
+
+Result<std::size_t> BlockingRead(int fd, std::uint32_t epoch, bool regular, void* buf,
+                                 std::size_t len, std::uint64_t offset) {
+  return AsSize(BlockingOn(fd, epoch, regular, [&] {
+    ssize_t r = ::pread(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
+    if (r < 0 && errno == ESPIPE) r = ::read(fd, buf, ClampIoLength(len));  // as io_uring
+    return static_cast<std::int64_t>(r);
+  }));
+}
+
+// WriteStart: write_at's checks: the call's result, or nullopt (*len clamped) when the write
+// goes on, through the ring or on a blocking thread (BlockingWrite).
+std::optional<Result<std::size_t>> WriteStart(int fd, std::uint32_t epoch, const void* buf,
+                                              std::size_t* len, std::uint64_t offset,
+                                              const WaitOptions& options) {
+  if (BadIoRequest(buf, *len) || offset > kMaxOffset) {
+    return Result<std::size_t>(std::errc::invalid_argument);
   }
+  if (fd < 0) return Result<std::size_t>(std::errc::bad_file_descriptor);
+  if (Result<void> r = Ready(options); !r.ok()) return Result<std::size_t>(r.error());
+  if (!StillOurs(fd, epoch)) return Result<std::size_t>(std::errc::operation_canceled);
+  if (*len > 0 && offset == kMaxOffset) return Result<std::size_t>(std::errc::file_too_large);
+  *len = Clamp(*len, offset);
+  return std::nullopt;
+}
+
+Result<std::size_t> BlockingWrite(int fd, std::uint32_t epoch, bool regular, const void* buf,
+                                  std::size_t len, std::uint64_t offset) {
+  return AsSize(BlockingOn(fd, epoch, regular, [&] {
+    ssize_t r = ::pwrite(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
+    if (r < 0 && errno == ESPIPE) r = ::write(fd, buf, ClampIoLength(len));  // as io_uring
+    return static_cast<std::int64_t>(r);
+  }));
+}
+}  // namespace
+
+Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offset,
+                                  const WaitOptions& options) {
+  const int fd = fd_;
+  if (std::optional<Result<std::size_t>> r = ReadStart(fd, epoch_, buf, &len, offset, options)) {
+    return *r;
+  }
+  Result<std::size_t> out =
+      scheduler_internal::FileIoThroughReactor()
+          ? io_internal::Read({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset))
+          : BlockingRead(fd, epoch_, regular_, buf, len, offset);
   if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
   return out;
 }
 
-Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64_t offset,
-                                   const WaitOptions& options) {
-  if (BadIoRequest(buf, len) || offset > kMaxOffset) return std::errc::invalid_argument;
+Task<Result<std::size_t>> File::async_read_at(void* buf, std::size_t len, std::uint64_t offset,
+                                              WaitOptions options) {
   const int fd = fd_;
-  if (fd < 0) return std::errc::bad_file_descriptor;
-  if (Result<void> r = Ready(options); !r.ok()) return r.error();
-  if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
-  if (len > 0 && offset == kMaxOffset) return std::errc::file_too_large;
-  len = Clamp(len, offset);
+  if (std::optional<Result<std::size_t>> r = ReadStart(fd, epoch_, buf, &len, offset, options)) {
+    co_return *r;
+  }
   Result<std::size_t> out = std::size_t{0};
   if (scheduler_internal::FileIoThroughReactor()) {
-    out = io_internal::Write({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset));
+    out = co_await io_internal::AsyncRead({fd, epoch_}, buf, len, options,
+                                          static_cast<std::int64_t>(offset));
   } else {
-    out = AsSize(BlockingOn(fd, epoch_, regular_, [&] {
-      ssize_t r = ::pwrite(fd, buf, ClampIoLength(len), static_cast<off_t>(offset));
-      if (r < 0 && errno == ESPIPE) r = ::write(fd, buf, ClampIoLength(len));  // as io_uring
-      return static_cast<std::int64_t>(r);
-    }));
+    out = co_await this_task::call_blocking(
+        [&] { return BlockingRead(fd, epoch_, regular_, buf, len, offset); });
   }
+  if (!StillOurs(fd, epoch_)) co_return std::errc::operation_canceled;
+  co_return out;
+}
+
+Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64_t offset,
+                                   const WaitOptions& options) {
+  const int fd = fd_;
+  if (std::optional<Result<std::size_t>> r = WriteStart(fd, epoch_, buf, &len, offset, options)) {
+    return *r;
+  }
+  Result<std::size_t> out =
+      scheduler_internal::FileIoThroughReactor()
+          ? io_internal::Write({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset))
+          : BlockingWrite(fd, epoch_, regular_, buf, len, offset);
   if (!out.ok() && !StillOurs(fd, epoch_)) return std::errc::operation_canceled;
   return out;
+}
+
+Task<Result<std::size_t>> File::async_write_at(const void* buf, std::size_t len,
+                                               std::uint64_t offset, WaitOptions options) {
+  const int fd = fd_;
+  if (std::optional<Result<std::size_t>> r = WriteStart(fd, epoch_, buf, &len, offset, options)) {
+    co_return *r;
+  }
+  Result<std::size_t> out = std::size_t{0};
+  if (scheduler_internal::FileIoThroughReactor()) {
+    out = co_await io_internal::AsyncWrite({fd, epoch_}, buf, len, options,
+                                           static_cast<std::int64_t>(offset));
+  } else {
+    out = co_await this_task::call_blocking(
+        [&] { return BlockingWrite(fd, epoch_, regular_, buf, len, offset); });
+  }
+  if (!out.ok() && !StillOurs(fd, epoch_)) co_return std::errc::operation_canceled;
+  co_return out;
 }
 
 namespace {
@@ -366,6 +440,17 @@ Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offs
   });
   if (error != std::errc{}) return error;
   return static_cast<std::size_t>(got);
+}
+
+// The task forms: the calls above (each a call_blocking) on a blocking thread.
+Task<Result<std::size_t>> File::async_read_at(void* buf, std::size_t len, std::uint64_t offset,
+                                              WaitOptions options) {
+  co_return co_await this_task::call_blocking([&] { return read_at(buf, len, offset, options); });
+}
+
+Task<Result<std::size_t>> File::async_write_at(const void* buf, std::size_t len,
+                                               std::uint64_t offset, WaitOptions options) {
+  co_return co_await this_task::call_blocking([&] { return write_at(buf, len, offset, options); });
 }
 
 Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64_t offset,

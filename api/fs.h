@@ -21,6 +21,7 @@
 #include <string>
 
 #include "weft/base/result.h"
+#include "weft/scheduler/task.h"
 #include "weft/sync/cancellation.h"
 
 namespace weft::fs {
@@ -77,6 +78,15 @@ class File {
                                    const WaitOptions& options = {});
   Result<void> write_all_at(const void* buf, std::size_t len, std::uint64_t offset,
                             const WaitOptions& options = {});
+  // The forms for a task (scheduler/task.h): `co_await file.async_read_at(buf, len, offset)`,
+  // the same results. With io_uring they wait on the worker's ring (and a read the page cache
+  // serves takes one system call, as read_at's); elsewhere they run on a blocking thread
+  // (this_task::call_blocking), which also serves a task's open, sync and stat. The buffer and
+  // the File must outlive the call (awaited at once, they do).
+  Task<Result<std::size_t>> async_read_at(void* buf, std::size_t len, std::uint64_t offset,
+                                          WaitOptions options = {});
+  Task<Result<std::size_t>> async_write_at(const void* buf, std::size_t len, std::uint64_t offset,
+                                           WaitOptions options = {});
 
   // sync: data and metadata to the disk (fsync); sync_data: data and what reading it needs
   // (fdatasync).

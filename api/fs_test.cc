@@ -1,6 +1,7 @@
 // api/fs_test.cc: files (api/fs.h) on fibers and on plain threads: written and read back at
 // offsets in small and large pieces, the end of a file, stat, sync, whole-file reads, many
-// executions reading one file at once, and every kind of bad input. Under the default
+// executions reading one file at once, and every kind of bad input; the same from stackless
+// tasks (async_read_at, async_write_at). Under the default
 // configuration the calls go through io_uring; under --config=epoll through the blocking threads.
 
 #include "weft/api/fs.h"
@@ -9,6 +10,7 @@
 #include <fcntl.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -19,6 +21,8 @@
 #include "weft/api/testing/dual_mode.h"
 #include "weft/base/clock.h"
 #include "weft/scheduler/runtime.h"
+#include "weft/scheduler/task.h"
+#include "weft/sync/cancellation.h"
 
 namespace weft {
 namespace {
@@ -179,6 +183,104 @@ TEST_P(FsTest, AReadTheCacheCannotServeStillReturnsTheBytes) {
 
 INSTANTIATE_TEST_SUITE_P(FibersAndThreads, FsTest, ::testing::Values(Mode::kFibers, Mode::kThreads),
                          testing::ModeName);
+
+// ---- From stackless tasks: async_read_at and async_write_at ----
+
+class FsTaskTest : public ::testing::TestWithParam<unsigned> {
+ protected:
+  std::string Path(const std::string& name) {
+    const char* dir = std::getenv("TEST_TMPDIR");
+    static std::atomic<int> n{0};
+    return std::string(dir != nullptr ? dir : "/tmp") + "/task_" + name + "." +
+           std::to_string(n.fetch_add(1));
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Workers, FsTaskTest, ::testing::Values(1u, 2u, 4u));
+
+// Tasks write a file in pieces at their offsets, then eight tasks and a fiber read it back in
+// small and large chunks; every byte is checked. Past the end a read gives 0.
+TEST_P(FsTaskTest, TasksWriteAndReadBackAtOffsets) {
+  Runtime rt({.workers = GetParam()});
+  const std::string path = Path("rw");
+  // The open through a blocking thread, as a task does it.
+  Result<fs::File> f =
+      rt.spawn_task([&]() -> Task<Result<fs::File>> {
+          co_return co_await this_task::call_blocking([&] {
+            return fs::File::open(path, {.write = true, .create = true, .truncate = true});
+          });
+        })
+          .join()
+          .value();
+  ASSERT_TRUE(f.ok()) << f.error_code().message();
+  const std::size_t size = 3 << 20;
+  const std::string data = Pattern(size, 3);
+  constexpr std::size_t kPieces = 6;
+  std::vector<JoinHandle<void>> writers;
+  for (std::size_t p = 0; p < kPieces; ++p) {
+    writers.push_back(rt.spawn_task([&, p]() -> Task<> {
+      const std::size_t at = p * (size / kPieces), end = at + size / kPieces;
+      for (std::size_t done = at; done < end;) {
+        Result<std::size_t> n = co_await f->async_write_at(data.data() + done, end - done, done);
+        EXPECT_TRUE(n.ok() && *n > 0);
+        if (!n.ok() || *n == 0) co_return;
+        done += *n;
+      }
+    }));
+  }
+  for (auto& w : writers) ASSERT_TRUE(w.join().ok());
+  std::atomic<int> good{0};
+  std::vector<JoinHandle<void>> readers;
+  for (int r = 0; r < 8; ++r) {
+    const std::size_t chunk = r % 2 == 0 ? 4096 : (std::size_t{1} << 20) + 17;
+    readers.push_back(rt.spawn_task([&, chunk]() -> Task<> {
+      std::string back(size, '\0');
+      for (std::size_t done = 0; done < size;) {
+        Result<std::size_t> n =
+            co_await f->async_read_at(back.data() + done, std::min(chunk, size - done), done);
+        EXPECT_TRUE(n.ok() && *n > 0);
+        if (!n.ok() || *n == 0) co_return;
+        done += *n;
+      }
+      char more[8];
+      EXPECT_EQ(*co_await f->async_read_at(more, sizeof more, size), 0u);  // past the end
+      if (back == data) good.fetch_add(1);
+    }));
+  }
+  readers.push_back(rt.spawn([&] {
+    std::string back(size, '\0');
+    Result<std::size_t> n = f->read_full_at(back.data(), size, 0);
+    ASSERT_TRUE(n.ok() && *n == size);
+    if (back == data) good.fetch_add(1);
+  }));
+  for (auto& r : readers) ASSERT_TRUE(r.join().ok());
+  EXPECT_EQ(good.load(), 9);
+}
+
+// Bad input, a deadline already passed, a cancelled token and a closed File are errors at once.
+TEST_P(FsTaskTest, BadInputAndEndedWaitsAreErrors) {
+  Runtime rt({.workers = GetParam()});
+  const std::string path = Path("bad");
+  Result<fs::File> f = fs::File::open(path, {.write = true, .create = true, .truncate = true});
+  ASSERT_TRUE(f.ok());
+  auto h = rt.spawn_task([&]() -> Task<> {
+    char buf[8] = {};
+    EXPECT_EQ(co_await f->async_read_at(nullptr, 8, 0), std::errc::invalid_argument);
+    EXPECT_EQ(co_await f->async_write_at(buf, 8, std::uint64_t{1} << 63),
+              std::errc::invalid_argument);
+    EXPECT_EQ(co_await f->async_read_at(buf, 8, 0, {.deadline = SyncClock::now() - 1s}),
+              std::errc::timed_out);
+    CancellationSource source;
+    CancellationToken token = source.token();
+    source.cancel();
+    EXPECT_EQ(co_await f->async_write_at(buf, 8, 0, {.cancel = &token}),
+              std::errc::operation_canceled);
+    EXPECT_EQ(*co_await f->async_write_at("abc", 3, 0), 3u);
+    EXPECT_EQ(*co_await f->async_read_at(buf, sizeof buf, 0), 3u);
+    EXPECT_TRUE(f->close().ok());
+    EXPECT_EQ(co_await f->async_read_at(buf, 8, 0), std::errc::bad_file_descriptor);
+  });
+  ASSERT_TRUE(h.join().ok());
+}
 
 TEST(FsSimulation, RealFilesAreNotTouched) {
   Runtime rt({.simulation = SimulationOptions{.seed = 1}});

@@ -246,6 +246,30 @@ Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int
   co_return Size(r);
 }
 
+Task<Result<std::size_t>> AsyncRead(Fd at, void* buf, std::size_t len, WaitOptions options,
+                                    std::int64_t offset) {
+  std::int64_t r;
+  int retries = 0;
+  do {
+    r = co_await scheduler_internal::IoAwaiter(
+        [=](Reactor& re, IoOp& op) { re.read(op, at.fd, buf, len, offset); }, options, "io read",
+        at.fd, at.epoch);
+  } while (Absorbed(Absorb::kEagain, r, &retries));
+  co_return Size(r);
+}
+
+Task<Result<std::size_t>> AsyncWrite(Fd at, const void* buf, std::size_t len, WaitOptions options,
+                                     std::int64_t offset) {
+  std::int64_t r;
+  int retries = 0;
+  do {
+    r = co_await scheduler_internal::IoAwaiter(
+        [=](Reactor& re, IoOp& op) { re.write(op, at.fd, buf, len, offset); }, options, "io write",
+        at.fd, at.epoch);
+  } while (Absorbed(Absorb::kEagain, r, &retries));
+  co_return Size(r);
+}
+
 Task<Result<std::size_t>> AsyncRecvMsg(Fd at, MsgHdr* msg, int flags, WaitOptions options) {
   if (std::optional<Result<std::size_t>> r = RecvMsgAtOnce(at, msg, flags, options)) co_return *r;
   std::int64_t r;

@@ -135,6 +135,11 @@ Task<Result<std::size_t>> AsyncSend(Fd fd, const void* buf, std::size_t len, int
                                     WaitOptions options);
 Task<Result<void>> AsyncSendAll(Fd fd, const void* buf, std::size_t len, WaitOptions options);
 Task<Result<std::size_t>> AsyncRecvMsg(Fd fd, MsgHdr* msg, int flags, WaitOptions options);
+// AsyncRead / AsyncWrite: Read / Write for a task, on real fds only (fs::File's).
+Task<Result<std::size_t>> AsyncRead(Fd fd, void* buf, std::size_t len, WaitOptions options,
+                                    std::int64_t offset);
+Task<Result<std::size_t>> AsyncWrite(Fd fd, const void* buf, std::size_t len, WaitOptions options,
+                                     std::int64_t offset);
 Task<Result<std::size_t>> AsyncSendMsg(Fd fd, const MsgHdr* msg, int flags, WaitOptions options);
 Task<Result<void>> AsyncReadExact(Fd fd, void* buf, std::size_t len, WaitOptions options);
 Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd fd, WaitOptions options);
