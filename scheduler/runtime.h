@@ -272,6 +272,9 @@ struct FiberBody {
 // tcache ran dry, and malloc_consolidate.)
 void* AllocateSpawnState(std::size_t bytes);
 void FreeSpawnState(void* p) noexcept;
+// Fault injection for tests: set to n > 0, the n-th AllocateSpawnState from then on throws
+// std::bad_alloc (a spawn's state or a task's coroutine frame finding no memory).
+extern std::atomic<int> g_fail_spawn_states;
 // SpawnStateIsLocal: p came from the calling worker's slab, so freeing it here is a local free,
 // not a trip through the owner's remote-free list.
 bool SpawnStateIsLocal(const void* p) noexcept;

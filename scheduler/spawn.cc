@@ -97,7 +97,13 @@ constexpr std::size_t kSpawnHeader = 16;  // keeps the object 16-byte aligned
 constexpr std::uint64_t kFromHeap = 0, kFromSlab = 1;
 }  // namespace
 
+std::atomic<int> g_fail_spawn_states{0};
+
 void* AllocateSpawnState(std::size_t bytes) {
+  // relaxed: a test's switch, set while nothing else spawns.
+  if (g_fail_spawn_states.load(std::memory_order_relaxed) > 0) [[unlikely]] {
+    if (g_fail_spawn_states.fetch_sub(1, std::memory_order_relaxed) == 1) throw std::bad_alloc();
+  }
   const std::size_t total = bytes + kSpawnHeader;
   Worker* w = t_worker;
   void* base = nullptr;

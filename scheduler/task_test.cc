@@ -669,6 +669,38 @@ TEST(TaskTest, ShutdownWaitsForATasksBlockingCall) {
   EXPECT_EQ(got.load(), 5);
 }
 
+// No memory for a task's state or its coroutine frame: spawn_task throws std::bad_alloc and
+// leaves nothing behind (ASan); a child's frame that cannot be made throws in its parent, whose
+// joiner gets the exception. The runtime keeps serving after each.
+TEST(TaskTest, NoMemoryForATaskIsAnExceptionAndTheRuntimeKeepsServing) {
+  using scheduler_internal::g_fail_spawn_states;
+  Runtime rt({.workers = 2});
+  for (int fail = 1; fail <= 2; ++fail) {  // 1: the task's state; 2: its coroutine frame
+    g_fail_spawn_states = fail;
+    EXPECT_THROW((void)rt.spawn_task([]() -> Task<int> { co_return 1; }), std::bad_alloc);
+    EXPECT_EQ(g_fail_spawn_states.load(), 0);
+  }
+  bool caught = false;
+  auto probe = rt.spawn_task([&]() -> Task<int> {
+    g_fail_spawn_states = 1;
+    try {
+      (void)co_await Add(1, 2);  // its frame: no memory
+    } catch (const std::bad_alloc&) {
+      caught = true;
+    }
+    co_return co_await Add(20, 22);  // and then there is
+  });
+  EXPECT_EQ(*probe.join(), 42);
+  EXPECT_TRUE(caught);
+  auto uncaught = rt.spawn_task([&]() -> Task<int> {
+    g_fail_spawn_states = 1;
+    co_return co_await Add(1, 2);
+  });
+  EXPECT_THROW((void)uncaught.join(), std::bad_alloc);
+  g_fail_spawn_states = 0;
+  EXPECT_EQ(*rt.spawn_task([]() -> Task<int> { co_return co_await Add(2, 3); }).join(), 5);
+}
+
 TEST(TaskTest, DeadlinesAndCancellationEndWaits) {
   Runtime rt({.workers = 2});
   Channel<int> never;
