@@ -12,6 +12,7 @@
 #include <deque>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -562,12 +563,12 @@ TEST_P(TaskWorkersTest, TimersAndTickersFromTasks) {
   Ticker ticker(500us);
   constexpr int kTicks = 30;
   std::atomic<int> taken{0};
-  Mutex mu;
+  std::mutex mu;  // never held across a wait (a task may not block on a weft Mutex)
   std::vector<SyncClock::time_point> ticks;
   auto take = [&](Result<SyncClock::time_point> t) {
     EXPECT_TRUE(t.ok());
     if (!t.ok()) return false;
-    MutexLock lock(mu);
+    std::lock_guard<std::mutex> lock(mu);
     ticks.push_back(*t);
     return taken.fetch_add(1) + 1 < kTicks;
   };
