@@ -210,26 +210,26 @@ bool IoAwaiter::await_ready() {
   Worker* w = t_worker;
   Fiber* f = w != nullptr ? w->current : nullptr;
   if (f == nullptr || !IsTask(f)) {  // a coroutine on a fiber or thread: RunIo blocks it
-    result_ = RunIo(submit_, arg_, options_, what_, fd_, epoch_, end_);
+    result_ = RunIo(submit_, arg_, *options_, what_, fd_, epoch_, end_);
     return true;
   }
-  if (!wait_.Start(f, submit_, arg_, options_, fd_, epoch_, end_ == IoEnd::kCancellable,
+  if (!wait_.Start(f, submit_, arg_, *options_, fd_, epoch_, end_ == IoEnd::kCancellable,
                    &result_)) {
     return true;
   }
-  fiber_ = f;
+  submitted_ = true;
   return false;
 }
 
 bool IoAwaiter::await_suspend(std::coroutine_handle<> h) {
   // No deadline or token for the park itself: the reactor times the operation out, and the
   // token's and the shutdown's cancellations go through Step to the owner (not interruptible).
-  return park_.Begin(fiber_->waiter, h, sync_internal::kNoWaitOptions, what_, nullptr,
+  return park_.Begin(wait_.fiber()->waiter, h, sync_internal::kNoWaitOptions, what_, nullptr,
                      /*interruptible=*/false);
 }
 
 std::int64_t IoAwaiter::await_resume() {
-  if (fiber_ == nullptr) return result_;
+  if (!submitted_) return result_;
   (void)park_.End();
   return wait_.Finish();
 }

@@ -65,7 +65,7 @@ using IoSubmit = void (*)(Reactor& reactor, IoOp& op, void* arg);
 // IoEnd::kRunsToEnd: an operation that shutdown neither refuses nor cancels (a close: skipping
 // it would leave other reactors' operations on the fd running into the number's next file).
 inline constexpr std::int64_t kNoEpoch = -1;
-enum class IoEnd { kCancellable, kRunsToEnd };
+enum class IoEnd : std::uint8_t { kCancellable, kRunsToEnd };
 std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what, int fd,
                    std::int64_t epoch = kNoEpoch, IoEnd end = IoEnd::kCancellable);
 
@@ -86,6 +86,7 @@ class IoWait {
              std::int64_t epoch, bool cancellable, std::int64_t* result);
   bool Step();
   std::int64_t Finish();
+  Fiber* fiber() const { return fiber_; }
 
  private:
   IoRequest req_;
@@ -103,15 +104,17 @@ class IoWait {
 // results. From a coroutine that is not a task, RunIo itself (blocking the fiber or thread).
 class IoAwaiter {
  public:
+  // submit and options are used by await_ready only: awaited at once (`co_await IoAwaiter(...)`,
+  // a full expression), they outlive it.
   template <typename F>
   IoAwaiter(const F& submit, const WaitOptions& options, const char* what, int fd,
             std::int64_t epoch = kNoEpoch, IoEnd end = IoEnd::kCancellable)
       : submit_([](Reactor& r, IoOp& op, void* a) { (*static_cast<const F*>(a))(r, op); }),
         arg_(const_cast<F*>(&submit)),
-        options_(options),
+        options_(&options),
         what_(what),
-        fd_(fd),
         epoch_(epoch),
+        fd_(fd),
         end_(end),
         park_(&Done, &wait_) {}
   IoAwaiter(const IoAwaiter&) = delete;
@@ -122,15 +125,17 @@ class IoAwaiter {
 
  private:
   static bool Done(void* wait) { return static_cast<IoWait*>(wait)->Step(); }
+  // Laid out small (an IoAwaiter is most of the frame of a task's I/O call, kept while the
+  // operation is in flight): the 8-byte fields first, the small ones packed after.
   IoSubmit submit_;
   void* arg_;
-  WaitOptions options_;
+  const WaitOptions* options_;
   const char* what_;
-  int fd_;
   std::int64_t epoch_;
-  IoEnd end_;
   std::int64_t result_ = 0;
-  Fiber* fiber_ = nullptr;  // set once submitted: the wait is IoWait's
+  int fd_;
+  IoEnd end_;
+  bool submitted_ = false;  // the wait is IoWait's (await_suspend and await_resume run it)
   IoWait wait_;
   sync_internal::AsyncPark park_;
 };

@@ -59,7 +59,7 @@ bool AsyncPark::Over() {
   if (again_ == nullptr) return true;
   std::optional<SyncClock::time_point> next;
   if (!again_(done_arg_, result_, &next)) return true;
-  deadline_ = DeadlineOf(WaitOptions{.deadline = next, .cancel = options_->cancel});
+  SetDeadline(WaitOptions{.deadline = next, .cancel = options_->cancel});
   result_ = ParkResult::kWoken;
   return false;
 }
@@ -73,7 +73,7 @@ bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptio
   reg_.fn = [](void* w) { static_cast<Waiter*>(w)->notify(); };
   reg_.arg = &waiter;
   cancel_state_ = options.cancel != nullptr ? StateOf(*options.cancel) : nullptr;
-  deadline_ = DeadlineOf(options);  // before any Over(), which may set the next park's
+  SetDeadline(options);  // before any Over(), which may set the next park's
   if (cancel_state_ != nullptr && !Register(cancel_state_, &reg_)) {
     cancel_state_ = nullptr;  // not registered: nothing to take back
     result_ = ParkResult::kCancelled;
@@ -84,7 +84,7 @@ bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptio
   if (waiter.suspend(*this, h)) return true;
   // Not a task: this thread or fiber blocks, as Park does (the registration made above serves).
   for (;;) {
-    bool woken = waiter.wait(deadline_.at);
+    bool woken = waiter.wait(deadline_);
     if (Continue(woken)) return false;
   }
 }
@@ -94,7 +94,7 @@ bool AsyncPark::Continue(bool woken) {
     const bool finished = done_(done_arg_);
     if (!woken) {
       result_ = finished ? ParkResult::kWoken
-                         : (deadline_.by_token ? ParkResult::kCancelled : ParkResult::kTimedOut);
+                         : (deadline_by_token_ ? ParkResult::kCancelled : ParkResult::kTimedOut);
     } else if (finished) {
       result_ = ParkResult::kWoken;
     } else if (Cancelled()) {

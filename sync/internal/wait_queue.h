@@ -223,7 +223,7 @@ class AsyncPark {
   // (true), or the deadline passed (false). True: the wait is over, resume the task; false:
   // wait again, until deadline().
   bool Continue(bool woken);
-  std::optional<SyncClock::time_point> deadline() const { return deadline_.at; }
+  std::optional<SyncClock::time_point> deadline() const { return deadline_; }
   // Uncancellable: for an AgainFn whose next park must end only with its condition (a CondVar's
   // re-lock): the token and the shutdown no longer end the wait.
   void Uncancellable();
@@ -240,6 +240,13 @@ class AsyncPark {
 
   // Over: the wait would end with result_: true if it does (AgainFn says no).
   bool Over();
+  // SetDeadline: the park's deadline, options' or their token's (EffectiveDeadline, kept as its
+  // two fields so that they pack with the flags: an AsyncPark sits in every waiting frame).
+  void SetDeadline(const WaitOptions& options) {
+    const EffectiveDeadline d = DeadlineOf(options);
+    deadline_ = d.at;
+    deadline_by_token_ = d.by_token;
+  }
 
   DoneFn done_;
   AgainFn again_;
@@ -248,8 +255,9 @@ class AsyncPark {
   const WaitOptions* options_ = nullptr;
   CancelState* cancel_state_ = nullptr;
   CancelRegistration reg_;
-  EffectiveDeadline deadline_;
+  std::optional<SyncClock::time_point> deadline_;
   ParkResult result_ = ParkResult::kWoken;
+  bool deadline_by_token_ = false;
   bool interruptible_ = true;
 };
 
