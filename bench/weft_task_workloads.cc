@@ -227,8 +227,16 @@ void W9(const Options& o, unsigned workers) {
     while (accepted.load(std::memory_order_relaxed) < conns) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // every echoer parked
-    rss_per_conn.push_back(static_cast<double>(RssKb() - rss0) / conns);
+    // Every echoer parked in its first receive: its frames are made after it counted itself,
+    // so the RSS is read once it stops growing (three readings 10 ms apart, equal).
+    long rss = RssKb();
+    for (int same = 0; same < 2;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      const long now = RssKb();
+      same = now == rss ? same + 1 : 0;
+      rss = now;
+    }
+    rss_per_conn.push_back(static_cast<double>(rss - rss0) / conns);
     client.WriteLine("go");
     line = client.ReadLine();
     bench::Percentiles p;
