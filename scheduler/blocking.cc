@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <optional>
+#include <source_location>
 
 #include "internal/runtime_impl.h"
 #include "weft/context/context.h"
@@ -34,6 +36,21 @@ struct BlockingCall {
   Waiter* waiter;
   const Runtime::Impl* rt;  // whose call it is (t_blocking_call_of while fn runs)
   std::atomic<bool> done{false};
+  // A task's call that no blocking thread could take (or in a simulation) runs on a fiber of its
+  // own instead (OnFiber): weft's blocking calls inside fn then park that fiber, as they do in
+  // a fiber's call_blocking run inline. error: why that fiber could not start (no stack).
+  struct OnFiber final : FiberBody {
+    BlockingCall* call = nullptr;
+    void run() override {
+      call->fn(call->arg);
+      call->Done();
+    }
+    void fail(std::exception_ptr why) override {
+      call->error = why;
+      call->Done();
+    }
+  } on_fiber;
+  std::exception_ptr error;
 
   // Submit: hands the call to f's runtime's blocking threads; false if none could take it.
   bool Submit(Fiber* f, void (*call_fn)(void*), void* call_arg) {
@@ -42,16 +59,22 @@ struct BlockingCall {
       t_blocking_call_of = c->rt;
       c->fn(c->arg);
       t_blocking_call_of = nullptr;
-      Waiter* w = c->waiter;  // read first: c may be gone once `done` is seen
-      // release: fn's effects happen before the waiting side's acquire load.
-      c->done.store(true, std::memory_order_release);
-      w->notify();
+      c->Done();
     };
     fn = call_fn;
     arg = call_arg;
     waiter = &f->waiter;
     rt = f->rt;
-    return f->rt->blocking->submit(&task);
+    on_fiber.call = this;
+    return f->rt->sim == nullptr && f->rt->blocking->submit(&task);
+  }
+  // Done: fn has returned (or cannot run); the waiting fiber or task is told. The call may be
+  // gone as soon as `done` is seen.
+  void Done() {
+    Waiter* w = waiter;  // read first
+    // release: fn's effects happen before the waiting side's acquire load.
+    done.store(true, std::memory_order_release);
+    w->notify();
   }
 };
 
@@ -125,17 +148,23 @@ BlockingCall* StartBlockingCall(void (*fn)(void*), void* arg) {
     if (!RunBlocking(fn, arg)) fn(arg);
     return nullptr;
   }
-  if (f->rt->sim == nullptr) {
-    auto call = std::make_unique<BlockingCall>();  // std::bad_alloc: fn has not run
-    if (call->Submit(f, fn, arg)) return call.release();
+  auto call = std::make_unique<BlockingCall>();  // std::bad_alloc: fn has not run
+  if (!call->Submit(f, fn, arg)) {
+    // A simulation, or no blocking thread: a fiber of its own, which a fiber's call_blocking
+    // would be itself (running fn on the task would make weft's blocking calls in fn abort).
+    Spawn(*Runtime::current(), &call->on_fiber, FiberOptions{.name = "call_blocking"},
+          std::source_location::current());  // std::bad_alloc: fn has not run
   }
-  fn(arg);  // a simulation (deterministic, on its one thread), or no thread: here, as for fibers
-  return nullptr;
+  return call.release();
 }
 
 bool BlockingCallDone(const BlockingCall* call) {
   // acquire: pairs with the blocking thread's release; fn's effects are visible after.
   return call->done.load(std::memory_order_acquire);
+}
+
+void RethrowBlockingCallError(const BlockingCall* call) {
+  if (call->error) std::rethrow_exception(call->error);
 }
 
 void FinishBlockingCall(BlockingCall* call) { delete call; }

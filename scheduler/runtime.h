@@ -88,8 +88,10 @@ struct RuntimeOptions {
   unsigned workers = 0;                            // 0: std::thread::hardware_concurrency()
   std::size_t stack_size = std::size_t{64} << 10;  // default fiber stack (rounded to a class)
   ReactorOptions reactor = {};                     // each worker's reactor (backend choice)
-  std::size_t max_blocking_threads = 64;           // call_blocking / BlockingRegion threads
-  std::size_t fork_join_depth = 4096;              // fork-join spawns per worker before inline
+  // max_blocking_threads: call_blocking / BlockingRegion threads. 0: none; call_blocking then
+  // runs its function on the fiber (a task's on a fiber of its own), a region stays on its worker.
+  std::size_t max_blocking_threads = 64;
+  std::size_t fork_join_depth = 4096;  // fork-join spawns per worker before inline
   // stuck_threshold: a fiber that runs this long without a switch is reported to on_stuck, once
   // per such run. Zero: no monitor (no thread). The monitor is one thread per runtime that
   // samples each worker twice per threshold (every 0.5 to 10 ms), and parks while the runtime
@@ -360,13 +362,15 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::sourc
 // parks; false when the caller is not a fiber (the caller then runs it itself).
 bool RunBlocking(void (*fn)(void*), void* arg);
 // For a task (this_task::call_blocking): StartBlockingCall hands fn(arg) to the blocking threads
-// and returns the call, which the task waits on (BlockingCallDone: fn has returned) and then
-// frees (FinishBlockingCall); null once fn has already run (the caller is not a task, which
-// call_blocking serves; a simulation; or no blocking thread could start). std::bad_alloc
-// before fn runs.
+// (in a simulation, or when none could start, to a fiber of its own) and returns the call,
+// which the task waits on (BlockingCallDone: fn has returned, or could not run:
+// RethrowBlockingCallError then throws why) and then frees (FinishBlockingCall); null once fn
+// has already run (the caller is not a task: call_blocking serves it). std::bad_alloc before
+// fn runs.
 struct BlockingCall;
 BlockingCall* StartBlockingCall(void (*fn)(void*), void* arg);
 bool BlockingCallDone(const BlockingCall* call);
+void RethrowBlockingCallError(const BlockingCall* call);
 void FinishBlockingCall(BlockingCall* call);
 
 // The runtime's hosted fork-join pool, and whether the caller is a fiber on one of its workers.

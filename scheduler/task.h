@@ -287,7 +287,10 @@ class [[nodiscard]] BlockingAwaiter {
                        /*interruptible=*/false);
   }
   T await_resume() {
-    if (call_ != nullptr) (void)park_.End();
+    if (call_ != nullptr) {
+      (void)park_.End();
+      scheduler_internal::RethrowBlockingCallError(call_);  // f could not run at all
+    }
     if (error_) std::rethrow_exception(error_);
     if constexpr (!std::is_void_v<T>) return std::move(*value_);
   }
@@ -319,7 +322,10 @@ class [[nodiscard]] BlockingAwaiter {
 // call_blocking: weft::call_blocking for a task: `auto v = co_await this_task::call_blocking(f)`
 // runs f() on the runtime's blocking threads while the task is suspended (its worker runs
 // others), and gives f's result or rethrows its exception. As call_blocking, the wait is not
-// cancellable: f runs to its end (the runtime's shutdown waits for it). From a fiber, it is
+// cancellable: f runs to its end (the runtime's shutdown waits for it). When no blocking thread
+// can start, and in a simulated runtime, f runs on a fiber of its own instead (where a fiber's
+// call_blocking runs f on the fiber itself): weft's blocking calls in f park that fiber. If that
+// fiber cannot start either (no stack), the await throws why. From a fiber, it is
 // call_blocking; on a plain thread, f runs there.
 template <typename F>
 BlockingAwaiter<F> call_blocking(F f) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "weft/base/fault.h"
 #include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/cancellation.h"
@@ -642,6 +643,64 @@ TEST(TaskTest, CallBlockingFromATaskLeavesTheWorkerFree) {
     EXPECT_EQ(v, 7);
   });
   ASSERT_TRUE(fiber.join().ok());
+}
+
+// With no blocking thread (max_blocking_threads 0), and in a simulated runtime, a task's
+// call_blocking runs its function on a fiber of its own: weft's blocking calls inside it (a
+// nested call_blocking, a sleep, a channel) park that fiber, as they would in a fiber's
+// call_blocking run inline. A fiber's call_blocking with no thread runs inline (it once hung).
+TEST(TaskTest, CallBlockingWithoutBlockingThreadsRunsOnAFiber) {
+  auto body = [](Channel<int>& ch) {
+    return [&ch] {
+      (void)this_fiber::sleep_for(1ms);
+      int v = call_blocking([] { return 3; });  // nested: inline on that fiber
+      Result<int> got = ch.recv();
+      return v + (got.ok() ? *got : -1);
+    };
+  };
+  {
+    Runtime rt({.workers = 1, .max_blocking_threads = 0});
+    Channel<int> ch(1);
+    auto h = rt.spawn_task(
+        [&]() -> Task<int> { co_return co_await this_task::call_blocking(body(ch)); });
+    auto sender = rt.spawn_task([&]() -> Task<> { (void)co_await ch.async_send(4); });
+    EXPECT_EQ(*h.join(), 7);
+    ASSERT_TRUE(sender.join().ok());
+    EXPECT_EQ(*rt.spawn([] { return call_blocking([] { return 5; }); }).join(), 5);
+  }
+  {
+    Runtime rt({.workers = 1, .simulation = SimulationOptions{.seed = 7}});
+    Channel<int> ch(1);
+    int v = rt.block_on([&] {
+      auto h = rt.spawn_task(
+          [&]() -> Task<int> { co_return co_await this_task::call_blocking(body(ch)); });
+      EXPECT_TRUE(ch.send(4).ok());
+      return *h.join();
+    });
+    EXPECT_EQ(v, 7);
+  }
+}
+
+// No blocking thread, and the fiber that would run the call cannot start either (its stack is
+// refused): the await throws why, and the function never ran.
+TEST(TaskTest, CallBlockingThatCanRunNowhereThrows) {
+  // A stack class no other test uses, so that no cached stack hides the refused mapping.
+  Runtime rt({.workers = 1, .stack_size = std::size_t{5} << 20, .max_blocking_threads = 0});
+  bool ran = false;
+  auto h = rt.spawn_task([&]() -> Task<std::string> {
+    const fault::Config before = fault::Current();
+    fault::Configure({.rate = 1.0, .seed = 3, .hard = true});
+    std::string why = "no exception";
+    try {
+      co_await this_task::call_blocking([&] { ran = true; });
+    } catch (const std::system_error& e) {
+      why = e.code().message();
+    }
+    fault::Configure(before);
+    co_return why;
+  });
+  EXPECT_EQ(*h.join(), std::make_error_code(std::errc::not_enough_memory).message());
+  EXPECT_FALSE(ran);
 }
 
 // A runtime destroyed while a task waits in call_blocking: the call is not cancelled, the

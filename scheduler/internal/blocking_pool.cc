@@ -60,12 +60,12 @@ bool BlockingPool::submit(BlockingTask* task) {
       ++threads_;
     } catch (const std::exception&) {  // no thread (std::system_error), or no memory for its slot
       if (added) slots_.pop_back();
-      if (threads_ == 0) {  // nothing would ever run it: take it back
-        head_ = tail_ = nullptr;
-        queued_ = 0;
-        return false;
-      }
     }
+  }
+  if (threads_ == 0) {  // none could start (or none may: max_threads 0): nothing would run it
+    head_ = tail_ = nullptr;
+    queued_ = 0;
+    return false;
   }
   return true;
 }
