@@ -48,7 +48,9 @@ struct FileStat {
 // file that took the number meanwhile. On a pipe, FIFO or device without io_uring, a call may
 // wait for ever, so a close does not wait for it: a write racing with the close may then reach
 // the number's next file, and a read may consume its bytes before it fails operation_canceled.
-// Do not close such a File while other fibers still use it.
+// Do not close such a File while other fibers still use it. Nor does the runtime's shutdown end
+// such a call (a blocking thread's system call cannot be cancelled): ~Runtime waits for it, as
+// for any call_blocking.
 // On a pipe or FIFO the offset is ignored, as the reactor ignores it (io_uring's rule).
 class File {
  public:
