@@ -308,21 +308,20 @@ void Mutex::WakeNext() {
 
 CondVar::~CondVar() { sync_internal::AbortIfWaitedOn(queue_lock_, {&queue_}, "CondVar"); }
 
-Result<void> CondVar::wait(Mutex& mutex, const WaitOptions& options) {
-  Waiter* me = &current_waiter();
+Result<void> CondVar::Enqueue(Mutex& mutex, WaitNode& node, Waiter* me) {
   // relaxed: compared with our own identity only.
   if (mutex.owner_.load(std::memory_order_relaxed) != me->identity()) {
     return std::errc::operation_not_permitted;
   }
-  WaitNode node;
   node.waiter = me;
   queue_lock_.lock();
   queue_.push_back(&node);
   queue_lock_.unlock();
   (void)mutex.unlock();
-  ParkResult r = Park(
-      *me, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
-      "CondVar", this);
+  return {};
+}
+
+Result<void> CondVar::Withdraw(WaitNode& node, ParkResult r) {
   Result<void> result;
   if (r != ParkResult::kWoken) {
     queue_lock_.lock();
@@ -332,6 +331,17 @@ Result<void> CondVar::wait(Mutex& mutex, const WaitOptions& options) {
     }  // else signalled as we gave up: report the signal
     queue_lock_.unlock();
   }
+  return result;
+}
+
+Result<void> CondVar::wait(Mutex& mutex, const WaitOptions& options) {
+  Waiter* me = &current_waiter();
+  WaitNode node;
+  if (Result<void> r = Enqueue(mutex, node, me); !r.ok()) return r;
+  ParkResult r = Park(
+      *me, [&] { return node.state.load(std::memory_order_acquire) != kWaiting; }, options,
+      "CondVar", this);
+  Result<void> result = Withdraw(node, r);
   // Re-lock without limit and without the shutdown's interruption: wait promises to return
   // holding the mutex. (Retrying an interruptible lock spun a worker for as long as another
   // execution held the mutex during a shutdown.) EDEADLK cannot happen: we released it above.
@@ -340,19 +350,9 @@ Result<void> CondVar::wait(Mutex& mutex, const WaitOptions& options) {
 }
 
 bool CondVar::WaitAwaiter::await_ready() {
-  Waiter* me = &current_waiter();
-  // relaxed: compared with our own identity only.
-  if (mutex_.owner_.load(std::memory_order_relaxed) != me->identity()) {
-    result_ = std::errc::operation_not_permitted;
-    return true;
-  }
-  node_.waiter = me;
-  cv_.queue_lock_.lock();
-  cv_.queue_.push_back(&node_);
-  cv_.queue_lock_.unlock();
-  (void)mutex_.unlock();
-  waited_ = true;
-  return false;
+  result_ = cv_.Enqueue(mutex_, node_, &current_waiter());
+  waited_ = result_.ok();
+  return !waited_;
 }
 
 bool CondVar::WaitAwaiter::await_suspend(std::coroutine_handle<> h) {
@@ -369,16 +369,8 @@ bool CondVar::WaitAwaiter::Done(void* self) {
 bool CondVar::WaitAwaiter::Again(void* self, ParkResult r,
                                  std::optional<SyncClock::time_point>* deadline) {
   auto& a = *static_cast<WaitAwaiter*>(self);
-  if (a.relocking_) return false;  // holding the mutex again: over
-  // The wait on the CondVar ended with r, as wait()'s Park.
-  if (r != ParkResult::kWoken) {
-    a.cv_.queue_lock_.lock();
-    if (a.node_.state.load(std::memory_order_relaxed) == kWaiting) {
-      a.cv_.queue_.remove(&a.node_);
-      a.result_ = sync_internal::ErrorOf(r);
-    }  // else signalled as we gave up: report the signal
-    a.cv_.queue_lock_.unlock();
-  }
+  if (a.relocking_) return false;          // holding the mutex again: over
+  a.result_ = a.cv_.Withdraw(a.node_, r);  // the wait on the CondVar ended with r
   // Re-lock without limit and without the shutdown's interruption, as wait() does.
   a.park_.Uncancellable();
   Waiter* me = a.node_.waiter;

@@ -214,6 +214,13 @@ class CondVar {
   WaitAwaiter async_wait(Mutex& mutex, const WaitOptions& options = {});
 
  private:
+  // The two ends of a wait around its park, shared by wait and WaitAwaiter. Enqueue: the caller
+  // (me) must hold mutex (else operation_not_permitted); queues node for a signal, then unlocks
+  // mutex. Withdraw: after the park ended with r: r's error, with node taken off the queue,
+  // unless it was signalled meanwhile ({}: the signal stands).
+  Result<void> Enqueue(Mutex& mutex, sync_internal::WaitNode& node, Waiter* me);
+  Result<void> Withdraw(sync_internal::WaitNode& node, sync_internal::ParkResult r);
+
   sync_internal::SpinLock queue_lock_;
   sync_internal::WaitQueue queue_ ABSL_GUARDED_BY(queue_lock_);
 };
