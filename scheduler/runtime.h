@@ -369,6 +369,33 @@ bool RunBlocking(void (*fn)(void*), void* arg);
 // fn runs.
 struct BlockingCall;
 BlockingCall* StartBlockingCall(void (*fn)(void*), void* arg);
+// CallOutcome<F>: a call of *f made elsewhere (Invoke, on a blocking thread) and its value or
+// exception, kept for the one that waits for it (Take): both call_blocking forms.
+template <typename F>
+struct CallOutcome {
+  using T = std::invoke_result_t<F&>;
+  F* f;
+  std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
+  std::exception_ptr error;
+
+  static void Invoke(void* self) {
+    auto* c = static_cast<CallOutcome*>(self);
+    try {
+      if constexpr (std::is_void_v<T>) {
+        (*c->f)();
+        c->value.emplace();
+      } else {
+        c->value.emplace((*c->f)());
+      }
+    } catch (...) {
+      c->error = std::current_exception();
+    }
+  }
+  T Take() {
+    if (error) std::rethrow_exception(error);
+    if constexpr (!std::is_void_v<T>) return std::move(*value);
+  }
+};
 bool BlockingCallDone(const BlockingCall* call);
 void RethrowBlockingCallError(const BlockingCall* call);
 void FinishBlockingCall(BlockingCall* call);
@@ -644,30 +671,11 @@ class Runtime {
 // end. Outside a fiber, f simply runs on the calling thread.
 template <typename F>
 auto call_blocking(F f) -> std::invoke_result_t<F&> {
-  using T = std::invoke_result_t<F&>;
-  struct Call {
-    F* f;
-    std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
-    std::exception_ptr error;
-  } call{&f, {}, {}};
-  bool offloaded = scheduler_internal::RunBlocking(
-      [](void* arg) {
-        auto* c = static_cast<Call*>(arg);
-        try {
-          if constexpr (std::is_void_v<T>) {
-            (*c->f)();
-            c->value.emplace();
-          } else {
-            c->value.emplace((*c->f)());
-          }
-        } catch (...) {
-          c->error = std::current_exception();
-        }
-      },
-      &call);
-  if (!offloaded) return f();
-  if (call.error) std::rethrow_exception(call.error);
-  if constexpr (!std::is_void_v<T>) return std::move(*call.value);
+  scheduler_internal::CallOutcome<F> call{&f, {}, {}};
+  if (!scheduler_internal::RunBlocking(&scheduler_internal::CallOutcome<F>::Invoke, &call)) {
+    return f();
+  }
+  return call.Take();
 }
 
 // BlockingRegion: while it lives, the calling fiber runs on one of the runtime's blocking

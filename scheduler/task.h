@@ -268,17 +268,15 @@ inline auto yield() noexcept {
 // BlockingAwaiter: what call_blocking returns.
 template <typename F>
 class [[nodiscard]] BlockingAwaiter {
-  using T = std::invoke_result_t<F&>;
-
  public:
-  explicit BlockingAwaiter(F f) : f_(std::move(f)), park_(&Done, this) {}
+  explicit BlockingAwaiter(F f) : f_(std::move(f)), outcome_{&f_, {}, {}}, park_(&Done, this) {}
   BlockingAwaiter(const BlockingAwaiter&) = delete;
   BlockingAwaiter& operator=(const BlockingAwaiter&) = delete;
   ~BlockingAwaiter() {
     if (call_ != nullptr) scheduler_internal::FinishBlockingCall(call_);
   }
   bool await_ready() {
-    call_ = scheduler_internal::StartBlockingCall(&Invoke, this);
+    call_ = scheduler_internal::StartBlockingCall(&Outcome::Invoke, &outcome_);
     return call_ == nullptr;
   }
   bool await_suspend(std::coroutine_handle<> h) {
@@ -286,35 +284,21 @@ class [[nodiscard]] BlockingAwaiter {
     return park_.Begin(current_waiter(), h, sync_internal::kNoWaitOptions, "call_blocking", nullptr,
                        /*interruptible=*/false);
   }
-  T await_resume() {
+  std::invoke_result_t<F&> await_resume() {
     if (call_ != nullptr) {
       (void)park_.End();
       scheduler_internal::RethrowBlockingCallError(call_);  // f could not run at all
     }
-    if (error_) std::rethrow_exception(error_);
-    if constexpr (!std::is_void_v<T>) return std::move(*value_);
+    return outcome_.Take();
   }
 
  private:
-  // Invoke: runs f on the thread that takes the call, keeping its result or exception.
-  static void Invoke(void* self) {
-    auto* a = static_cast<BlockingAwaiter*>(self);
-    try {
-      if constexpr (std::is_void_v<T>) {
-        a->f_();
-      } else {
-        a->value_.emplace(a->f_());
-      }
-    } catch (...) {
-      a->error_ = std::current_exception();
-    }
-  }
+  using Outcome = scheduler_internal::CallOutcome<F>;
   static bool Done(void* self) {
     return scheduler_internal::BlockingCallDone(static_cast<BlockingAwaiter*>(self)->call_);
   }
   F f_;
-  std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value_;
-  std::exception_ptr error_;
+  Outcome outcome_;  // runs f_ wherever the call goes, and keeps what it gave
   scheduler_internal::BlockingCall* call_ = nullptr;
   sync_internal::AsyncPark park_;
 };
