@@ -18,13 +18,13 @@
 // awaited. Tasks wait only through co_await: the async_ forms of the primitives
 // (Channel::async_send / async_recv, async_select, Mutex::async_lock, CondVar::async_wait,
 // Event::async_wait, Barrier::async_arrive_and_wait, Timer::async_wait, JoinHandle::async_join,
-// this_task::sleep_for, TcpStream::async_read...), each with the same deadlines, cancellation
-// and errors as its blocking form, completing exactly once. A fiber and a task may share any of
-// them and wake each other. Work that blocks a thread goes through this_task::call_blocking. A
-// blocking call from a task (a blocking wait, this_fiber::yield, weft::call_blocking, a
-// BlockingRegion) would stall its worker: it aborts the process with a message naming the call.
-// Awaiting anything else that suspends (another library's awaitable) is not supported and
-// aborts the same way.
+// TaskGroup::async_join_next, this_task::sleep_for, TcpStream::async_read...), each with the same
+// deadlines, cancellation and errors as its blocking form, completing exactly once. A fiber and a
+// task may share any of them and wake each other. Work that blocks a thread goes through
+// this_task::call_blocking. A blocking call from a task (a blocking wait, this_fiber::yield,
+// weft::call_blocking, a BlockingRegion) would stall its worker: it aborts the process with a
+// message naming the call. Awaiting anything else that suspends (another library's awaitable) is
+// not supported and aborts the same way.
 //
 // Memory: a task has no stack. It holds its coroutine frames (from the spawning worker's slab,
 // like a fiber's spawn state: no malloc) and a task record shared with fibers (448 bytes).
@@ -56,6 +56,14 @@ template <typename T = void>
 class Task;
 
 namespace scheduler_internal {
+
+// TaskAccess: takes the coroutine out of a Task, for what spawns one (a TaskGroup's child).
+struct TaskAccess {
+  template <typename T>
+  static auto Release(Task<T>& task) {
+    return task.release();
+  }
+};
 
 // TaskFinished: the running task's outermost coroutine has finished (its final awaiter).
 void TaskFinished() noexcept;
@@ -184,6 +192,7 @@ class [[nodiscard]] Task {
   template <typename>
   friend class Task;
   friend class Runtime;
+  friend struct scheduler_internal::TaskAccess;
   explicit Task(handle_type h) : h_(h) {}
   handle_type release() { return std::exchange(h_, nullptr); }
   handle_type h_;

@@ -277,30 +277,7 @@ Result<void> GroupCore::Wait(sync_internal::WaitQueue& queue, Ready ready,
       continue;  // it let go of the lock: look again
     if (ready()) return {};
     if (gave_up != std::errc{}) return gave_up;
-    // The node lives in the Waiter (Waiter::own_node): an execution waits on one thing at a time.
-    Waiter& self = current_waiter();
-    sync_internal::WaitNode& node = self.own_node();
-    node.waiter = &self;
-    // relaxed: nobody sees the node before push_back (under lock_) publishes it.
-    node.state.store(sync_internal::kWaiting, std::memory_order_relaxed);
-    queue.push_back(&node);
-    lock_.unlock();
-    sync_internal::ParkResult r = sync_internal::Park(
-        self,
-        [&] {
-          // acquire: pairs with Grant's release; what the granting side wrote is visible.
-          return node.state.load(std::memory_order_acquire) != sync_internal::kWaiting;
-        },
-        options, "TaskGroup", this);
-    lock_.lock();
-    if (r != sync_internal::ParkResult::kWoken) {
-      // relaxed: under lock_, which every grant holds.
-      if (node.state.load(std::memory_order_relaxed) == sync_internal::kWaiting) {
-        queue.remove(&node);
-        return sync_internal::ErrorOf(r);
-      }
-      gave_up = sync_internal::ErrorOf(r);  // granted as it gave up: look once more
-    }
+    gave_up = ParkOn(queue, options);
   }
 }
 
@@ -335,54 +312,182 @@ Result<bool> GroupCore::ToQueueMode() {
   return true;
 }
 
+std::errc GroupCore::ParkOn(sync_internal::WaitQueue& queue, const WaitOptions& options) {
+  // The node lives in the Waiter (Waiter::own_node): an execution waits on one thing at a time.
+  Waiter& self = current_waiter();
+  sync_internal::WaitNode& node = self.own_node();
+  node.waiter = &self;
+  // relaxed: nobody sees the node before push_back (under lock_) publishes it.
+  node.state.store(sync_internal::kWaiting, std::memory_order_relaxed);
+  queue.push_back(&node);
+  lock_.unlock();
+  sync_internal::ParkResult r = sync_internal::Park(
+      self,
+      [&] {
+        // acquire: pairs with Grant's release; what the granting side wrote is visible.
+        return node.state.load(std::memory_order_acquire) != sync_internal::kWaiting;
+      },
+      options, "TaskGroup", this);
+  lock_.lock();
+  if (r == sync_internal::ParkResult::kWoken) return {};
+  // relaxed: under lock_, which every grant holds. A grant found as the wait gives up stands:
+  // the caller's step looks once more.
+  if (node.state.load(std::memory_order_relaxed) == sync_internal::kWaiting) queue.remove(&node);
+  return sync_internal::ErrorOf(r);
+}
+
+bool GroupCore::NextStep(NextLook& look, std::errc gave_up, Result<Finished>* out) {
+  for (;;) {
+    if (MakePendingCancel()) [[unlikely]]
+      continue;  // it let go of the lock: look again
+    if (!look.asked) {
+      if (!queue_mode_ && !walking_) {
+        Result<bool> done = ToQueueMode();
+        if (!done) {
+          *out = done.error();
+          return true;
+        }
+        if (!*done) continue;  // it let go of the lock: look again
+      } else if (!queue_mode_ && !switch_wanted_) {
+        // A join_all walks the list: the walker makes the switch (it waits on the children).
+        switch_wanted_ = true;
+        switch_error_ = std::errc{};  // a new request: an older one's failure is not its
+        InterruptWalk();
+      }
+      look.round = switch_round_;
+      look.asked = true;
+    }
+    const bool ready = queue_mode_ ? finished_.count != 0 || running_ == 0
+                                   : !walking_ || switch_round_ != look.round;
+    if (!ready) {
+      if (gave_up == std::errc{}) return false;  // wait for a grant
+      *out = gave_up;
+      return true;
+    }
+    if (queue_mode_ && finished_.count != 0) {
+      *out = finished_.at(0);
+      finished_.head = (finished_.head + 1) % finished_.capacity;
+      finished_.count -= 1;
+      return true;
+    }
+    if (queue_mode_) {  // none finished, none runs
+      *out = std::errc::no_child_process;
+      return true;
+    }
+    if (walking_ && switch_error_ != std::errc{}) {  // the walker could not switch
+      *out = switch_error_;                          // every join_next of the request gets it
+      return true;
+    }
+    look.asked = false;  // the walk ended, or the request was dropped with it: ask again
+  }
+}
+
 Result<Finished> GroupCore::TakeNext(const WaitOptions& options) {
   if (IsOwnChild()) return std::errc::resource_deadlock_would_occur;
   lock_.lock();
+  NextLook look;
+  std::errc gave_up{};
+  Result<Finished> out = std::errc::invalid_argument;
+  while (!NextStep(look, gave_up, &out)) gave_up = ParkOn(next_waiters_, options);
+  lock_.unlock();
+  return out;
+}
+
+bool GroupCore::AllStep(std::errc gave_up, Result<Taken>* out) {
   for (;;) {
+    if (MakePendingCancel()) [[unlikely]]
+      continue;  // it let go of the lock: look again
     if (!queue_mode_ && !walking_) {
       Result<bool> done = ToQueueMode();
       if (!done) {
-        lock_.unlock();
-        return done.error();
+        *out = done.error();
+        return true;
       }
-      if (!*done) continue;  // it let go of the lock: look again
-    } else if (!queue_mode_ && !switch_wanted_) {
-      // A join_all walks the list: the walker makes the switch (it waits on the children).
-      switch_wanted_ = true;
-      switch_error_ = std::errc{};  // a new request: an older one's failure is not its
-      InterruptWalk();
+      continue;  // switched, or it let go of the lock: look again
     }
-    const std::uint64_t round = switch_round_;
-    Result<void> waited = Wait(
-        next_waiters_,
-        [&] {
-          ABSL_ASSERT_EXCLUSIVE_LOCK(lock_);
-          return queue_mode_ ? finished_.count != 0 || running_ == 0
-                             : !walking_ || switch_round_ != round;
-        },
-        options);
-    if (queue_mode_ && finished_.count != 0) {
-      Finished f = finished_.at(0);
-      finished_.head = (finished_.head + 1) % finished_.capacity;
-      finished_.count -= 1;
-      lock_.unlock();
-      return f;
+    // A walk (a blocking join_all's) takes everything as it ends: wait for it, then take what
+    // is left.
+    if (walking_ || running_ != 0) {
+      if (gave_up == std::errc{}) return false;  // wait for a grant
+      *out = gave_up;
+      return true;
     }
-    if (!waited.ok()) {
-      lock_.unlock();
-      return waited.error();
-    }
-    if (queue_mode_) {  // none finished, none runs
-      lock_.unlock();
-      return std::errc::no_child_process;
-    }
-    if (walking_ && switch_error_ != std::errc{}) {  // the walker could not switch
-      const std::errc error = switch_error_;         // every join_next of the request gets it
-      lock_.unlock();
-      return error;
-    }
-    // The walk ended, or the request was dropped with it: look again (and ask again).
+    *out = Taken{std::move(in_order_), std::move(finished_)};
+    in_order_ = {};
+    finished_ = FinishedRing{};
+    withdrawn_ = 0;
+    return true;
   }
+}
+
+bool GroupCore::JoinAwaiter::Look(std::errc gave_up) {
+  ABSL_ASSERT_EXCLUSIVE_LOCK(core_->lock_);
+  return all_ ? core_->AllStep(gave_up, &all_taken_) : core_->NextStep(look_, gave_up, &next_);
+}
+
+sync_internal::WaitQueue& GroupCore::JoinAwaiter::Queue() {
+  ABSL_ASSERT_EXCLUSIVE_LOCK(core_->lock_);
+  return all_ ? core_->all_waiters_ : core_->next_waiters_;
+}
+
+bool GroupCore::JoinAwaiter::await_ready() {
+  if (core_ == nullptr) return over_ = true;  // a moved-from group: invalid_argument
+  if (core_->IsOwnChild()) {
+    next_ = std::errc::resource_deadlock_would_occur;
+    all_taken_ = std::errc::resource_deadlock_would_occur;
+    return over_ = true;
+  }
+  core_->lock_.lock();
+  if (Look({})) {
+    core_->lock_.unlock();
+    return over_ = true;
+  }
+  Waiter& self = current_waiter();
+  node_ = &self.own_node();
+  node_->waiter = &self;
+  // relaxed: nobody sees the node before push_back (under lock_) publishes it.
+  node_->state.store(sync_internal::kWaiting, std::memory_order_relaxed);
+  Queue().push_back(node_);
+  core_->lock_.unlock();
+  return false;
+}
+
+bool GroupCore::JoinAwaiter::await_suspend(std::coroutine_handle<> h) {
+  return park_.Begin(*node_->waiter, h, options_, "TaskGroup", core_);
+}
+
+bool GroupCore::JoinAwaiter::Done(void* self) {
+  auto& a = *static_cast<JoinAwaiter*>(self);
+  // acquire: pairs with Grant's release.
+  if (a.node_->state.load(std::memory_order_acquire) == sync_internal::kWaiting) return false;
+  a.core_->lock_.lock();
+  if (a.Look({})) {
+    a.core_->lock_.unlock();
+    a.over_ = true;
+    return true;
+  }
+  // Granted, and another join took what there was: wait for the next grant, as ParkOn's
+  // caller does.
+  // relaxed: nobody sees the node before push_back (under lock_) publishes it.
+  a.node_->state.store(sync_internal::kWaiting, std::memory_order_relaxed);
+  a.Queue().push_back(a.node_);
+  a.core_->lock_.unlock();
+  return false;
+}
+
+void GroupCore::JoinAwaiter::await_resume() {
+  if (node_ == nullptr) return;  // over at once
+  const sync_internal::ParkResult r = park_.End();
+  if (over_) return;
+  // Timed out, cancelled or interrupted, with the node queued again or granted meanwhile.
+  core_->lock_.lock();
+  // relaxed: under lock_, which every grant holds.
+  if (node_->state.load(std::memory_order_relaxed) == sync_internal::kWaiting) {
+    Queue().remove(node_);
+  }
+  const bool over = Look(sync_internal::ErrorOf(r));  // with an error given, always over
+  core_->lock_.unlock();
+  (void)over;
 }
 
 Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {
@@ -497,6 +602,25 @@ void GroupCore::CancelAndJoin() noexcept {
     std::abort();
   }
   source_.cancel();
+  if (!current_waiter().can_block()) {
+    // A task, which must not wait here (it would stall its worker): over if no child runs.
+    lock_.lock();
+    Result<Taken> taken = std::errc::invalid_argument;
+    (void)AllStep(std::errc::operation_would_block, &taken);
+    lock_.unlock();
+    if (taken.ok()) {
+      taken->Free();
+      return;
+    }
+    if (taken.error() == std::errc::operation_would_block) {
+      std::fprintf(stderr,
+                   "weft: a TaskGroup destroyed in a task while children still run (a task "
+                   "cannot wait for them: co_await its async_join_all first)\n");
+      std::abort();
+    }
+    // No memory to take the finished children in queue mode: the walk below takes them in
+    // spawn order, none of them running, without a wait.
+  }
   for (;;) {
     Result<Taken> taken = TakeAll({});
     if (taken.ok()) {

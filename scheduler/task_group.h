@@ -1,7 +1,8 @@
-// scheduler/task_group.h: structured concurrency. A TaskGroup owns the fibers spawned into it:
-// it waits for them all (join_all), hands them out as they finish (join_next), cancels them
-// together through one token (cancel), and never lets one outlive it: its destructor cancels and
-// joins whatever is left. Go's errgroup, Tokio's JoinSet, Trio's nursery.
+// scheduler/task_group.h: structured concurrency. A TaskGroup owns the fibers and stackless tasks
+// spawned into it (spawn, spawn_task): it waits for them all (join_all), hands them out as they
+// finish (join_next), cancels them together through one token (cancel), and never lets one
+// outlive it: its destructor cancels and joins whatever is left. Go's errgroup, Tokio's JoinSet,
+// Trio's nursery. A task joins with co_await (async_join_all, async_join_next).
 //
 // Defines: weft::TaskGroup<T>, weft::GroupPolicy, weft::TaskGroupOptions, weft::Completed<T>,
 // weft::this_fiber::group_token.
@@ -39,6 +40,7 @@
 #define WEFT_SCHEDULER_TASK_GROUP_H_
 
 #include <algorithm>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -53,6 +55,7 @@
 
 #include "weft/base/result.h"
 #include "weft/scheduler/runtime.h"
+#include "weft/scheduler/task.h"
 #include "weft/sync/cancellation.h"
 #include "weft/sync/internal/spin_lock.h"
 #include "weft/sync/internal/wait_queue.h"
@@ -162,6 +165,48 @@ class GroupCore {
   Result<Finished> TakeNext(const WaitOptions& options);
   // TakeAll: waits until no child runs, then takes every one not taken.
   Result<Taken> TakeAll(const WaitOptions& options);
+
+  // NextLook: TakeNext's progress across its steps (NextStep, below): the switch request it
+  // made (see switch_round_).
+  struct NextLook {
+    std::uint64_t round = 0;
+    bool asked = false;
+  };
+  // JoinAwaiter: TakeNext (all = false) or TakeAll for a task (scheduler/task.h), which must not
+  // block its worker: the same steps (NextStep, AllStep), the task suspended between them. Its
+  // TakeAll does not walk: it puts the group in queue mode, as TakeNext, and waits there until
+  // no child runs. From a coroutine that is not a task, it blocks the fiber or thread that runs
+  // it.
+  class JoinAwaiter {
+   public:
+    JoinAwaiter(GroupCore* core, const WaitOptions& options, bool all)
+        : core_(core), options_(options), all_(all), park_(&Done, this) {}
+    JoinAwaiter(const JoinAwaiter&) = delete;
+    JoinAwaiter& operator=(const JoinAwaiter&) = delete;
+    bool await_ready();
+    bool await_suspend(std::coroutine_handle<> h);
+    // The outcome: next() for TakeNext's, all() for TakeAll's.
+    void await_resume();
+    Result<Finished>& next() { return next_; }
+    Result<Taken>& all() { return all_taken_; }
+
+   private:
+    // Done: the park's condition, on the task's side: its node was granted, and a look finds
+    // the join over (else the node is queued again).
+    static bool Done(void* self);
+    // Look: one step (NextStep or AllStep), under the core's lock.
+    bool Look(std::errc gave_up);
+    sync_internal::WaitQueue& Queue();
+    GroupCore* const core_;
+    WaitOptions options_;
+    const bool all_;
+    bool over_ = false;                        // a look found the join over
+    sync_internal::WaitNode* node_ = nullptr;  // queued: the waiter's own_node
+    NextLook look_;
+    Result<Finished> next_ = std::errc::invalid_argument;
+    Result<Taken> all_taken_ = std::errc::invalid_argument;
+    sync_internal::AsyncPark park_;
+  };
   // FirstFailure: ok, or the first failure's error; rethrows it if it was an exception.
   Result<void> FirstFailure() const;
   void Cancel();
@@ -172,8 +217,20 @@ class GroupCore {
 
  private:
   bool IsOwnChild() const;
-  // Wait: until ready() (under lock_) holds, parked on `queue`; under lock_ on return. A grant
-  // found as the wait gives up stands: ready() is looked at once more.
+  // The joins' steps, shared by the blocking joins (which park between them) and JoinAwaiter.
+  // Each looks under lock_ and returns true with *out set once the join is over, or false: the
+  // caller waits for a grant on next_waiters_ (NextStep) or all_waiters_ (AllStep), then looks
+  // again. gave_up: the caller's wait ended with this error (not {}): the step then ends the
+  // join, with what it can take or with that error.
+  bool NextStep(NextLook& look, std::errc gave_up, Result<Finished>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  bool AllStep(std::errc gave_up, Result<Taken>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // ParkOn: queues the calling execution's node on `queue`, unlocks, parks, locks again; {} if
+  // it was granted, else why the wait ended (its node withdrawn).
+  std::errc ParkOn(sync_internal::WaitQueue& queue, const WaitOptions& options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // Wait: until ready() (under lock_) holds, parked on `queue` (ParkOn); under lock_ on return.
+  // A wait that gives up looks at ready() once more (a grant found as it gave up stands).
   template <typename Ready>
   Result<void> Wait(sync_internal::WaitQueue& queue, Ready ready, const WaitOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
@@ -244,6 +301,23 @@ struct GroupChildOf : GroupChild {
   std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
 };
 
+// FinishChild: a child's end, once its outcome is in its record: in spawn-order mode, setting
+// `done` is all (the join frees the record). In queue mode, an outcome no join will take (a void
+// success; any, with discard_outcomes) is destroyed here, while the child still counts as
+// running, so that no code of the child's (a value's destructor) runs after join_all or
+// ~TaskGroup returned. allocation: the record's allocation (SpawnStateIsLocal's).
+template <typename T>
+void FinishChild(GroupCore* core, GroupChildOf<T>* child, const void* allocation, bool on_fiber) {
+  core->Report(child, on_fiber);
+  if (!child->done.set()) return;  // the last touch of *child, in spawn-order mode
+  const bool keep = core->Keeps(child, SpawnStateIsLocal(allocation));
+  if (!keep) {
+    child->value.reset();
+    child->exception = nullptr;
+  }
+  core->Publish(child, keep);  // the last touch of *child
+}
+
 // GroupChildState: a child's record, callable and fiber body in one allocation (as SpawnState).
 template <typename T, typename F>
 struct GroupChildState final : GroupChildOf<T>, FiberBody {
@@ -295,24 +369,85 @@ struct GroupChildState final : GroupChildOf<T>, FiberBody {
     this->exception = std::move(why);
     Finish(/*on_fiber=*/false);
   }
-  // Finish: in spawn-order mode, setting `done` is all (the join frees the record). In queue
-  // mode, an outcome no join will take (a void success; any, with discard_outcomes) is
-  // destroyed here, while the child still counts as running, so that no code of the child's (a
-  // value's destructor) runs after join_all or ~TaskGroup returned. (`this`, the allocation's
-  // start: FiberBody, polymorphic, is laid out first, so the GroupChild base is not.)
-  void Finish(bool on_fiber) {
-    core->Report(this, on_fiber);
-    if (!this->done.set()) return;  // the last touch of *this, in spawn-order mode
-    const bool keep = core->Keeps(this, SpawnStateIsLocal(this));
-    if (!keep) {
-      this->value.reset();
-      this->exception = nullptr;
+  // (`this`, the allocation's start: FiberBody, polymorphic, is laid out first, so the
+  // GroupChild base is not.)
+  void Finish(bool on_fiber) { FinishChild<T>(core, this, this, on_fiber); }
+
+  GroupCore* const core;
+  std::optional<F> fn;
+};
+
+// GroupTask<F>: the Task type of a task child's callable, called with the group's token if it
+// takes one.
+template <typename F>
+struct GroupTask {
+  static constexpr bool kTakesToken = std::is_invocable_v<F&, const CancellationToken&>;
+  using type = std::conditional_t<kTakesToken, std::invoke_result<F&, const CancellationToken&>,
+                                  std::invoke_result<F&>>::type;
+};
+
+// GroupTaskState: a task child's record, callable and task body in one allocation (as
+// TaskState): its coroutine runs as a task of the group's runtime, and its end (finish, on the
+// worker once the coroutine is over) takes the outcome into the record.
+template <typename T, typename F>
+struct GroupTaskState final : GroupChildOf<T>, TaskBody {
+  using TaskType = typename GroupTask<F>::type;
+  GroupTaskState(GroupCore* c, F&& f) : core(c), fn(std::move(f)) {
+    this->destroy = &Destroy;
+    this->has_value = !std::is_void_v<T> && !std::is_same_v<T, Result<void>>;
+  }
+  static GroupTaskState* New(GroupCore* core, F&& f) {
+    static_assert(alignof(GroupTaskState) <= 16, "AllocateSpawnState aligns to 16");
+    void* p = AllocateSpawnState(sizeof(GroupTaskState));
+    try {
+      return ::new (p) GroupTaskState(core, std::move(f));
+    } catch (...) {
+      FreeSpawnState(p);
+      throw;
     }
-    core->Publish(this, keep);  // the last touch of *this
+  }
+  static void Destroy(GroupChild* base) noexcept {
+    auto* self = static_cast<GroupTaskState*>(base);
+    if (self->root) self->root.destroy();  // made, and never run (its spawn failed)
+    self->~GroupTaskState();
+    FreeSpawnState(self);
+  }
+  // MakeRoot: the child's coroutine, not started.
+  void MakeRoot() {
+    if constexpr (GroupTask<F>::kTakesToken) {
+      TaskType task = (*fn)(core->token());
+      root = TaskAccess::Release(task);
+    } else {
+      TaskType task = (*fn)();
+      root = TaskAccess::Release(task);
+    }
+  }
+  const CancellationToken* group_token() const noexcept override { return &core->token(); }
+  void finish() noexcept override {
+    auto& promise = root.promise();
+    if (promise.error) {
+      this->exception = promise.error;
+    } else if constexpr (!std::is_void_v<T>) {
+      try {
+        this->value.emplace(std::move(*promise.value));
+        if constexpr (IsResult<T>::value) {
+          if (!this->value->ok()) this->error = this->value->error();
+        }
+      } catch (...) {
+        this->exception = std::current_exception();
+      }
+    }
+    root.destroy();
+    root = nullptr;
+    fn.reset();
+    // On the worker's own context, which cannot run the token's callbacks (they may park): a
+    // fail-fast cancel is made on the deadline thread (GroupCore::Report).
+    FinishChild<T>(core, this, this, /*on_fiber=*/false);
   }
 
   GroupCore* const core;
   std::optional<F> fn;
+  typename TaskType::handle_type root;
 };
 
 template <typename T>
@@ -424,22 +559,44 @@ class TaskGroup {
     } catch (const std::bad_alloc&) {
       return std::errc::not_enough_memory;
     }  // F's move constructor's exception goes to the caller
-    Result<std::uint64_t> id = core_->Admit(state);
-    if (!id) {
-      State::Destroy(state);
-      return id;
-    }
-    std::errc error;
+    return Start(state, options, site, nullptr);
+  }
+
+  // spawn_task: as spawn, with a stackless task (scheduler/task.h) for the child: f() (or
+  // f(token)) returns a weft::Task<U>, spawned as Runtime::spawn_task spawns one; U converts to
+  // T (is void, for TaskGroup<void>). The same ids, errors and outcomes as spawn's, and
+  // this_fiber::group_token() answers in the task too. One difference: a task child that fails
+  // in a kFailFast group has the cancel made shortly after, on weft's deadline thread, as a
+  // child that could not start has (a task ends on its worker's own context, where the token's
+  // callbacks, which may park, cannot run); new spawns are refused at once all the same.
+  template <typename F>
+  Result<std::uint64_t> spawn_task(F f, const FiberOptions& options = {},
+                                   std::source_location site = std::source_location::current()) {
+    using State = scheduler_internal::GroupTaskState<T, F>;
+    using TaskType = typename State::TaskType;
+    static_assert(scheduler_internal::IsTaskType<TaskType>::value,
+                  "TaskGroup::spawn_task: f() returns a weft::Task<U>");
+    using R = typename TaskType::value_type;
+    static_assert(std::is_void_v<T> ? std::is_void_v<R> : std::is_convertible_v<R, T>,
+                  "a TaskGroup<T> child's Task gives T (void for TaskGroup<void>)");
+    if (core_ == nullptr || core_->runtime() == nullptr) return std::errc::invalid_argument;
+    if (core_->token().is_cancelled()) return std::errc::operation_canceled;
+    State* state;
     try {
-      scheduler_internal::Spawn(*core_->runtime(), state, options, site);
-      return id;
-    } catch (const std::system_error& e) {
-      error = static_cast<std::errc>(e.code().value());
+      state = State::New(core_.get(), std::move(f));
     } catch (const std::bad_alloc&) {
-      error = std::errc::not_enough_memory;
+      return std::errc::not_enough_memory;
+    }  // F's move constructor's exception goes to the caller
+    try {
+      state->MakeRoot();  // no memory for its frame; or f threw
+    } catch (const std::bad_alloc&) {
+      State::Destroy(state);
+      return std::errc::not_enough_memory;
+    } catch (...) {
+      State::Destroy(state);
+      throw;
     }
-    if (core_->Withdraw(state)) State::Destroy(state);
-    return error;
+    return Start(state, options, site, state->root.address());
   }
 
   // join_next: the next child to finish that nobody has taken yet (completion order; those
@@ -460,7 +617,58 @@ class TaskGroup {
   // success; for <Result<U>>, the U values, and for other T the values, of the children it took,
   // in spawn order. Errors: timed_out / operation_canceled per options (nothing is taken),
   // resource_deadlock_would_occur (from a child).
-  typename scheduler_internal::JoinAllOf<T>::type join_all(const WaitOptions& options = {});
+  typename scheduler_internal::JoinAllOf<T>::type join_all(const WaitOptions& options = {}) {
+    if (core_ == nullptr) return std::errc::invalid_argument;  // moved from
+    return Collect(core_.get(), core_->TakeAll(options));
+  }
+
+  // async_join_next / async_join_all: join_next and join_all for a task (scheduler/task.h),
+  // which waits without blocking its worker: `Result<Completed<T>> c = co_await
+  // group.async_join_next();`. The same results, except that async_join_all may also report
+  // not_enough_memory (it takes the finished children as join_next does, through a queue
+  // whose room it makes). A task must join a group it owns before the group is destroyed
+  // (co_await async_join_all(), after cancel() to stop the children early): the destructor,
+  // which blocks until every child is done, aborts the process if it must wait in a task. From
+  // a coroutine that is not a task, they block the fiber or thread that runs it.
+  class [[nodiscard]] JoinNextAwaiter {
+   public:
+    bool await_ready() { return join_.await_ready(); }
+    bool await_suspend(std::coroutine_handle<> h) { return join_.await_suspend(h); }
+    Result<Completed<T>> await_resume() {
+      join_.await_resume();
+      Result<scheduler_internal::Finished>& f = join_.next();
+      if (!f) return f.error();
+      return Completed<T>(*f);
+    }
+
+   private:
+    friend class TaskGroup;
+    JoinNextAwaiter(scheduler_internal::GroupCore* core, const WaitOptions& options)
+        : join_(core, options, /*all=*/false) {}
+    scheduler_internal::GroupCore::JoinAwaiter join_;
+  };
+  class [[nodiscard]] JoinAllAwaiter {
+   public:
+    bool await_ready() { return join_.await_ready(); }
+    bool await_suspend(std::coroutine_handle<> h) { return join_.await_suspend(h); }
+    typename scheduler_internal::JoinAllOf<T>::type await_resume() {
+      join_.await_resume();
+      return Collect(core_, std::move(join_.all()));
+    }
+
+   private:
+    friend class TaskGroup;
+    JoinAllAwaiter(scheduler_internal::GroupCore* core, const WaitOptions& options)
+        : core_(core), join_(core, options, /*all=*/true) {}
+    scheduler_internal::GroupCore* core_;
+    scheduler_internal::GroupCore::JoinAwaiter join_;
+  };
+  JoinNextAwaiter async_join_next(const WaitOptions& options = {}) {
+    return JoinNextAwaiter(core_.get(), options);
+  }
+  JoinAllAwaiter async_join_all(const WaitOptions& options = {}) {
+    return JoinAllAwaiter(core_.get(), options);
+  }
 
   // cancel: cancels the group's token (the children's waits that take it end with
   // operation_canceled, and groups nested in them are cancelled too); later spawns are refused.
@@ -478,22 +686,47 @@ class TaskGroup {
   std::size_t size() const { return core_ != nullptr ? core_->size() : 0; }
 
  private:
+  // Start: admits `state`, a new child's record, and spawns it (task_frame: a task child's
+  // coroutine); frees it if either fails.
+  template <typename State>
+  Result<std::uint64_t> Start(State* state, const FiberOptions& options, std::source_location site,
+                              void* task_frame) {
+    Result<std::uint64_t> id = core_->Admit(state);
+    if (!id) {
+      State::Destroy(state);
+      return id;
+    }
+    std::errc error;
+    try {
+      scheduler_internal::Spawn(*core_->runtime(), state, options, site, task_frame);
+      return id;
+    } catch (const std::system_error& e) {
+      error = static_cast<std::errc>(e.code().value());
+    } catch (const std::bad_alloc&) {
+      error = std::errc::not_enough_memory;
+    }
+    if (core_->Withdraw(state)) State::Destroy(state);
+    return error;
+  }
+  // Collect: join_all's outcome from what it took (or why it took nothing).
+  static typename scheduler_internal::JoinAllOf<T>::type Collect(
+      scheduler_internal::GroupCore* core, Result<scheduler_internal::Taken> taken);
+
   std::unique_ptr<scheduler_internal::GroupCore> core_;
 };
 
 template <typename T>
-typename scheduler_internal::JoinAllOf<T>::type TaskGroup<T>::join_all(const WaitOptions& options) {
+typename scheduler_internal::JoinAllOf<T>::type TaskGroup<T>::Collect(
+    scheduler_internal::GroupCore* core, Result<scheduler_internal::Taken> taken) {
   using scheduler_internal::GroupChild;
   using scheduler_internal::Taken;
-  if (core_ == nullptr) return std::errc::invalid_argument;  // moved from
-  Result<Taken> taken = core_->TakeAll(options);
   if (!taken) return taken.error();
   // What was taken is freed however this returns (a rethrow, a std::bad_alloc included).
   struct Owned {
     Taken& taken;
     ~Owned() { taken.Free(); }
   } owned{*taken};
-  if (Result<void> failure = core_->FirstFailure(); !failure) return failure.error();
+  if (Result<void> failure = core->FirstFailure(); !failure) return failure.error();
   if constexpr (std::is_same_v<typename scheduler_internal::JoinAllOf<T>::type, Result<void>>) {
     return {};
   } else {

@@ -5,6 +5,8 @@
 // Every schedule within the bounds must hold; a lost wake-up of a join is a deadlock the checker
 // reports.
 
+#include <coroutine>
+#include <exception>
 #include <system_error>
 
 #include "gtest/gtest.h"
@@ -36,6 +38,29 @@ void Finish(GroupCore& core, GroupChild* child) {
   core.Report(child, /*on_fiber=*/true);
   if (!child->done.set()) return;  // spawn-order mode
   core.Publish(child, core.Keeps(child, /*local=*/true));
+}
+
+// Eager: a coroutine run at once by the thread that calls it, as a task's joins are awaited:
+// off a worker, JoinAwaiter blocks the thread, going through the same steps a task takes (each
+// wake-up asks Done, which takes, or queues the node again when another join took first).
+struct Eager {
+  struct promise_type {
+    Eager get_return_object() { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { std::terminate(); }
+  };
+};
+Eager AwaitNext(GroupCore& core, Result<Finished>* out) {
+  GroupCore::JoinAwaiter join(&core, {}, /*all=*/false);
+  co_await join;
+  *out = join.next();
+}
+Eager AwaitAll(GroupCore& core, Result<Taken>* out) {
+  GroupCore::JoinAwaiter join(&core, {}, /*all=*/true);
+  co_await join;
+  *out = std::move(join.all());
 }
 
 // FirstOfTwoFinished: admits `a` and `b`, and finishes `a` (a child that ended before the joins).
@@ -303,6 +328,58 @@ TEST(TaskGroupModelTest, AJoinNextsRequestOutlivesAWalkThatGivesUpAndIsRetried) 
     canceller.join();
     walker.join();
     tb.join();
+  }));
+}
+
+// A task's join_next (the awaiter) and a fiber's compete for two children: each child goes to
+// exactly one of them, and the one that loses a grant to the other waits again (Done queues its
+// node again) instead of ending or being forgotten: with the second child waiting for the first
+// to be taken, a lost wake-up is a deadlock.
+TEST(TaskGroupModelTest, AnAwaitedJoinNextAndABlockingOneShareTheChildren) {
+  ExpectAllSchedulesPass(check([] {
+    GroupCore core(nullptr, {});
+    Record a, b;
+    (void)*core.Admit(&a);
+    (void)*core.Admit(&b);
+    Event first_taken;
+    Result<Finished> awaited = std::errc::interrupted;
+    model::thread task([&] {
+      AwaitNext(core, &awaited);
+      first_taken.set();
+    });
+    model::thread ta([&] { Finish(core, &a); });
+    model::thread tb([&] {
+      WEFT_MODEL_ASSERT(first_taken.wait().ok());
+      Finish(core, &b);
+    });
+    Result<Finished> blocking = core.TakeNext({});
+    first_taken.set();  // whichever join takes first lets the second child finish
+    task.join();
+    WEFT_MODEL_ASSERT(awaited.ok() && blocking.ok());
+    WEFT_MODEL_ASSERT(awaited->child != blocking->child);
+    ta.join();
+    tb.join();
+  }));
+}
+
+// A task's join_all while a fiber's join_all walks the list and a child finishes: both end, and
+// between them they take each child once (the task's waits for the walk to end, then takes
+// what is left).
+TEST(TaskGroupModelTest, AnAwaitedJoinAllBesideAWalk) {
+  ExpectAllSchedulesPass(check([] {
+    GroupCore core(nullptr, {});
+    Record a, b;
+    FirstOfTwoFinished(core, a, b);
+    Result<Taken> walked = std::errc::interrupted;
+    model::thread walker([&] { walked = core.TakeAll({}); });
+    model::thread tb([&] { Finish(core, &b); });
+    Result<Taken> awaited = std::errc::interrupted;
+    AwaitAll(core, &awaited);
+    walker.join();
+    tb.join();
+    WEFT_MODEL_ASSERT(walked.ok() && awaited.ok());
+    WEFT_MODEL_ASSERT(walked->count() + awaited->count() == 2);
+    WEFT_MODEL_ASSERT(core.size() == 0);
   }));
 }
 
