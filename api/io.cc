@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <new>
 #include <optional>
 #include <system_error>
 #include <utility>
@@ -61,6 +63,27 @@ Result<std::size_t> SimSend(int fd, const void* buf, std::size_t len, int flags,
                             const WaitOptions& options) {
   const IoVec one{const_cast<void*>(buf), len};
   return sim_internal::Send(fd, &one, 1, flags, options);
+}
+
+// OnSimFiber: a task's call on a simulated socket. The simulated network's calls wait on its lock
+// and condition variables, which block, so the call (its blocking form, f) runs on a fiber of
+// its own while the task waits, as this_task::call_blocking runs work in a simulation; the
+// call's WaitOptions and the runtime's shutdown end it as they end a fiber's. A fiber that
+// cannot start (no stack) is the call's error.
+template <typename R, typename F>
+Task<R> OnSimFiber(F f) {
+  try {
+    co_return co_await this_task::call_blocking(std::move(f));
+  } catch (const std::system_error& e) {
+    co_return static_cast<std::errc>(e.code().value());
+  } catch (const std::bad_alloc&) {
+    co_return std::errc::not_enough_memory;
+  }
+}
+
+template <typename R>
+Task<R> Ready(R r) {
+  co_return r;
 }
 
 Absorb ForFlags(int flags) {
@@ -217,10 +240,12 @@ Result<void> SendAll(Fd at, const void* buf, std::size_t len, const WaitOptions&
                   len);
 }
 
-Task<Result<std::size_t>> AsyncRecv(Fd at, void* buf, std::size_t len, int flags,
-                                    WaitOptions options) {
+namespace {
+// The task forms below, on the reactor (the simulated network's fds go through OnSimFiber: the
+// public forms choose, without a frame of their own).
+Task<Result<std::size_t>> AsyncRecvOnReactor(Fd at, void* buf, std::size_t len, int flags,
+                                             WaitOptions options) {
   const int fd = at.fd;
-  if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
   std::int64_t r;
   int retries = 0;
   do {
@@ -231,10 +256,9 @@ Task<Result<std::size_t>> AsyncRecv(Fd at, void* buf, std::size_t len, int flags
   co_return Size(r);
 }
 
-Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int flags,
-                                    WaitOptions options) {
+Task<Result<std::size_t>> AsyncSendOnReactor(Fd at, const void* buf, std::size_t len, int flags,
+                                             WaitOptions options) {
   const int fd = at.fd;
-  if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
   if (std::optional<Result<std::size_t>> r = SendDirect(at, buf, len, flags, options)) co_return *r;
   std::int64_t r;
   int retries = 0;
@@ -244,6 +268,25 @@ Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int
         "io send", fd, at.epoch);
   } while (Absorbed(ForFlags(flags), r, &retries));
   co_return Size(r);
+}
+}  // namespace
+
+Task<Result<std::size_t>> AsyncRecv(Fd at, void* buf, std::size_t len, int flags,
+                                    WaitOptions options) {
+  if (sim_internal::IsSimFd(at.fd)) {
+    return OnSimFiber<Result<std::size_t>>(
+        [=] { return SimRecv(at.fd, buf, len, flags, options); });
+  }
+  return AsyncRecvOnReactor(at, buf, len, flags, options);
+}
+
+Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int flags,
+                                    WaitOptions options) {
+  if (sim_internal::IsSimFd(at.fd)) {
+    return OnSimFiber<Result<std::size_t>>(
+        [=] { return SimSend(at.fd, buf, len, flags, options); });
+  }
+  return AsyncSendOnReactor(at, buf, len, flags, options);
 }
 
 Task<Result<std::size_t>> AsyncRead(Fd at, void* buf, std::size_t len, WaitOptions options,
@@ -318,9 +361,9 @@ Task<Result<void>> AsyncReadExact(Fd at, void* buf, std::size_t len, WaitOptions
   co_return Result<void>();
 }
 
-Task<Result<int>> AsyncAccept(Fd at, WaitOptions options) {
+namespace {
+Task<Result<int>> AsyncAcceptOnReactor(Fd at, WaitOptions options) {
   const int fd = at.fd;
-  if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
   std::int64_t r;
   int retries = 0;
   do {
@@ -332,13 +375,37 @@ Task<Result<int>> AsyncAccept(Fd at, WaitOptions options) {
   co_return static_cast<int>(r);
 }
 
-Task<Result<void>> AsyncConnect(int fd, const sockaddr* addr, socklen_t addrlen,
-                                WaitOptions options) {
-  if (sim_internal::IsSimFd(fd)) co_return std::errc::not_supported;
+Task<Result<void>> AsyncConnectOnReactor(int fd, const sockaddr* addr, socklen_t addrlen,
+                                         WaitOptions options) {
   std::int64_t r = co_await scheduler_internal::IoAwaiter(
       [&](Reactor& re, IoOp& op) { re.connect(op, fd, addr, addrlen); }, options, "io connect", fd);
   if (r < 0) co_return ErrcOf(r);
   co_return Result<void>();
+}
+}  // namespace
+
+Task<Result<int>> AsyncAccept(Fd at, WaitOptions options) {
+  if (sim_internal::IsSimFd(at.fd)) {
+    return OnSimFiber<Result<int>>(
+        [=] { return sim_internal::Accept(at.fd, nullptr, nullptr, options); });
+  }
+  return AsyncAcceptOnReactor(at, options);
+}
+
+Task<Result<void>> AsyncConnect(int fd, const sockaddr* addr, socklen_t addrlen,
+                                WaitOptions options) {
+  if (sim_internal::IsSimFd(fd)) {
+    // The address is copied: the caller's may go before the fiber runs.
+    sockaddr_storage to{};
+    if (addr == nullptr || addrlen <= 0 || static_cast<std::size_t>(addrlen) > sizeof to) {
+      return Ready<Result<void>>(std::errc::invalid_argument);
+    }
+    std::memcpy(&to, addr, addrlen);
+    return OnSimFiber<Result<void>>([=] {
+      return sim_internal::Connect(fd, reinterpret_cast<const sockaddr*>(&to), addrlen, options);
+    });
+  }
+  return AsyncConnectOnReactor(fd, addr, addrlen, options);
 }
 
 // recv_buffer's counts (relaxed: statistics).
@@ -452,8 +519,8 @@ Result<io::RecvBuffer> RecvBufferOn(Fd at, const WaitOptions& options) {
   }
 }
 
-Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd at, WaitOptions options) {
-  if (sim_internal::IsSimFd(at.fd)) co_return std::errc::not_supported;
+namespace {
+Task<Result<io::RecvBuffer>> AsyncRecvBufferOnReactor(Fd at, WaitOptions options) {
   RecvBufferTries tries(at);
   for (;;) {
     std::int64_t r;
@@ -465,6 +532,14 @@ Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd at, WaitOptions options) {
     } while (Absorbed(Absorb::kEagain, r, &retries));
     if (std::optional<Result<io::RecvBuffer>> b = tries.After(r)) co_return std::move(*b);
   }
+}
+}  // namespace
+
+Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd at, WaitOptions options) {
+  if (sim_internal::IsSimFd(at.fd)) {
+    return OnSimFiber<Result<io::RecvBuffer>>([=] { return RecvBufferOn(at, options); });
+  }
+  return AsyncRecvBufferOnReactor(at, options);
 }
 
 Result<int> Accept(Fd at, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {

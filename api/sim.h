@@ -9,7 +9,9 @@
 // fds use this network; no real fd is ever touched (a real one is refused with ENOTSUP). A fiber
 // runs on a host: the default host "main" unless it, or the fiber that spawned it, entered
 // another (Network::enter). Each host has an address 10.0.x.y, a name that net::resolve knows,
-// loopback (127.0.0.1 reaches the host itself), its own ports and its own fd limit.
+// loopback (127.0.0.1 reaches the host itself), its own ports and its own fd limit. A stackless
+// task's socket calls (async_read, async_connect...) run their blocking forms on fibers of
+// their own, on the task's host, while the task waits.
 //
 // What the network does, as TCP would:
 //   - connect: a SYN that finds no listener (on that address and port) is refused

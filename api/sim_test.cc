@@ -27,6 +27,7 @@
 #include "weft/base/clock.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/scheduler/simulation.h"
+#include "weft/scheduler/task.h"
 #include "weft/sync/coordination.h"
 
 namespace weft {
@@ -602,6 +603,142 @@ TEST(SimNetwork, SeededLossAndLatencyReplayToTheSameTrace) {
   EXPECT_EQ(a.segments, b.segments);
   EXPECT_GT(a.lost, 0u);
   EXPECT_NE(h1, h3);
+}
+
+// TaskEcho: a task server on host "server" (a task per connection, on lent buffers too) and
+// three task clients on their own hosts, over a lossy network; returns the trace hash and
+// writes what each client's connection saw as its own address into *seen.
+std::uint64_t TaskEcho(std::uint64_t seed, std::vector<std::string>* seen) {
+  Runtime rt(Sim(seed));
+  rt.block_on([&] {
+    sim::NetworkOptions o;
+    o.loss = 0.1;
+    o.min_latency = 50us;
+    o.max_latency = 2ms;
+    ASSERT_TRUE(Net().configure(o).ok());
+    Result<sim::Host> server_host = Net().host("server");
+    ASSERT_TRUE(server_host.ok());
+    const std::string ip = server_host->address.to_string();
+    Result<net::SocketAddress> parsed =
+        net::SocketAddress::parse(ip.substr(0, ip.find(':')) + ":7100");
+    ASSERT_TRUE(parsed.ok());
+    const net::SocketAddress to = *parsed;
+    Event listening;
+    JoinHandle<int> server = rt.spawn_task([&]() -> Task<int> {
+      EXPECT_TRUE(Net().enter("server").ok());
+      Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(7100));
+      if (!l.ok()) co_return -1;
+      listening.set();
+      std::vector<JoinHandle<std::size_t>> conns;
+      for (int k = 0; k < 3; ++k) {
+        Result<net::TcpStream> s = co_await l->async_accept();
+        if (!s.ok()) co_return -2;
+        conns.push_back(rt.spawn_task([k](net::TcpStream st) -> Task<std::size_t> {
+          std::size_t echoed = 0;
+          for (;;) {
+            if (k == 0) {  // one connection on recv_buffer, the others on async_read
+              Result<io::RecvBuffer> b = co_await st.async_recv_buffer();
+              if (!b.ok() || b->empty()) co_return echoed;
+              if (!(co_await st.async_write_all(b->data(), b->size())).ok()) co_return echoed;
+              echoed += b->size();
+            } else {
+              char buf[64];
+              Result<std::size_t> n = co_await st.async_read(buf, sizeof buf);
+              if (!n.ok() || *n == 0) co_return echoed;
+              if (!(co_await st.async_write_all(buf, *n)).ok()) co_return echoed;
+              echoed += *n;
+            }
+          }
+        }(std::move(*s))));
+      }
+      int total = 0;
+      for (auto& h : conns) total += static_cast<int>(*co_await h);
+      co_return total;
+    });
+    std::vector<JoinHandle<void>> clients;
+    seen->assign(3, "");
+    for (int k = 0; k < 3; ++k) {
+      clients.push_back(rt.spawn_task([&, k]() -> Task<> {
+        EXPECT_TRUE(Net().enter("c" + std::to_string(k)).ok());
+        (void)co_await listening.async_wait();
+        Result<net::TcpStream> s = co_await net::TcpStream::async_connect(to);
+        EXPECT_TRUE(s.ok());
+        if (!s.ok()) co_return;
+        // The connect ran on a fiber of its own, on the task's host.
+        const std::string local = s->local_address()->to_string();
+        const std::string host = Net().current_host().address.to_string();
+        EXPECT_EQ(local.substr(0, local.find(':')), host.substr(0, host.find(':')));
+        (*seen)[k] = local;
+        for (int i = 0; i < 20; ++i) {
+          const std::string msg = std::to_string(k) + ":" + std::to_string(i) + ";";
+          EXPECT_TRUE((co_await s->async_write_all(msg.data(), msg.size())).ok());
+          std::string back(msg.size(), '\0');
+          EXPECT_TRUE((co_await s->async_read_exact(back.data(), back.size())).ok());
+          EXPECT_EQ(back, msg);
+        }
+        EXPECT_TRUE(s->shutdown_write().ok());
+      }));
+    }
+    for (auto& h : clients) EXPECT_TRUE(h.join().ok());
+    Result<int> echoed = server.join();
+    ASSERT_TRUE(echoed.ok());
+    int expected = 0;
+    for (int k = 0; k < 3; ++k) {
+      for (int i = 0; i < 20; ++i) {
+        expected += static_cast<int>((std::to_string(k) + ":" + std::to_string(i) + ";").size());
+      }
+    }
+    EXPECT_EQ(*echoed, expected);
+    EXPECT_GT(Net().stats().lost, 0u);
+  });
+  return rt.simulation()->trace_hash;
+}
+
+// Tasks on the simulated network: their calls run on fibers of their own, on the task's host,
+// and a seed replays to the same trace as fibers' calls do.
+TEST(SimNetwork, TasksServeAndConnectAndReplayToTheSameTrace) {
+  std::vector<std::string> a, b, c;
+  const std::uint64_t h1 = TaskEcho(31, &a);
+  const std::uint64_t h2 = TaskEcho(31, &b);
+  const std::uint64_t h3 = TaskEcho(32, &c);
+  EXPECT_EQ(h1, h2);
+  EXPECT_NE(h1, h3);
+  EXPECT_EQ(a, b);
+}
+
+// A task's calls on a simulated socket keep their deadlines, cancellation and errors, and a
+// close from another task ends them.
+TEST(SimNetwork, TaskCallsEndByDeadlineCancelAndClose) {
+  Runtime rt(Sim(33));
+  rt.block_on([&] {
+    Pair p = Connected();
+    auto h = rt.spawn_task([&]() -> Task<> {
+      char c;
+      EXPECT_EQ((co_await p.server.async_read(&c, 1, {.deadline = SyncClock::now() + 1h})).error(),
+                std::errc::timed_out);
+      CancellationSource src;
+      src.cancel();
+      const CancellationToken tok = src.token();
+      EXPECT_EQ((co_await p.server.async_read(&c, 1, {.cancel = &tok})).error(),
+                std::errc::operation_canceled);
+      EXPECT_EQ((co_await p.server.async_read(nullptr, 5)).error(), std::errc::invalid_argument);
+      Result<net::TcpListener> l = net::TcpListener::bind(net::SocketAddress::ipv4_any(7200));
+      EXPECT_TRUE(l.ok());
+      if (!l.ok()) co_return;
+      // A refused connect, as a fiber's.
+      Result<net::TcpStream> refused =
+          co_await net::TcpStream::async_connect(*net::SocketAddress::parse("127.0.0.1:7201"));
+      EXPECT_EQ(refused.error(), std::errc::connection_refused);
+      // A listener closed by another task while this one waits in accept.
+      auto closer = rt.spawn_task([&]() -> Task<> {
+        co_await this_task::sleep_for(1ms);
+        EXPECT_TRUE(l->close().ok());
+      });
+      EXPECT_EQ((co_await l->async_accept()).error(), std::errc::operation_canceled);
+      (void)co_await closer;
+    });
+    EXPECT_TRUE(h.join().ok());
+  });
 }
 
 TEST(SimNetwork, APartitionHoldsWhatIsInFlightNotWhatHasArrived) {
