@@ -190,6 +190,21 @@ TEST(Monitor, AForkJoinComputationIsNotReported) {
   EXPECT_EQ(reports.count(), 0u);
 }
 
+// The same from a plain thread, whose fork_join runs the root on a new fiber: not reported, so no
+// spare worker starts either (one that ran the next root's fiber has no deque in the pool).
+TEST(Monitor, AForkJoinComputationFromAThreadIsNotReported) {
+  Reports reports;
+  Runtime rt({.workers = 1, .stuck_threshold = 1ms, .on_stuck = reports.callback()});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rt.fork_join([](ForkJoinWorker&) {
+      std::this_thread::sleep_for(20ms);
+      return 7;
+    }),
+              7);
+  }
+  EXPECT_EQ(reports.count(), 0u);
+}
+
 // block_on waits on a fiber that waits on an Event nobody will set, and nothing else can
 // happen: the monitor hints at a deadlock, once, with the fibers' dump naming the Event.
 TEST(Monitor, EveryFiberParkedWithNothingToWakeItIsHintedAsADeadlock) {

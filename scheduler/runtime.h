@@ -629,8 +629,9 @@ class Runtime {
       scheduler_internal::ForkJoinScope scope(*this);  // the monitor: computing, as asked
       return scheduler_internal::ForkJoinPoolOf(*this).run(std::move(f), std::move(args)...);
     }
-    return block_on(
-        [&] { return scheduler_internal::ForkJoinPoolOf(*this).run(std::move(f), args...); });
+    // On a new fiber, through the fiber's path above: the monitor is told, and a fiber that a
+    // spare worker (which has no deque in the pool) runs hands the root to a worker.
+    return block_on([&] { return fork_join(std::move(f), std::move(args)...); });
   }
 
   // current: the runtime whose fiber (or blocking region) calls; null elsewhere.
