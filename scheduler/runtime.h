@@ -578,7 +578,8 @@ class Runtime {
   // spawn_task: runs a stackless task (scheduler/task.h, which defines these two; include it):
   // the coroutine f() returns, with f kept alive until it ends (so a lambda coroutine may use
   // its captures), or `task` itself. Any thread, fiber or task. options: name and
-  // pinned_worker apply (a task has no stack). Throws what the allocation throws.
+  // pinned_worker apply (a task has no stack). Throws what the allocation throws, and
+  // std::logic_error for an empty Task (moved from).
   template <typename F>
   requires scheduler_internal::IsTaskType<std::invoke_result_t<F&>>::value auto spawn_task(
       F f, const FiberOptions& options = {},

@@ -242,6 +242,7 @@ requires scheduler_internal::IsTaskType<std::invoke_result_t<F&>>::value auto Ru
   State* state = State::New(std::move(f));
   try {
     state->root = (*state->fn)().release();
+    if (!state->root) throw std::logic_error("weft: spawn_task of an empty Task");
     scheduler_internal::Spawn(*this, state, options, site, state->root.address());
   } catch (...) {
     if (state->root) state->root.destroy();

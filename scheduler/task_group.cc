@@ -100,7 +100,7 @@ Result<std::uint64_t> GroupCore::Admit(GroupChild* child) {
   lock_.lock();
   for (;;) {
     if (tripped_) {
-      MakePendingCancel();
+      (void)MakePendingCancel();
       lock_.unlock();
       return std::errc::operation_canceled;
     }
@@ -215,14 +215,25 @@ void GroupCore::Report(GroupChild* child, bool on_fiber) noexcept {
   }
 }
 
-bool GroupCore::MakePendingCancel() {
-  if (!cancel_pending_) return false;
+GroupCore::Pending GroupCore::MakePendingCancel() {
+  if (!cancel_pending_) return Pending::kNone;
+  if (!current_waiter().can_block()) [[unlikely]] {
+    // A task's join or spawn: the callbacks cannot run here either (a task must not park).
+    // The deadline thread is asked again; if it refuses, the cancel stays pending (for a
+    // fiber's join or spawn, or the next look) and a task's join reports it.
+    lock_.unlock();
+    const bool handed = sync_internal::CancelOnDeadlineThread(StateOf(token_)).ok();
+    lock_.lock();
+    if (!handed) return Pending::kRefused;
+    cancel_pending_ = false;
+    return Pending::kMade;
+  }
   cancel_pending_ = false;
   // Not under lock_: the token's callbacks run here and may park.
   lock_.unlock();
   source_.cancel();
   lock_.lock();
-  return true;
+  return Pending::kMade;
 }
 
 void GroupCore::InterruptWalk() {
@@ -236,7 +247,7 @@ void GroupCore::InterruptWalk() {
 void GroupCore::OnInterrupt() {
   // relaxed: under lock_, which every InterruptWalk holds.
   interrupt_walk_.store(false, std::memory_order_relaxed);
-  MakePendingCancel();
+  (void)MakePendingCancel();
   if (switch_wanted_ && !queue_mode_) {
     Result<bool> done = false;
     while (done.ok() && !*done) done = ToQueueMode();
@@ -273,7 +284,7 @@ Result<void> GroupCore::Wait(sync_internal::WaitQueue& queue, Ready ready,
                              const WaitOptions& options) {
   std::errc gave_up{};
   for (;;) {
-    if (MakePendingCancel()) [[unlikely]]
+    if (MakePendingCancel() == Pending::kMade) [[unlikely]]
       continue;  // it let go of the lock: look again
     if (ready()) return {};
     if (gave_up != std::errc{}) return gave_up;
@@ -338,8 +349,11 @@ std::errc GroupCore::ParkOn(sync_internal::WaitQueue& queue, const WaitOptions& 
 
 bool GroupCore::NextStep(NextLook& look, std::errc gave_up, Result<Finished>* out) {
   for (;;) {
-    if (MakePendingCancel()) [[unlikely]]
-      continue;  // it let go of the lock: look again
+    if (const Pending p = MakePendingCancel(); p != Pending::kNone) [[unlikely]] {
+      if (p == Pending::kMade) continue;                 // it let go of the lock: look again
+      *out = std::errc::resource_unavailable_try_again;  // a task's, refused: see Pending
+      return true;
+    }
     if (!look.asked) {
       if (!queue_mode_ && !walking_) {
         Result<bool> done = ToQueueMode();
@@ -395,8 +409,11 @@ Result<Finished> GroupCore::TakeNext(const WaitOptions& options) {
 
 bool GroupCore::AllStep(std::errc gave_up, Result<Taken>* out) {
   for (;;) {
-    if (MakePendingCancel()) [[unlikely]]
-      continue;  // it let go of the lock: look again
+    if (const Pending p = MakePendingCancel(); p != Pending::kNone) [[unlikely]] {
+      if (p == Pending::kMade) continue;                 // it let go of the lock: look again
+      *out = std::errc::resource_unavailable_try_again;  // a task's, refused: see Pending
+      return true;
+    }
     if (!queue_mode_ && !walking_) {
       Result<bool> done = ToQueueMode();
       if (!done) {
@@ -453,7 +470,13 @@ bool GroupCore::JoinAwaiter::await_ready() {
 }
 
 bool GroupCore::JoinAwaiter::await_suspend(std::coroutine_handle<> h) {
-  return park_.Begin(*node_->waiter, h, options_, "TaskGroup", core_);
+  // A task's join is not ended by the runtime's shutdown: the shutdown ends the children's waits,
+  // and the join takes them as they finish, so that a task that joins its group to the end
+  // never leaves children running for ~TaskGroup, which cannot wait in a task. (Off a task, the
+  // shutdown ends it as every wait; the destructor waits there.)
+  Waiter& waiter = *node_->waiter;
+  return park_.Begin(waiter, h, options_, "TaskGroup", core_,
+                     /*interruptible=*/waiter.can_block());
 }
 
 bool GroupCore::JoinAwaiter::Done(void* self) {
@@ -512,7 +535,7 @@ Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {
     walker_ = nullptr;
     walking_ = false;
     if (std::exchange(switch_wanted_, false)) ++switch_round_;
-    MakePendingCancel();
+    (void)MakePendingCancel();
     WakeAllAndUnlock();  // the joins that waited for this walk to end
   };
   // Spawn-order mode: wait for each listed child in turn, a chunk of the list at a time (copied

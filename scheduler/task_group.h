@@ -34,7 +34,8 @@
 // message; a grandchild joining it is not detected, and waits forever). Destroying a group while
 // another fiber, not one of its children, is in one of its calls is a bug, as for every
 // primitive in //sync. Runtime shutdown ends the group's waits like any other (operation_canceled),
-// except the destructor's, which keeps waiting while the children unwind.
+// except the destructor's, which keeps waiting while the children unwind, and a task's joins,
+// which take the children as they unwind (a task cannot wait in the destructor).
 
 #ifndef WEFT_SCHEDULER_TASK_GROUP_H_
 #define WEFT_SCHEDULER_TASK_GROUP_H_
@@ -239,8 +240,12 @@ class GroupCore {
   // walk is on, or by the walker itself.
   Result<bool> ToQueueMode() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   // MakePendingCancel: makes the fail-fast cancel that Report could not (cancel_pending_), if
-  // there is one; true if it did, letting go of lock_ meanwhile. Joins and spawns call it.
-  bool MakePendingCancel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
+  // there is one (kNone: none), letting go of lock_ meanwhile: kMade. Joins and spawns call it.
+  // A task, which must not park, cannot run the callbacks: it hands the cancel to the deadline
+  // thread, or, when that refuses (no memory), leaves it pending: kRefused, which ends a task's
+  // join with resource_unavailable_try_again.
+  enum class Pending { kNone, kMade, kRefused };
+  Pending MakePendingCancel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
   // InterruptWalk: ends the walker's wait on a child (see walker_), so that it looks at
   // cancel_pending_ and switch_wanted_. OnInterrupt: the walker's side.
   void InterruptWalk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock_);
@@ -559,7 +564,7 @@ class TaskGroup {
     } catch (const std::bad_alloc&) {
       return std::errc::not_enough_memory;
     }  // F's move constructor's exception goes to the caller
-    return Start(state, options, site, nullptr);
+    return Start(state, options, site, [](State*) -> Result<void*> { return nullptr; });
   }
 
   // spawn_task: as spawn, with a stackless task (scheduler/task.h) for the child: f() (or
@@ -587,16 +592,13 @@ class TaskGroup {
     } catch (const std::bad_alloc&) {
       return std::errc::not_enough_memory;
     }  // F's move constructor's exception goes to the caller
-    try {
-      state->MakeRoot();  // no memory for its frame; or f threw
-    } catch (const std::bad_alloc&) {
-      State::Destroy(state);
-      return std::errc::not_enough_memory;
-    } catch (...) {
-      State::Destroy(state);
-      throw;
-    }
-    return Start(state, options, site, state->root.address());
+    // f is called once the child is admitted (a refused spawn runs nothing of it): its
+    // coroutine, whose frame may find no memory; an empty Task (moved from) is invalid_argument.
+    return Start(state, options, site, [](State* s) -> Result<void*> {
+      s->MakeRoot();
+      if (!s->root) return std::errc::invalid_argument;
+      return s->root.address();
+    });
   }
 
   // join_next: the next child to finish that nobody has taken yet (completion order; those
@@ -624,12 +626,19 @@ class TaskGroup {
 
   // async_join_next / async_join_all: join_next and join_all for a task (scheduler/task.h),
   // which waits without blocking its worker: `Result<Completed<T>> c = co_await
-  // group.async_join_next();`. The same results, except that async_join_all may also report
-  // not_enough_memory (it takes the finished children as join_next does, through a queue
-  // whose room it makes). A task must join a group it owns before the group is destroyed
-  // (co_await async_join_all(), after cancel() to stop the children early): the destructor,
-  // which blocks until every child is done, aborts the process if it must wait in a task. From
-  // a coroutine that is not a task, they block the fiber or thread that runs it.
+  // group.async_join_next();`. The same results, except that:
+  //   - the runtime's shutdown does not end them: it ends the children's waits, and the joins
+  //     take the children as they finish (as the destructor keeps waiting in a fiber);
+  //   - async_join_all may report not_enough_memory (it takes the finished children as
+  //     join_next does, through a queue whose room it makes);
+  //   - both report resource_unavailable_try_again when a fail-fast cancel is pending that
+  //     neither the failing child nor the deadline thread could make (no memory for it): a task
+  //     cannot run the token's callbacks, which may park. Join again later: the deadline thread
+  //     is asked again (a fiber's join or spawn makes the cancel itself).
+  // A task must join a group it owns before the group is destroyed (co_await async_join_all(),
+  // after cancel() to stop the children early): the destructor, which blocks until every child
+  // is done, aborts the process if it must wait in a task. From a coroutine that is not a task,
+  // they block the fiber or thread that runs it, and the shutdown ends them.
   class [[nodiscard]] JoinNextAwaiter {
    public:
     bool await_ready() { return join_.await_ready(); }
@@ -686,11 +695,12 @@ class TaskGroup {
   std::size_t size() const { return core_ != nullptr ? core_->size() : 0; }
 
  private:
-  // Start: admits `state`, a new child's record, and spawns it (task_frame: a task child's
-  // coroutine); frees it if either fails.
-  template <typename State>
+  // Start: admits `state`, a new child's record, makes it ready (prepare: a task child's
+  // coroutine, nullptr for a fiber's; or why not) and spawns it; withdraws and frees it if any
+  // step fails (an exception other than these reaches the caller, the record freed).
+  template <typename State, typename Prepare>
   Result<std::uint64_t> Start(State* state, const FiberOptions& options, std::source_location site,
-                              void* task_frame) {
+                              Prepare prepare) {
     Result<std::uint64_t> id = core_->Admit(state);
     if (!id) {
       State::Destroy(state);
@@ -698,12 +708,19 @@ class TaskGroup {
     }
     std::errc error;
     try {
-      scheduler_internal::Spawn(*core_->runtime(), state, options, site, task_frame);
-      return id;
+      Result<void*> task_frame = prepare(state);
+      if (task_frame.ok()) {
+        scheduler_internal::Spawn(*core_->runtime(), state, options, site, *task_frame);
+        return id;
+      }
+      error = task_frame.error();
     } catch (const std::system_error& e) {
       error = static_cast<std::errc>(e.code().value());
     } catch (const std::bad_alloc&) {
       error = std::errc::not_enough_memory;
+    } catch (...) {
+      if (core_->Withdraw(state)) State::Destroy(state);
+      throw;
     }
     if (core_->Withdraw(state)) State::Destroy(state);
     return error;

@@ -14,6 +14,7 @@
 #include <set>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -347,10 +348,12 @@ TEST(TaskGroupTaskTest, NoMemoryForATaskChildIsReportedAndTheGroupGoesOn) {
   });
 }
 
-TEST(TaskGroupTaskTest, ShutdownEndsParkedTaskChildrenAndATasksJoin) {
+// The runtime's shutdown ends the task children's waits, and a task's join is not ended by it:
+// it takes the children as they finish, so that the group is empty when it goes.
+TEST(TaskGroupTaskTest, ShutdownEndsParkedTaskChildrenAndATasksJoinTakesThem) {
   std::atomic<int> ended{0};
   std::atomic<int> parked{0};
-  std::atomic<bool> joined_canceled{false};
+  std::atomic<bool> joined{false};
   {
     Runtime rt({.workers = 2});
     (void)rt.spawn_task([&]() -> Task<> {
@@ -364,16 +367,47 @@ TEST(TaskGroupTaskTest, ShutdownEndsParkedTaskChildrenAndATasksJoin) {
           }
         });
       }
-      // Ends with operation_canceled at the shutdown, while the children still unwind; the
-      // join after it (the children all ended) takes them.
-      Result<void> r = co_await group.async_join_all();
-      joined_canceled = r.error() == std::errc::operation_canceled;
-      while (!(co_await group.async_join_all()).ok()) co_await this_task::yield();
+      joined = (co_await group.async_join_all()).ok();
     });
     while (parked.load() < 16) std::this_thread::yield();
   }  // ~Runtime: shuts down
   EXPECT_EQ(ended.load(), 16);
-  EXPECT_TRUE(joined_canceled.load());
+  EXPECT_TRUE(joined.load());
+}
+
+// Groups owned by task children, each joined before it goes, with the runtime shut down while
+// every grandchild waits: each inner join takes its children as the shutdown ends them (ended
+// with operation_canceled instead, it would leave them running for ~TaskGroup, which aborts in
+// a task).
+TEST_P(TaskGroupTaskTest, ShutdownUnderNestedGroupsOwnedByTasks) {
+  const int rounds = 4 * StressScale();
+  for (int round = 0; round < rounds; ++round) {
+    std::atomic<int> parked{0};
+    std::atomic<int> inner_joined{0};
+    {
+      Runtime rt({.workers = GetParam()});
+      (void)rt.spawn([&] {
+        TaskGroup<bool> outer;
+        for (int k = 0; k < 4; ++k) {
+          (void)outer.spawn_task([&]() -> Task<bool> {
+            TaskGroup<> inner;
+            for (int i = 0; i < 4; ++i) {
+              (void)inner.spawn_task([&](const CancellationToken& t) -> Task<> {
+                parked.fetch_add(1);
+                (void)co_await WaitForCancel(t);
+              });
+            }
+            const bool ok = (co_await inner.async_join_all()).ok();
+            if (ok) inner_joined.fetch_add(1);
+            co_return ok;
+          });
+        }
+        (void)outer.join_all();
+      });
+      while (parked.load() < 16) std::this_thread::yield();
+    }
+    ASSERT_EQ(inner_joined.load(), 4) << "round " << round;
+  }
 }
 
 TEST(TaskGroupTaskDeathTest, ATaskThatDestroysAGroupWithRunningChildrenAborts) {
@@ -390,6 +424,66 @@ TEST(TaskGroupTaskDeathTest, ATaskThatDestroysAGroupWithRunningChildrenAborts) {
         (void)h.join();
       },
       "TaskGroup destroyed in a task while children still run");
+}
+
+// A fail-fast cancel that neither the failing task child (its end runs on the worker's own
+// context) nor the deadline thread (refused here) could make stays pending; a task's join,
+// which cannot run the token's callbacks either (they may park, as this one does), reports
+// resource_unavailable_try_again instead, and its next join, the deadline thread back, has the
+// cancel made and rethrows the failure.
+TEST(TaskGroupTaskTest, AFailFastCancelNoThreadCanMakeIsReportedToATasksJoin) {
+  Runtime rt({.workers = 2});
+  rt.block_on([&] {
+    TaskGroup<> group;
+    Event registered;
+    std::atomic<bool> sibling_cancelled{false};
+    ASSERT_TRUE(group.spawn([&](const CancellationToken& t) {
+      CancellationCallback parks(t, [] {
+        Event e;
+        (void)e.wait({.deadline = SyncClock::now() + 1ms});
+      });
+      registered.set();
+      Event never;
+      sibling_cancelled = never.wait({.cancel = &t}).error() == std::errc::operation_canceled;
+    }));
+    ASSERT_TRUE(registered.wait());
+    const fault::Config before = fault::Current();
+    JoinHandle<int> joiner = rt.spawn_task([&]() -> Task<int> {
+      int steps = 0;
+      Result<void> first = co_await group.async_join_all();
+      if (first.error() == std::errc::resource_unavailable_try_again) ++steps;
+      fault::Configure(before);  // the deadline thread takes cancels again
+      try {
+        (void)co_await group.async_join_all();
+      } catch (const std::runtime_error&) {
+        ++steps;
+      }
+      co_return steps;
+    });
+    ASSERT_TRUE(group.spawn_task([&]() -> Task<> {
+      co_await this_task::yield();
+      fault::Configure({.rate = 1.0, .seed = 3, .hard = true});  // no deadline thread
+      throw std::runtime_error("failed with no thread for the cancel");
+    }));
+    EXPECT_EQ(*joiner.join(), 2);
+    EXPECT_TRUE(sibling_cancelled.load());
+    fault::Configure(before);
+  });
+}
+
+TEST(TaskGroupTaskTest, AnEmptyTaskIsRefused) {
+  Runtime rt({.workers = 1});
+  rt.block_on([&] {
+    TaskGroup<> group;
+    Task<> made = []() -> Task<> { co_return; }();
+    Task<> taken = std::move(made);
+    EXPECT_EQ(group.spawn_task([&] { return std::move(made); }).error(),
+              std::errc::invalid_argument);  // NOLINT(bugprone-use-after-move)
+    EXPECT_EQ(group.size(), 0u);
+    EXPECT_THROW((void)rt.spawn_task(std::move(made)), std::logic_error);
+    ASSERT_TRUE(group.spawn_task([&] { return std::move(taken); }));
+    EXPECT_TRUE(group.join_all());
+  });
 }
 
 TEST(TaskGroupTaskTest, ATaskMayDestroyAGroupWhoseChildrenAllEnded) {
