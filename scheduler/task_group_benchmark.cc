@@ -3,6 +3,10 @@
 //   BM_SpawnJoin/W         Runtime::spawn, then JoinHandle::join of every handle (W2 itself)
 //   BM_GroupJoinAll/W      TaskGroup::spawn, then one join_all
 //   BM_GroupJoinNext/W     TaskGroup::spawn, then join_next until none is left
+// and the same with stackless tasks, from a root task (scheduler/task.h):
+//   BM_TaskSpawnJoin/W     Runtime::spawn_task, then co_await of every handle (W2 on tasks)
+//   BM_TaskGroupJoinAll/W  TaskGroup::spawn_task, then one co_await async_join_all
+//   BM_TaskGroupJoinNext/W TaskGroup::spawn_task, then co_await async_join_next until none is left
 // W: workers. Items are spawn+join pairs. Run with:
 //   ./bazelw run -c opt //scheduler:task_group_benchmark -- --benchmark_format=json
 
@@ -11,6 +15,7 @@
 
 #include "benchmark/benchmark.h"
 #include "weft/scheduler/runtime.h"
+#include "weft/scheduler/task.h"
 #include "weft/scheduler/task_group.h"
 
 namespace weft {
@@ -68,6 +73,52 @@ void BM_GroupJoinNext(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kChildren);
 }
 BENCHMARK(BM_GroupJoinNext)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+Task<> Empty() { co_return; }
+
+void BM_TaskSpawnJoin(benchmark::State& state) {
+  Runtime& rt = RuntimeOf(static_cast<unsigned>(state.range(0)));
+  for (auto _ : state) {
+    (void)
+        rt.spawn_task([&]() -> Task<> {
+            std::vector<JoinHandle<void>> handles;
+            handles.reserve(kChildren);
+            for (long i = 0; i < kChildren; ++i) handles.push_back(rt.spawn_task(Empty()));
+            for (auto& h : handles) (void)co_await h;
+          }).join();
+  }
+  state.SetItemsProcessed(state.iterations() * kChildren);
+}
+BENCHMARK(BM_TaskSpawnJoin)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_TaskGroupJoinAll(benchmark::State& state) {
+  Runtime& rt = RuntimeOf(static_cast<unsigned>(state.range(0)));
+  for (auto _ : state) {
+    (void)
+        rt.spawn_task([&]() -> Task<> {
+            TaskGroup<> group;
+            for (long i = 0; i < kChildren; ++i) (void)group.spawn_task(Empty);
+            (void)co_await group.async_join_all();
+          }).join();
+  }
+  state.SetItemsProcessed(state.iterations() * kChildren);
+}
+BENCHMARK(BM_TaskGroupJoinAll)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_TaskGroupJoinNext(benchmark::State& state) {
+  Runtime& rt = RuntimeOf(static_cast<unsigned>(state.range(0)));
+  for (auto _ : state) {
+    (void)
+        rt.spawn_task([&]() -> Task<> {
+            TaskGroup<> group;
+            for (long i = 0; i < kChildren; ++i) (void)group.spawn_task(Empty);
+            while (co_await group.async_join_next()) {
+            }
+          }).join();
+  }
+  state.SetItemsProcessed(state.iterations() * kChildren);
+}
+BENCHMARK(BM_TaskGroupJoinNext)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace weft

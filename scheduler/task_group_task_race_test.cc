@@ -87,17 +87,20 @@ Task<int> TaskChild(TaskGroup<int>& group, Book& book, int v, int depth) {
 
 void SpawnOne(TaskGroup<int>& group, Book& book, bool task, int depth) {
   const int v = book.next.fetch_add(1);
-  Result<std::uint64_t> id =
-      task ? group.spawn_task([&group, &book, v, depth]() { return TaskChild(group, book, v, depth); })
-           : group.spawn([&group, &book, v, depth] {
-               for (int i = 0; i < v % 3; ++i) this_fiber::yield();
-               if (depth < 3 && book.budget.fetch_sub(1) > 0) {
-                 SpawnOne(group, book, v % 2 == 1, depth + 1);
-               }
-               return v;
-             });
-  if (id) book.spawned.fetch_add(1);
-  else ADD_FAILURE() << "spawn: " << std::make_error_code(id.error()).message();
+  Result<std::uint64_t> id = task ? group.spawn_task([&group, &book, v, depth]() {
+    return TaskChild(group, book, v, depth);
+  })
+                                  : group.spawn([&group, &book, v, depth] {
+                                      for (int i = 0; i < v % 3; ++i) this_fiber::yield();
+                                      if (depth < 3 && book.budget.fetch_sub(1) > 0) {
+                                        SpawnOne(group, book, v % 2 == 1, depth + 1);
+                                      }
+                                      return v;
+                                    });
+  if (id)
+    book.spawned.fetch_add(1);
+  else
+    ADD_FAILURE() << "spawn: " << std::make_error_code(id.error()).message();
 }
 
 // MixedJoins: a collect-all group of task and fiber children (which spawn siblings of both kinds,
@@ -113,15 +116,14 @@ void MixedJoins(Runtime& rt, int rounds, int base) {
     Event go;
     for (int i = 0; i < 40; ++i) {
       const int v = book.next.fetch_add(1);
-      Result<std::uint64_t> id =
-          i % 2 == 0 ? group.spawn_task([&, v]() -> Task<int> {
-            (void)co_await go.async_wait();
-            co_return co_await TaskChild(group, book, v, 0);
-          })
-                     : group.spawn([&, v] {
-                         (void)go.wait();
-                         return v;
-                       });
+      Result<std::uint64_t> id = i % 2 == 0 ? group.spawn_task([&, v]() -> Task<int> {
+        (void)co_await go.async_wait();
+        co_return co_await TaskChild(group, book, v, 0);
+      })
+                                            : group.spawn([&, v] {
+                                                (void)go.wait();
+                                                return v;
+                                              });
       ASSERT_TRUE(id);
       book.spawned.fetch_add(1);
     }
@@ -136,8 +138,7 @@ void MixedJoins(Runtime& rt, int rounds, int base) {
           continue;
         }
         if (c.error() == std::errc::no_child_process) break;
-        EXPECT_TRUE(c.error() == std::errc::timed_out ||
-                    c.error() == std::errc::operation_canceled)
+        EXPECT_TRUE(c.error() == std::errc::timed_out || c.error() == std::errc::operation_canceled)
             << std::make_error_code(c.error()).message();
         if (r() % 4 == 0) co_await this_task::yield();
       }
@@ -167,8 +168,7 @@ void MixedJoins(Runtime& rt, int rounds, int base) {
           continue;
         }
         if (c.error() == std::errc::no_child_process) break;
-        EXPECT_TRUE(c.error() == std::errc::timed_out ||
-                    c.error() == std::errc::operation_canceled)
+        EXPECT_TRUE(c.error() == std::errc::timed_out || c.error() == std::errc::operation_canceled)
             << std::make_error_code(c.error()).message();
       }
     };
