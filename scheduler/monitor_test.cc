@@ -205,6 +205,20 @@ TEST(Monitor, AForkJoinComputationFromAThreadIsNotReported) {
   EXPECT_EQ(reports.count(), 0u);
 }
 
+// A nested fork_join (the root calls fork_join again, which runs inline): the outer computation
+// is still not reported once the inner one has returned.
+TEST(Monitor, ANestedForkJoinComputationIsNotReported) {
+  Reports reports;
+  Runtime rt({.workers = 1, .stuck_threshold = 1ms, .on_stuck = reports.callback()});
+  EXPECT_EQ(rt.fork_join([&](ForkJoinWorker&) {
+    (void)rt.fork_join([](ForkJoinWorker&) { return 1; });
+    std::this_thread::sleep_for(20ms);
+    return 7;
+  }),
+            7);
+  EXPECT_EQ(reports.count(), 0u);
+}
+
 // block_on waits on a fiber that waits on an Event nobody will set, and nothing else can
 // happen: the monitor hints at a deadlock, once, with the fibers' dump naming the Event.
 TEST(Monitor, EveryFiberParkedWithNothingToWakeItIsHintedAsADeadlock) {

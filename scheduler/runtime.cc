@@ -317,7 +317,10 @@ BlockOnScope::~BlockOnScope() {
   rt_.impl_->block_on_waiters.fetch_sub(1, std::memory_order_release);
 }
 ForkJoinScope::ForkJoinScope(Runtime& rt) : worker_(WorkerOf(rt.impl_.get())) {
-  if (worker_ != nullptr) static_cast<Worker*>(worker_)->in_fork_join = true;
+  Worker* w = static_cast<Worker*>(worker_);
+  // Nested (a root that calls fork_join again): the outermost scope sets and clears the flag.
+  if (w != nullptr && w->in_fork_join) worker_ = nullptr;
+  if (worker_ != nullptr) w->in_fork_join = true;
 }
 ForkJoinScope::~ForkJoinScope() {
   if (worker_ != nullptr) static_cast<Worker*>(worker_)->in_fork_join = false;
