@@ -53,16 +53,17 @@ constexpr int kNoSignal = MSG_NOSIGNAL;
 constexpr int kNoSignal = 0;
 #endif
 
-// The simulated network's fds (api/sim.h): one buffer as a list of one.
+// The simulated network's fds (api/sim.h): one buffer as a list of one. serial: see
+// sim_internal::Recv.
 Result<std::size_t> SimRecv(int fd, void* buf, std::size_t len, int flags,
-                            const WaitOptions& options) {
+                            const WaitOptions& options, std::uint64_t serial = 0) {
   const IoVec one{buf, len};
-  return sim_internal::Recv(fd, &one, 1, flags, options);
+  return sim_internal::Recv(fd, &one, 1, flags, options, serial);
 }
 Result<std::size_t> SimSend(int fd, const void* buf, std::size_t len, int flags,
-                            const WaitOptions& options) {
+                            const WaitOptions& options, std::uint64_t serial = 0) {
   const IoVec one{const_cast<void*>(buf), len};
-  return sim_internal::Send(fd, &one, 1, flags, options);
+  return sim_internal::Send(fd, &one, 1, flags, options, serial);
 }
 
 // OnSimFiber: a task's call on a simulated socket. The simulated network's calls wait on its lock
@@ -84,6 +85,16 @@ Task<R> OnSimFiber(F f) {
 template <typename R>
 Task<R> Ready(R r) {
   co_return r;
+}
+
+// OnSimSocket: OnSimFiber for a call on the simulated socket fd names now: call(serial) runs
+// on the fiber with that socket's serial, so that a close of it meanwhile (the number then
+// perhaps another socket's) ends the call with operation_canceled, as it ends a call under way.
+template <typename R, typename F>
+Task<R> OnSimSocket(int fd, F call) {
+  const std::uint64_t serial = sim_internal::Serial(fd);
+  if (serial == 0) return Ready<R>(std::errc::bad_file_descriptor);
+  return OnSimFiber<R>([=] { return call(serial); });
 }
 
 Absorb ForFlags(int flags) {
@@ -274,8 +285,9 @@ Task<Result<std::size_t>> AsyncSendOnReactor(Fd at, const void* buf, std::size_t
 Task<Result<std::size_t>> AsyncRecv(Fd at, void* buf, std::size_t len, int flags,
                                     WaitOptions options) {
   if (sim_internal::IsSimFd(at.fd)) {
-    return OnSimFiber<Result<std::size_t>>(
-        [=] { return SimRecv(at.fd, buf, len, flags, options); });
+    return OnSimSocket<Result<std::size_t>>(at.fd, [=](std::uint64_t serial) {
+      return SimRecv(at.fd, buf, len, flags, options, serial);
+    });
   }
   return AsyncRecvOnReactor(at, buf, len, flags, options);
 }
@@ -283,8 +295,9 @@ Task<Result<std::size_t>> AsyncRecv(Fd at, void* buf, std::size_t len, int flags
 Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int flags,
                                     WaitOptions options) {
   if (sim_internal::IsSimFd(at.fd)) {
-    return OnSimFiber<Result<std::size_t>>(
-        [=] { return SimSend(at.fd, buf, len, flags, options); });
+    return OnSimSocket<Result<std::size_t>>(at.fd, [=](std::uint64_t serial) {
+      return SimSend(at.fd, buf, len, flags, options, serial);
+    });
   }
   return AsyncSendOnReactor(at, buf, len, flags, options);
 }
@@ -386,8 +399,9 @@ Task<Result<void>> AsyncConnectOnReactor(int fd, const sockaddr* addr, socklen_t
 
 Task<Result<int>> AsyncAccept(Fd at, WaitOptions options) {
   if (sim_internal::IsSimFd(at.fd)) {
-    return OnSimFiber<Result<int>>(
-        [=] { return sim_internal::Accept(at.fd, nullptr, nullptr, options); });
+    return OnSimSocket<Result<int>>(at.fd, [=](std::uint64_t serial) {
+      return sim_internal::Accept(at.fd, nullptr, nullptr, options, serial);
+    });
   }
   return AsyncAcceptOnReactor(at, options);
 }
@@ -401,8 +415,9 @@ Task<Result<void>> AsyncConnect(int fd, const sockaddr* addr, socklen_t addrlen,
       return Ready<Result<void>>(std::errc::invalid_argument);
     }
     std::memcpy(&to, addr, addrlen);
-    return OnSimFiber<Result<void>>([=] {
-      return sim_internal::Connect(fd, reinterpret_cast<const sockaddr*>(&to), addrlen, options);
+    return OnSimSocket<Result<void>>(fd, [=](std::uint64_t serial) {
+      return sim_internal::Connect(fd, reinterpret_cast<const sockaddr*>(&to), addrlen, options,
+                                   serial);
     });
   }
   return AsyncConnectOnReactor(fd, addr, addrlen, options);
@@ -500,16 +515,21 @@ class RecvBufferTries {
 constexpr const char* kRecvBufferName = "io recv_buffer";
 }  // namespace
 
+namespace {
+// SimRecvBuffer: recv_buffer on the simulated network: a buffer of the call's own.
+Result<io::RecvBuffer> SimRecvBuffer(int fd, const WaitOptions& options, std::uint64_t serial) {
+  Result<io::RecvBuffer> b = IntoOwn([&](char* own) -> std::int64_t {
+    Result<std::size_t> n = SimRecv(fd, own, kOwnBufferSize, 0, options, serial);
+    return n.ok() ? static_cast<std::int64_t>(*n) : -static_cast<std::int64_t>(n.error());
+  });
+  if (b.ok() && !b->empty()) g_recv_fallback.fetch_add(1, std::memory_order_relaxed);
+  return b;
+}
+}  // namespace
+
 Result<io::RecvBuffer> RecvBufferOn(Fd at, const WaitOptions& options) {
   const int fd = at.fd;
-  if (sim_internal::IsSimFd(fd)) {  // the simulated network: a buffer of the call's own
-    Result<io::RecvBuffer> b = IntoOwn([&](char* own) -> std::int64_t {
-      Result<std::size_t> n = SimRecv(fd, own, kOwnBufferSize, 0, options);
-      return n.ok() ? static_cast<std::int64_t>(*n) : -static_cast<std::int64_t>(n.error());
-    });
-    if (b.ok() && !b->empty()) g_recv_fallback.fetch_add(1, std::memory_order_relaxed);
-    return b;
-  }
+  if (sim_internal::IsSimFd(fd)) return SimRecvBuffer(fd, options, 0);
   RecvBufferTries tries(at);
   for (;;) {
     const std::int64_t r = RunAbsorbing(
@@ -537,7 +557,8 @@ Task<Result<io::RecvBuffer>> AsyncRecvBufferOnReactor(Fd at, WaitOptions options
 
 Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd at, WaitOptions options) {
   if (sim_internal::IsSimFd(at.fd)) {
-    return OnSimFiber<Result<io::RecvBuffer>>([=] { return RecvBufferOn(at, options); });
+    return OnSimSocket<Result<io::RecvBuffer>>(
+        at.fd, [=](std::uint64_t serial) { return SimRecvBuffer(at.fd, options, serial); });
   }
   return AsyncRecvBufferOnReactor(at, options);
 }

@@ -82,9 +82,10 @@ class TcpStream {
   Result<void> read_exact(void* buf, std::size_t len, const WaitOptions& options = {});
   // The forms for a task (scheduler/task.h), which waits without blocking its worker:
   // `Result<std::size_t> n = co_await stream.async_read(buf, len)`. The same results; the
-  // buffer and the stream must outlive the call (awaited at once, they do). Not for the
-  // simulated network's sockets (not_supported). A TcpStream destroyed or closed in a task
-  // closes without waiting (the close completes on the worker's reactor).
+  // buffer and the stream must outlive the call (awaited at once, they do). On the simulated
+  // network's sockets, the blocking form runs on a fiber of its own while the task waits. A
+  // TcpStream destroyed or closed in a task closes without waiting (the close completes on the
+  // worker's reactor).
   Task<Result<std::size_t>> async_read(void* buf, std::size_t len, WaitOptions options = {});
   Task<Result<std::size_t>> async_write(const void* buf, std::size_t len, WaitOptions options = {});
   Task<Result<void>> async_write_all(const void* buf, std::size_t len, WaitOptions options = {});
@@ -172,8 +173,8 @@ class UdpSocket {
                               const WaitOptions& options = {});
   Result<Datagram> recv_from(void* buf, std::size_t len, const WaitOptions& options = {});
   // The forms for a task (scheduler/task.h): `co_await socket.async_recv_from(buf, len)`, the
-  // same results; as TcpStream's async_ calls, the buffer and the socket must outlive the call,
-  // and the simulated network's sockets give not_supported.
+  // same results; as TcpStream's async_ calls, the buffer and the socket must outlive the call.
+  // (The simulated network has no datagrams: UdpSocket::open is not_supported there.)
   Task<Result<std::size_t>> async_send_to(const void* buf, std::size_t len, SocketAddress to,
                                           WaitOptions options = {});
   Task<Result<Datagram>> async_recv_from(void* buf, std::size_t len, WaitOptions options = {});

@@ -102,6 +102,9 @@ struct Socket {
   enum class Kind { kFresh, kListening, kConnected };
   Kind kind = Kind::kFresh;
   int fd = -1;
+  // serial: which socket this is, never reused (its fd number is): a call made later on behalf
+  // of an earlier one (a task's, run on a fiber) names the socket by it (sim_internal::Serial).
+  std::uint64_t serial = 0;
   std::uint32_t host = 0;
   bool closed = false;
   bool shut_rd = false, shut_wr = false;
@@ -149,6 +152,7 @@ struct Network::State {
   int next_fd = sim_internal::kFdBase;
   std::set<int> free_fds;  // below next_fd
   std::uint64_t next_conn = 1;
+  std::uint64_t next_serial = 1;
   NetworkStats stats;
 
   State() {
@@ -358,6 +362,7 @@ struct Network::State {
     }
     s->fd = Allocate();
     if (s->fd < 0) return std::errc::too_many_files_open_in_system;
+    s->serial = next_serial++;
     try {
       fds.emplace(s->fd, s);
     } catch (const std::bad_alloc&) {
@@ -736,12 +741,18 @@ bool DontWait(int flags) {
 }  // namespace
 
 // The calls below start with Find: the network (of this thread's simulation) and the socket.
-#define WEFT_SIM_OPEN(fd)                                   \
-  State* st = sim::TheState();                              \
-  if (st == nullptr) return std::errc::bad_file_descriptor; \
-  Locked lock(*st);                                         \
-  std::shared_ptr<sim::Socket> s = st->Find(fd);            \
+// WEFT_SIM_OPEN_AS: the socket with that serial (see Socket::serial), if not 0; when the number
+// no longer names it, it was closed: operation_canceled, as for a call under way at the close.
+#define WEFT_SIM_OPEN_AS(fd, want)                            \
+  State* st = sim::TheState();                                \
+  if (st == nullptr) return std::errc::bad_file_descriptor;   \
+  Locked lock(*st);                                           \
+  std::shared_ptr<sim::Socket> s = st->Find(fd);              \
+  if ((want) != 0 && (s == nullptr || s->serial != (want))) { \
+    return std::errc::operation_canceled;                     \
+  }                                                           \
   if (s == nullptr) return std::errc::bad_file_descriptor
+#define WEFT_SIM_OPEN(fd) WEFT_SIM_OPEN_AS(fd, 0)
 
 Result<int> Socket(int family) {
   State* st = sim::TheState();
@@ -803,9 +814,10 @@ Result<void> Listen(int fd, int backlog) {
   return {};
 }
 
-Result<int> Accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
+Result<int> Accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options,
+                   std::uint64_t serial) {
   if (BadAcceptAddress(addr, addrlen)) return std::errc::invalid_argument;
-  WEFT_SIM_OPEN(fd);
+  WEFT_SIM_OPEN_AS(fd, serial);
   if (sim::Cancelled(options)) return std::errc::operation_canceled;
   for (;;) {
     if (s->closed) return std::errc::operation_canceled;
@@ -831,8 +843,9 @@ Result<int> Accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions
   }
 }
 
-Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOptions& options) {
-  WEFT_SIM_OPEN(fd);
+Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOptions& options,
+                     std::uint64_t serial) {
+  WEFT_SIM_OPEN_AS(fd, serial);
   if (addr == nullptr || len < static_cast<socklen_t>(sizeof(sockaddr_in))) {
     return std::errc::invalid_argument;
   }
@@ -944,9 +957,9 @@ Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOpti
 }
 
 Result<std::size_t> Recv(int fd, const IoVec* iov, int iovcnt, int flags,
-                         const WaitOptions& options) {
+                         const WaitOptions& options, std::uint64_t serial) {
   if (sim::BadVectors(iov, iovcnt)) return std::errc::invalid_argument;
-  WEFT_SIM_OPEN(fd);
+  WEFT_SIM_OPEN_AS(fd, serial);
   if (sim::Cancelled(options)) return std::errc::operation_canceled;
   const std::size_t want = sim::TotalLength(iov, iovcnt);
   const bool dontwait = DontWait(flags);
@@ -1010,9 +1023,9 @@ Result<std::size_t> Recv(int fd, const IoVec* iov, int iovcnt, int flags,
 }
 
 Result<std::size_t> Send(int fd, const IoVec* iov, int iovcnt, int flags,
-                         const WaitOptions& options) {
+                         const WaitOptions& options, std::uint64_t serial) {
   if (sim::BadVectors(iov, iovcnt)) return std::errc::invalid_argument;
-  WEFT_SIM_OPEN(fd);
+  WEFT_SIM_OPEN_AS(fd, serial);
   const bool dontwait = DontWait(flags);
   if (sim::Cancelled(options)) return std::errc::operation_canceled;
   const std::size_t want = std::min(sim::TotalLength(iov, iovcnt), kMaxIoLength);
@@ -1129,6 +1142,14 @@ Result<void> Check(int fd) {
   return {};
 }
 
+std::uint64_t Serial(int fd) {
+  State* st = sim::TheState();
+  if (st == nullptr) return 0;
+  Locked lock(*st);
+  std::shared_ptr<sim::Socket> s = st->Find(fd);
+  return s != nullptr ? s->serial : 0;
+}
+
 Result<void> LocalAddress(int fd, sockaddr* addr, socklen_t* len) {
   WEFT_SIM_OPEN(fd);
   if (addr == nullptr || len == nullptr) return std::errc::invalid_argument;
@@ -1160,5 +1181,6 @@ Result<std::uint32_t> Resolve(std::string_view name) {
 }
 
 #undef WEFT_SIM_OPEN
+#undef WEFT_SIM_OPEN_AS
 
 }  // namespace weft::sim_internal

@@ -741,6 +741,62 @@ TEST(SimNetwork, TaskCallsEndByDeadlineCancelAndClose) {
   });
 }
 
+// A close from a fiber while a task's read or write on the socket waits to run (a task's call
+// runs on a fiber of its own, which the seeded scheduler may start after others), the number
+// taken at once by a newly accepted connection: the task's call never reaches that connection
+// (no bytes read from it, none written to it); it ends with operation_canceled (or
+// bad_file_descriptor, when the close came before the call was asked for), across seeds.
+TEST(SimNetwork, ATasksCallNeverReachesTheSocketThatTakesAClosedNumber) {
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    for (const bool write : {false, true}) {
+      Runtime rt(Sim(seed));
+      rt.block_on([&] {
+        Pair p = Connected();
+        Result<net::TcpListener> l2 = net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0));
+        ASSERT_TRUE(l2.ok());
+        Result<net::TcpStream> c2 = net::TcpStream::connect(*l2->local_address());
+        ASSERT_TRUE(c2.ok());
+        ASSERT_TRUE(c2->write_all("secret", 6).ok());
+        ASSERT_TRUE(this_fiber::sleep_for(50ms).ok());  // virtual: the bytes have arrived
+        const int fd = p.server.fd();
+        net::TcpStream taker;
+        char buf[16] = {};
+        JoinHandle<Result<std::size_t>> h = rt.spawn_task([&]() -> Task<Result<std::size_t>> {
+          JoinHandle<void> closer = rt.spawn([&] {
+            EXPECT_TRUE(p.server.close().ok());
+            Result<net::TcpStream> a = l2->accept();  // the lowest free number: fd
+            ASSERT_TRUE(a.ok());
+            EXPECT_EQ(a->fd(), fd);
+            taker = std::move(*a);
+          });
+          Result<std::size_t> n = write ? co_await p.server.async_write("LEAK", 4)
+                                        : co_await p.server.async_read(buf, sizeof buf);
+          (void)co_await closer;
+          co_return n;
+        });
+        Result<Result<std::size_t>> r = h.join();
+        ASSERT_TRUE(r.ok());
+        // A read can only have failed (nothing was sent to the closed socket); a write may have
+        // gone out on it before the close, never on the new connection (checked below).
+        if (!r->ok()) {
+          EXPECT_TRUE(r->error() == std::errc::operation_canceled ||
+                      r->error() == std::errc::bad_file_descriptor)
+              << "seed " << seed << ": " << std::make_error_code(r->error()).message();
+        } else {
+          EXPECT_TRUE(write) << "seed " << seed << ": read " << **r << " bytes of the next socket";
+        }
+        // The new connection's bytes are all still its own, and nothing reached its peer.
+        char got[6];
+        ASSERT_TRUE(taker.read_exact(got, 6).ok());
+        EXPECT_EQ(std::string(got, 6), "secret");
+        char c;
+        EXPECT_EQ(c2->read(&c, 1, {.deadline = SyncClock::now() + 1s}).error(),
+                  std::errc::timed_out);
+      });
+    }
+  }
+}
+
 TEST(SimNetwork, APartitionHoldsWhatIsInFlightNotWhatHasArrived) {
   Runtime rt(Sim(13));
   rt.block_on([&] {

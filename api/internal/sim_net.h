@@ -33,18 +33,26 @@ inline bool IsSimFd(int fd) { return fd >= kFdBase; }
 Result<int> Socket(int family);  // EAFNOSUPPORT for anything but AF_INET; EMFILE
 Result<void> Bind(int fd, const sockaddr* addr, socklen_t len);
 Result<void> Listen(int fd, int backlog);
-Result<int> Accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options);
-Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOptions& options);
+// serial (the waiting calls'): if not 0, the call is for the socket Serial(fd) named when it
+// was asked for (a task's call, which runs later on a fiber of its own): if fd no longer names
+// that socket, it was closed since, and the call ends with operation_canceled, as a call under
+// way at the close does (the number may be another socket's by then).
+Result<int> Accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options,
+                   std::uint64_t serial = 0);
+Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOptions& options,
+                     std::uint64_t serial = 0);
 // Recv / Send: over a list of buffers (read, recv, readv: one or more). flags: MSG_DONTWAIT,
 // MSG_PEEK (Recv); others are ignored.
 Result<std::size_t> Recv(int fd, const IoVec* iov, int iovcnt, int flags,
-                         const WaitOptions& options);
+                         const WaitOptions& options, std::uint64_t serial = 0);
 Result<std::size_t> Send(int fd, const IoVec* iov, int iovcnt, int flags,
-                         const WaitOptions& options);
+                         const WaitOptions& options, std::uint64_t serial = 0);
 Result<std::uint32_t> Poll(int fd, std::uint32_t events, const WaitOptions& options);
 Result<void> Shutdown(int fd, int how);  // SHUT_RD, SHUT_WR, SHUT_RDWR
 Result<void> Close(int fd);
 Result<void> Check(int fd);  // EBADF unless open (for the calls that are no-ops here)
+// Serial: the socket fd names now (never 0), or 0 if fd is not open here.
+std::uint64_t Serial(int fd);
 // LocalAddress / PeerAddress: as getsockname / getpeername.
 Result<void> LocalAddress(int fd, sockaddr* addr, socklen_t* len);
 Result<void> PeerAddress(int fd, sockaddr* addr, socklen_t* len);
