@@ -195,8 +195,8 @@ namespace {
 // reactor: a result when the call ends without it, else nullopt.
 std::optional<Result<std::size_t>> RecvMsgAtOnce(Fd at, MsgHdr* msg, int flags,
                                                  const WaitOptions& options) {
-  // (The simulated network has no datagrams.)
-  if (sim_internal::IsSimFd(at.fd)) return Result<std::size_t>(std::errc::not_supported);
+  // The simulated network's datagrams: the whole call (the task form runs it on a fiber).
+  if (sim_internal::IsSimFd(at.fd)) return sim_internal::RecvMsg(at.fd, msg, flags, options);
 #ifndef _WIN32
   // A datagram already queued is taken without the reactor (a busy server's receives seldom
   // wait); only when none is does the call park. Within the fiber's budget, as a send.
@@ -212,7 +212,7 @@ std::optional<Result<std::size_t>> RecvMsgAtOnce(Fd at, MsgHdr* msg, int flags,
 
 std::optional<Result<std::size_t>> SendMsgAtOnce(Fd at, const MsgHdr* msg, int flags,
                                                  const WaitOptions& options) {
-  if (sim_internal::IsSimFd(at.fd)) return Result<std::size_t>(std::errc::not_supported);
+  if (sim_internal::IsSimFd(at.fd)) return sim_internal::SendMsg(at.fd, msg, flags, options);
 #ifndef _WIN32
   // As send: a datagram's send seldom waits, so it is first tried without the reactor.
   if (BadMsg(msg)) return Result<std::size_t>(std::errc::invalid_argument);
@@ -326,7 +326,9 @@ Task<Result<std::size_t>> AsyncWrite(Fd at, const void* buf, std::size_t len, Wa
   co_return Size(r);
 }
 
-Task<Result<std::size_t>> AsyncRecvMsg(Fd at, MsgHdr* msg, int flags, WaitOptions options) {
+namespace {
+Task<Result<std::size_t>> AsyncRecvMsgOnReactor(Fd at, MsgHdr* msg, int flags,
+                                                WaitOptions options) {
   if (std::optional<Result<std::size_t>> r = RecvMsgAtOnce(at, msg, flags, options)) co_return *r;
   std::int64_t r;
   int retries = 0;
@@ -338,7 +340,8 @@ Task<Result<std::size_t>> AsyncRecvMsg(Fd at, MsgHdr* msg, int flags, WaitOption
   co_return Size(r);
 }
 
-Task<Result<std::size_t>> AsyncSendMsg(Fd at, const MsgHdr* msg, int flags, WaitOptions options) {
+Task<Result<std::size_t>> AsyncSendMsgOnReactor(Fd at, const MsgHdr* msg, int flags,
+                                                WaitOptions options) {
   if (std::optional<Result<std::size_t>> r = SendMsgAtOnce(at, msg, flags, options)) co_return *r;
   std::int64_t r;
   int retries = 0;
@@ -348,6 +351,25 @@ Task<Result<std::size_t>> AsyncSendMsg(Fd at, const MsgHdr* msg, int flags, Wait
         "io sendmsg", at.fd, at.epoch);
   } while (Absorbed(ForFlags(flags), r, &retries));
   co_return Size(r);
+}
+}  // namespace
+
+Task<Result<std::size_t>> AsyncRecvMsg(Fd at, MsgHdr* msg, int flags, WaitOptions options) {
+  if (sim_internal::IsSimFd(at.fd)) {
+    return OnSimSocket<Result<std::size_t>>(at.fd, [=](std::uint64_t serial) {
+      return sim_internal::RecvMsg(at.fd, msg, flags, options, serial);
+    });
+  }
+  return AsyncRecvMsgOnReactor(at, msg, flags, options);
+}
+
+Task<Result<std::size_t>> AsyncSendMsg(Fd at, const MsgHdr* msg, int flags, WaitOptions options) {
+  if (sim_internal::IsSimFd(at.fd)) {
+    return OnSimSocket<Result<std::size_t>>(at.fd, [=](std::uint64_t serial) {
+      return sim_internal::SendMsg(at.fd, msg, flags, options, serial);
+    });
+  }
+  return AsyncSendMsgOnReactor(at, msg, flags, options);
 }
 
 Task<Result<void>> AsyncSendAll(Fd at, const void* buf, std::size_t len, WaitOptions options) {

@@ -53,12 +53,8 @@ std::errc StartWinsock() {
 #endif
 
 Result<int> NewSocket(int family, int type = SOCK_STREAM) {
-  // A simulated runtime touches no real fd: its sockets are the simulated network's (which
-  // has no datagrams).
-  if (scheduler_internal::InSimulation()) {
-    if (type != SOCK_STREAM) return std::errc::not_supported;
-    return sim_internal::Socket(family);
-  }
+  // A simulated runtime touches no real fd: its sockets are the simulated network's.
+  if (scheduler_internal::InSimulation()) return sim_internal::Socket(family, type);
   if (std::errc e = StartWinsock(); e != std::errc{}) return e;
   SOCKET s = ::WSASocketW(family, type, type == SOCK_STREAM ? IPPROTO_TCP : IPPROTO_UDP, nullptr, 0,
                           WSA_FLAG_OVERLAPPED | WSA_FLAG_NO_HANDLE_INHERIT);
@@ -86,12 +82,8 @@ constexpr int kShutBoth = SHUT_RDWR;
 std::errc LastErrc() { return static_cast<std::errc>(errno); }
 
 Result<int> NewSocket(int family, int type = SOCK_STREAM) {
-  // A simulated runtime touches no real fd: its sockets are the simulated network's (which
-  // has no datagrams).
-  if (scheduler_internal::InSimulation()) {
-    if (type != SOCK_STREAM) return std::errc::not_supported;
-    return sim_internal::Socket(family);
-  }
+  // A simulated runtime touches no real fd: its sockets are the simulated network's.
+  if (scheduler_internal::InSimulation()) return sim_internal::Socket(family, type);
   int fd = ::socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return LastErrc();
   return fd;
@@ -521,6 +513,12 @@ Result<UdpSocket> UdpSocket::bind(const SocketAddress& addr) {
   if (addr.size() == 0) return std::errc::invalid_argument;
   Result<UdpSocket> s = open(addr.family());
   if (!s.ok()) return s.error();
+  if (sim_internal::IsSimFd(s->fd_)) {
+    if (Result<void> r = sim_internal::Bind(s->fd_, addr.data(), addr.size()); !r.ok()) {
+      return r.error();
+    }
+    return s;
+  }
   if (::bind(NativeSocket(s->fd_), addr.data(), addr.size()) != 0) return LastErrc();
   return s;
 }
@@ -581,6 +579,18 @@ Result<std::size_t> UdpSocket::recv_batch(Buffer* buffers, std::size_t count,
   if (!first.ok()) return first.error();
   buffers[0].got = *first;
   std::size_t got = 1;
+  if (sim_internal::IsSimFd(fd_)) {  // the rest: what has arrived already
+    for (; got < count; ++got) {
+      sockaddr_storage from{};
+      IoVec v{buffers[got].data, buffers[got].capacity};
+      MsgHdr msg = OneBuffer(&v, &from, sizeof from);
+      Result<std::size_t> n = sim_internal::RecvMsg(fd_, &msg, sim_internal::kSimDontWait, {});
+      if (!n.ok()) break;
+      buffers[got].got =
+          Datagram{*n, FromAddress(from, msg.msg_namelen), (msg.msg_flags & kMsgTruncated) != 0};
+    }
+    return got;
+  }
 #ifdef _WIN32
   // The rest: what is queued already (the socket is non-blocking: WSAEWOULDBLOCK when none).
   for (; got < count; ++got) {
@@ -647,6 +657,17 @@ Result<std::size_t> UdpSocket::send_batch(const Outgoing* datagrams, std::size_t
   }
   std::size_t sent = 0;
   const int fd = fd_;
+  if (sim_internal::IsSimFd(fd)) {  // a simulated datagram's send never waits
+    for (; sent < count; ++sent) {
+      const Outgoing& d = datagrams[sent];
+      Result<std::size_t> r = send_to(d.data, d.size, d.to, options);
+      if (!r.ok()) {
+        if (sent == 0) return r.error();
+        break;
+      }
+    }
+    return sent;
+  }
 #ifndef _WIN32
   // All of them in one sendmmsg, without waiting.
   std::vector<mmsghdr> msgs;
@@ -701,6 +722,7 @@ Result<void> UdpSocket::connect(const SocketAddress& peer) {
   if (peer.size() == 0) return std::errc::invalid_argument;
   // A datagram socket's connect only records the peer: it never waits.
   return OnFd<Result<void>>(fd_, epoch_, [&peer](int fd) -> Result<void> {
+    if (sim_internal::IsSimFd(fd)) return sim_internal::Connect(fd, peer.data(), peer.size(), {});
     if (::connect(NativeSocket(fd), peer.data(), peer.size()) != 0) return LastErrc();
     return {};
   });
@@ -743,6 +765,7 @@ Result<SocketAddress> UdpSocket::local_address() const {
 
 Result<void> UdpSocket::set_broadcast(bool on) {
   return OnFd<Result<void>>(fd_, epoch_, [on](int fd) -> Result<void> {
+    if (sim_internal::IsSimFd(fd)) return sim_internal::Check(fd);  // (no broadcast address)
     int v = on ? 1 : 0;
     if (::setsockopt(NativeSocket(fd), SOL_SOCKET, SO_BROADCAST, reinterpret_cast<const char*>(&v),
                      sizeof v) != 0) {

@@ -146,8 +146,8 @@ class TcpListener {
 // UdpSocket: datagrams, IPv4 or IPv6. Every call that can wait parks a fiber (or blocks a plain
 // thread) and takes WaitOptions, as the TCP types' do. A datagram is sent whole or not at all,
 // and received whole: one longer than the buffer is cut (Datagram::truncated) and the rest of it
-// is lost, as the system's recvfrom does. Not in a simulated runtime (not_supported): the
-// simulated network has no datagrams.
+// is lost, as the system's recvfrom does. In a simulated runtime, the simulated network's
+// datagrams (api/sim.h; IPv4).
 class UdpSocket {
  public:
   UdpSocket() = default;
@@ -174,7 +174,6 @@ class UdpSocket {
   Result<Datagram> recv_from(void* buf, std::size_t len, const WaitOptions& options = {});
   // The forms for a task (scheduler/task.h): `co_await socket.async_recv_from(buf, len)`, the
   // same results; as TcpStream's async_ calls, the buffer and the socket must outlive the call.
-  // (The simulated network has no datagrams: UdpSocket::open is not_supported there.)
   Task<Result<std::size_t>> async_send_to(const void* buf, std::size_t len, SocketAddress to,
                                           WaitOptions options = {});
   Task<Result<Datagram>> async_recv_from(void* buf, std::size_t len, WaitOptions options = {});

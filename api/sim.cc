@@ -24,6 +24,7 @@
 #include <deque>
 #include <map>
 #include <new>
+#include <optional>
 #include <set>
 #include <string>
 #include <system_error>
@@ -44,6 +45,8 @@ Nanos Now() { return SyncClock::now().time_since_epoch().count(); }
 
 constexpr std::uint32_t kMaxHosts = 65000;
 constexpr int kMaxBacklog = 4096;
+constexpr std::size_t kMaxDatagram = 65507;       // UDP's payload limit over IPv4
+constexpr std::size_t kMaxQueuedDatagrams = 256;  // a receive buffer's worth; more are dropped
 constexpr std::uint16_t kFirstEphemeral = 32768;  // Linux's ip_local_port_range
 constexpr std::size_t kMaxWindow = std::size_t{1} << 30;
 constexpr int kFdsPerNetwork = 1 << 20;  // 1,024 ranges of these fill [2^30, 2^31)
@@ -99,7 +102,8 @@ struct Connection {
 };
 
 struct Socket {
-  enum class Kind { kFresh, kListening, kConnected };
+  // kDatagram: a UDP socket (SOCK_DGRAM), bound or not, with a peer (peer_set) or not.
+  enum class Kind { kFresh, kListening, kConnected, kDatagram };
   Kind kind = Kind::kFresh;
   int fd = -1;
   // serial: which socket this is, never reused (its fd number is): a call made later on behalf
@@ -120,6 +124,16 @@ struct Socket {
   // Listening: the connections that arrived, not yet accepted.
   std::deque<std::shared_ptr<Socket>> backlog;
   int backlog_limit = 0;
+  // Datagram: connected to `peer` (where a send without an address goes, and the one source a
+  // receive takes), and the datagrams that arrived or will, by arrival time (each latency is
+  // drawn on its own, so they may arrive out of order, as UDP's do).
+  bool peer_set = false;
+  struct Datagram {
+    std::string bytes;
+    sockaddr_in from;
+    Nanos due;
+  };
+  std::deque<Datagram> datagrams;
   CondVar cv;
 
   Socket() = default;
@@ -305,14 +319,27 @@ struct Network::State {
     return std::errc::address_in_use;
   }
 
-  // PortTaken: a socket of the host is bound to port on an address that overlaps ip (either one
-  // INADDR_ANY, or both the same).
-  static bool PortTaken(const HostState& h, std::uint16_t port, std::uint32_t ip) {
+  // PortTaken: a socket of the host, of the same protocol (TCP and UDP ports are apart), is bound
+  // to port on an address that overlaps ip (either one INADDR_ANY, or both the same).
+  static bool PortTaken(const HostState& h, std::uint16_t port, std::uint32_t ip, bool datagram) {
     auto [b, e] = h.ports.equal_range(port);
     for (auto it = b; it != e; ++it) {
-      if (ip == 0 || it->second->bound_ip == 0 || it->second->bound_ip == ip) return true;
+      const Socket* o = it->second;
+      if ((o->kind == Socket::Kind::kDatagram) != datagram) continue;
+      if (ip == 0 || o->bound_ip == 0 || o->bound_ip == ip) return true;
     }
     return false;
+  }
+
+  // DatagramSocketFor: the host's datagram socket that a datagram to ip:port reaches (bound to
+  // that address or to INADDR_ANY), or null.
+  static Socket* DatagramSocketFor(const HostState& h, std::uint32_t ip, std::uint16_t port) {
+    auto [b, e] = h.ports.equal_range(port);
+    for (auto it = b; it != e; ++it) {
+      Socket* d = it->second;
+      if (d->kind == Socket::Kind::kDatagram && (d->bound_ip == 0 || d->bound_ip == ip)) return d;
+    }
+    return nullptr;
   }
 
   // ListenerFor: the host's listener that a SYN to ip:port reaches (bound to that address or to
@@ -730,12 +757,54 @@ Arrival Arrived(const State& st, const sim::Socket& s) {
 }
 
 bool DontWait(int flags) {
+  if ((flags & sim_internal::kSimDontWait) != 0) return true;
 #ifdef MSG_DONTWAIT
   return (flags & MSG_DONTWAIT) != 0;
 #else
-  (void)flags;
   return false;
 #endif
+}
+
+// AutoBind: a datagram socket that sends or connects unbound gets an ephemeral port, as on
+// Linux.
+Result<void> AutoBind(State& st, sim::Socket& s) {
+  if (s.bound) return {};
+  sim::HostState& h = st.hosts[s.host];
+  Result<std::uint16_t> p = State::EphemeralPort(h);
+  if (!p.ok()) return p.error();
+  try {
+    h.ports.emplace(*p, &s);
+  } catch (const std::bad_alloc&) {
+    return std::errc::not_enough_memory;
+  }
+  s.bound = true;
+  s.local = sim::Inet(INADDR_ANY, *p);
+  return {};
+}
+
+// Destination: a datagram's or a connect's IPv4 address (0.0.0.0: this host's loopback, as
+// Linux takes it).
+Result<sockaddr_in> Destination(const sockaddr* addr, socklen_t len) {
+  if (addr == nullptr || len < static_cast<socklen_t>(sizeof(sockaddr_in))) {
+    return std::errc::invalid_argument;
+  }
+  if (addr->sa_family != AF_INET) return std::errc::address_family_not_supported;
+  sockaddr_in to;
+  std::memcpy(&to, addr, sizeof to);
+  if (ntohl(to.sin_addr.s_addr) == INADDR_ANY) to.sin_addr.s_addr = htonl(sim::kLoopback);
+  return to;
+}
+
+bool SameAddress(const sockaddr_in& a, const sockaddr_in& b) {
+  return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
+}
+
+// VectorsOf: a MsgHdr's buffers as BadVectors takes them (EINVAL past 1,024).
+Result<int> VectorsOf(const MsgHdr* msg) {
+  if (msg == nullptr || msg->msg_iovlen > 1024) return std::errc::invalid_argument;
+  const int n = static_cast<int>(msg->msg_iovlen);
+  if (sim::BadVectors(msg->msg_iov, n)) return std::errc::invalid_argument;
+  return n;
 }
 
 }  // namespace
@@ -754,10 +823,11 @@ bool DontWait(int flags) {
   if (s == nullptr) return std::errc::bad_file_descriptor
 #define WEFT_SIM_OPEN(fd) WEFT_SIM_OPEN_AS(fd, 0)
 
-Result<int> Socket(int family) {
+Result<int> Socket(int family, int type) {
   State* st = sim::TheState();
   if (st == nullptr) return std::errc::not_supported;
   if (family != AF_INET) return std::errc::address_family_not_supported;
+  if (type != SOCK_STREAM && type != SOCK_DGRAM) return std::errc::not_supported;
   Locked lock(*st);
   std::shared_ptr<sim::Socket> s;
   try {
@@ -766,6 +836,7 @@ Result<int> Socket(int family) {
     return std::errc::not_enough_memory;
   }
   s->host = CallerHost(*st);
+  if (type == SOCK_DGRAM) s->kind = sim::Socket::Kind::kDatagram;
   return st->Install(s);
 }
 
@@ -775,7 +846,10 @@ Result<void> Bind(int fd, const sockaddr* addr, socklen_t len) {
       addr->sa_family != AF_INET) {
     return std::errc::invalid_argument;
   }
-  if (s->bound || s->kind != sim::Socket::Kind::kFresh) return std::errc::invalid_argument;
+  if (s->bound ||
+      (s->kind != sim::Socket::Kind::kFresh && s->kind != sim::Socket::Kind::kDatagram)) {
+    return std::errc::invalid_argument;
+  }
   sockaddr_in in;
   std::memcpy(&in, addr, sizeof in);
   const std::uint32_t ip = ntohl(in.sin_addr.s_addr);
@@ -788,7 +862,7 @@ Result<void> Bind(int fd, const sockaddr* addr, socklen_t len) {
     Result<std::uint16_t> p = State::EphemeralPort(h);
     if (!p.ok()) return p.error();
     port = *p;
-  } else if (State::PortTaken(h, port, ip)) {
+  } else if (State::PortTaken(h, port, ip, s->kind == sim::Socket::Kind::kDatagram)) {
     return std::errc::address_in_use;
   }
   h.ports.emplace(port, s.get());
@@ -800,6 +874,7 @@ Result<void> Bind(int fd, const sockaddr* addr, socklen_t len) {
 
 Result<void> Listen(int fd, int backlog) {
   WEFT_SIM_OPEN(fd);
+  if (s->kind == sim::Socket::Kind::kDatagram) return std::errc::operation_not_supported;
   if (s->kind == sim::Socket::Kind::kConnected) return std::errc::invalid_argument;
   if (!s->bound) {  // as Linux: an unbound socket that listens gets a port
     sim::HostState& h = st->hosts[s->host];
@@ -846,6 +921,16 @@ Result<int> Accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions
 Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOptions& options,
                      std::uint64_t serial) {
   WEFT_SIM_OPEN_AS(fd, serial);
+  if (s->kind == sim::Socket::Kind::kDatagram) {  // records the peer; never waits
+    Result<sockaddr_in> to = Destination(addr, len);
+    if (!to.ok()) return to.error();
+    Result<std::uint32_t> target = st->HostOfAddress(ntohl(to->sin_addr.s_addr), s->host);
+    if (!target.ok()) return target.error();
+    if (Result<void> b = AutoBind(*st, *s); !b.ok()) return b.error();
+    s->peer = *to;
+    s->peer_set = true;
+    return {};
+  }
   if (addr == nullptr || len < static_cast<socklen_t>(sizeof(sockaddr_in))) {
     return std::errc::invalid_argument;
   }
@@ -1071,6 +1156,15 @@ Result<std::uint32_t> Poll(int fd, std::uint32_t events, const WaitOptions& opti
           due = s->backlog.front()->ready_at;
         }
       }
+    } else if (s->kind == sim::Socket::Kind::kDatagram) {
+      ready |= POLLOUT;
+      if (!s->datagrams.empty()) {
+        if (s->datagrams.front().due <= sim::Now()) {
+          ready |= POLLIN;
+        } else {
+          due = s->datagrams.front().due;
+        }
+      }
     } else if (s->kind == sim::Socket::Kind::kConnected) {
       Connection& c = *s->conn;
       if (c.error != 0) {
@@ -1142,6 +1236,109 @@ Result<void> Check(int fd) {
   return {};
 }
 
+Result<std::size_t> SendMsg(int fd, const MsgHdr* msg, int flags, const WaitOptions& options,
+                            std::uint64_t serial) {
+  Result<int> iovcnt = VectorsOf(msg);
+  if (!iovcnt.ok()) return iovcnt.error();
+  WEFT_SIM_OPEN_AS(fd, serial);
+  (void)flags;  // a datagram's send never waits here (there is no send buffer to fill)
+  if (s->kind != sim::Socket::Kind::kDatagram) return std::errc::not_supported;
+  if (sim::Cancelled(options)) return std::errc::operation_canceled;
+  if (s->closed) return std::errc::operation_canceled;
+  sockaddr_in to;
+  if (msg->msg_name != nullptr) {
+    Result<sockaddr_in> d = Destination(static_cast<const sockaddr*>(msg->msg_name),
+                                        static_cast<socklen_t>(msg->msg_namelen));
+    if (!d.ok()) return d.error();
+    to = *d;
+  } else if (s->peer_set) {
+    to = s->peer;
+  } else {
+    return std::errc::destination_address_required;
+  }
+  const std::size_t n = sim::TotalLength(msg->msg_iov, *iovcnt);
+  if (n > sim::kMaxDatagram) return std::errc::message_size;
+  if (Result<void> b = AutoBind(*st, *s); !b.ok()) return b.error();
+  const std::uint32_t ip = ntohl(to.sin_addr.s_addr);
+  // Where it is from, as its receiver sees it: loopback to loopback, else the sender's address.
+  const std::uint32_t from_ip =
+      (ip >> 24) == 127 ? ip : (s->bound_ip != 0 ? s->bound_ip : sim::AddressOf(s->host));
+  const sockaddr_in from = sim::Inet(from_ip, ntohs(s->local.sin_port));
+  ++st->stats.datagrams;
+  // Lost on the way (no retransmission for UDP), cut off by a partition, no host or no socket
+  // there, or its queue full: dropped, and nobody is told, as with UDP.
+  Result<std::uint32_t> target = st->HostOfAddress(ip, s->host);
+  sim::Socket* r = nullptr;
+  if (target.ok() && !st->Cut(s->host, *target) && !State::Chance(st->options.loss)) {
+    r = State::DatagramSocketFor(st->hosts[*target], ip, ntohs(to.sin_port));
+  }
+  if (r != nullptr && r->peer_set && !SameAddress(r->peer, from)) r = nullptr;
+  if (r != nullptr && r->datagrams.size() >= sim::kMaxQueuedDatagrams) r = nullptr;
+  if (r == nullptr) {
+    ++st->stats.datagrams_dropped;
+    scheduler_internal::SimRecordEvent("net.udp.drop", s->host, ip, n);
+    return n;
+  }
+  sim::Socket::Datagram d;
+  try {
+    d.bytes.reserve(n);
+  } catch (const std::bad_alloc&) {
+    return std::errc::not_enough_memory;
+  }
+  for (int i = 0; i < *iovcnt; ++i) {
+    d.bytes.append(static_cast<const char*>(msg->msg_iov[i].iov_base), msg->msg_iov[i].iov_len);
+  }
+  d.from = from;
+  d.due = sim::Now() + st->Latency();
+  // In arrival order; after those due at the same time (stable).
+  auto at = std::upper_bound(r->datagrams.begin(), r->datagrams.end(), d.due,
+                             [](Nanos due, const sim::Socket::Datagram& q) { return due < q.due; });
+  try {
+    r->datagrams.insert(at, std::move(d));
+  } catch (const std::bad_alloc&) {
+    return std::errc::not_enough_memory;
+  }
+  scheduler_internal::SimRecordEvent("net.udp.send", s->host, ip, n);
+  State::Wake(r);
+  return n;
+}
+
+Result<std::size_t> RecvMsg(int fd, MsgHdr* msg, int flags, const WaitOptions& options,
+                            std::uint64_t serial) {
+  Result<int> iovcnt = VectorsOf(msg);
+  if (!iovcnt.ok()) return iovcnt.error();
+  WEFT_SIM_OPEN_AS(fd, serial);
+  if (s->kind != sim::Socket::Kind::kDatagram) return std::errc::not_supported;
+  if (sim::Cancelled(options)) return std::errc::operation_canceled;
+  const bool peek = (flags & MSG_PEEK) != 0;
+  for (;;) {
+    if (s->closed) return std::errc::operation_canceled;
+    std::optional<Nanos> due;
+    if (!s->datagrams.empty()) {
+      sim::Socket::Datagram& d = s->datagrams.front();
+      if (d.due <= sim::Now()) {
+        std::size_t done = 0;
+        for (int i = 0; i < *iovcnt && done < d.bytes.size(); ++i) {
+          const std::size_t take = std::min(msg->msg_iov[i].iov_len, d.bytes.size() - done);
+          std::memcpy(msg->msg_iov[i].iov_base, d.bytes.data() + done, take);
+          done += take;
+        }
+        msg->msg_flags = done < d.bytes.size() ? kMsgTruncated : 0;  // the rest is lost
+        if (msg->msg_name != nullptr) {
+          socklen_t len = static_cast<socklen_t>(msg->msg_namelen);
+          sim::ToSockaddr(d.from, static_cast<sockaddr*>(msg->msg_name), &len);
+          msg->msg_namelen = len;
+        }
+        if (!peek) s->datagrams.pop_front();
+        return done;
+      }
+      due = d.due;
+    }
+    if (DontWait(flags)) return std::errc::resource_unavailable_try_again;
+    if (Result<void> w = sim::Wait(*st, *s, options, due); !w.ok()) return w.error();
+  }
+}
+
 std::uint64_t Serial(int fd) {
   State* st = sim::TheState();
   if (st == nullptr) return 0;
@@ -1162,7 +1359,10 @@ Result<void> LocalAddress(int fd, sockaddr* addr, socklen_t* len) {
 Result<void> PeerAddress(int fd, sockaddr* addr, socklen_t* len) {
   WEFT_SIM_OPEN(fd);
   if (addr == nullptr || len == nullptr) return std::errc::invalid_argument;
-  if (s->kind != sim::Socket::Kind::kConnected) return std::errc::not_connected;
+  if (s->kind != sim::Socket::Kind::kConnected &&
+      !(s->kind == sim::Socket::Kind::kDatagram && s->peer_set)) {
+    return std::errc::not_connected;
+  }
   sim::ToSockaddr(s->peer, addr, len);
   return {};
 }

@@ -5,9 +5,9 @@
 // Defines: weft::sim::NetworkOptions, weft::sim::Host, weft::sim::NetworkStats,
 // weft::sim::Network.
 //
-// In a simulated runtime, TcpListener, TcpStream, net::resolve and the weft::io calls on their
-// fds use this network; no real fd is ever touched (a real one is refused with ENOTSUP). A fiber
-// runs on a host: the default host "main" unless it, or the fiber that spawned it, entered
+// In a simulated runtime, TcpListener, TcpStream, UdpSocket, net::resolve and the weft::io calls
+// on their fds use this network; no real fd is ever touched (a real one is refused with ENOTSUP). A
+// fiber runs on a host: the default host "main" unless it, or the fiber that spawned it, entered
 // another (Network::enter). Each host has an address 10.0.x.y, a name that net::resolve knows,
 // loopback (127.0.0.1 reaches the host itself), its own ports and its own fd limit. A stackless
 // task's socket calls (async_read, async_connect...) run their blocking forms on fibers of
@@ -29,6 +29,10 @@
 //     one call on each end fails with ECONNRESET, and after it reads give 0 and writes EPIPE.
 //     A plain close or shutdown_write is a FIN: the peer reads what was sent, then 0.
 //   - socket(), accept() past the host's fd limit: EMFILE (a connection stays queued).
+//   - UDP: a datagram arrives whole after a latency (datagrams may pass each other), or is
+//     dropped, silently: lost (NetworkOptions::loss; never sent again), across a partition, with
+//     no socket bound at its address, or with 256 queued at the receiver already. TCP and UDP
+//     ports are apart. A connected UdpSocket takes only its peer's datagrams.
 //   - fds are numbered from a base drawn from the seed, the lowest free first; an fd is
 //     meaningful only on its simulation's thread while that runtime lives.
 //
@@ -85,9 +89,11 @@ struct NetworkStats {
   std::uint64_t timed_out = 0;    // connects that gave up (connect_timeout)
   std::uint64_t segments = 0;     // writes that put bytes on the network
   std::uint64_t bytes = 0;
-  std::uint64_t lost = 0;    // segments lost once and retransmitted
-  std::uint64_t resets = 0;  // connections reset, for any reason
-  std::uint64_t emfile = 0;  // sockets and accepts refused by a host's fd limit
+  std::uint64_t lost = 0;               // segments lost once and retransmitted
+  std::uint64_t resets = 0;             // connections reset, for any reason
+  std::uint64_t emfile = 0;             // sockets and accepts refused by a host's fd limit
+  std::uint64_t datagrams = 0;          // UDP datagrams sent
+  std::uint64_t datagrams_dropped = 0;  // of those: lost, cut off, or with no socket to take them
 };
 
 // Network: the simulated network of the calling thread's simulated runtime. Every call is for

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -795,6 +796,151 @@ TEST(SimNetwork, ATasksCallNeverReachesTheSocketThatTakesAClosedNumber) {
       });
     }
   }
+}
+
+// UDP between two hosts: datagrams keep their boundaries and senders, a short buffer truncates,
+// connect filters the sources, and tasks use the same sockets; TCP and UDP ports are apart.
+TEST(SimNetwork, DatagramsBetweenHostsWithTheirSendersAndBoundaries) {
+  Runtime rt(Sim(41));
+  rt.block_on([&] {
+    Result<sim::Host> server_host = Net().host("server");
+    ASSERT_TRUE(server_host.ok());
+    const std::string ip = server_host->address.to_string();
+    const net::SocketAddress to = *net::SocketAddress::parse(ip.substr(0, ip.find(':')) + ":5300");
+    Event bound;
+    auto server = OnHost(rt, "server", [&] {
+      Result<net::UdpSocket> u = net::UdpSocket::bind(net::SocketAddress::ipv4_any(5300));
+      ASSERT_TRUE(u.ok());
+      // The same port for TCP is another port.
+      EXPECT_TRUE(net::TcpListener::bind(net::SocketAddress::ipv4_any(5300)).ok());
+      EXPECT_EQ(net::UdpSocket::bind(net::SocketAddress::ipv4_any(5300)).error(),
+                std::errc::address_in_use);
+      bound.set();
+      for (int i = 0; i < 3; ++i) {  // echo three datagrams to their senders
+        char buf[64];
+        Result<net::UdpSocket::Datagram> d = u->recv_from(buf, sizeof buf);
+        ASSERT_TRUE(d.ok());
+        EXPECT_FALSE(d->truncated);
+        ASSERT_TRUE(u->send_to(buf, d->size, d->from).ok());
+      }
+      char small[4];
+      Result<net::UdpSocket::Datagram> d = u->recv_from(small, sizeof small);
+      ASSERT_TRUE(d.ok());
+      EXPECT_TRUE(d->truncated);  // "truncate me": the rest is lost
+      EXPECT_EQ(std::string(small, 4), "trun");
+    });
+    auto client = OnHost(rt, "client", [&] {
+      ASSERT_TRUE(bound.wait().ok());
+      Result<net::UdpSocket> u = net::UdpSocket::open();
+      ASSERT_TRUE(u.ok());
+      for (const char* m : {"one", "two", "three"}) {
+        ASSERT_EQ(*u->send_to(m, std::strlen(m), to), std::strlen(m));
+      }
+      std::vector<std::string> back;
+      for (int i = 0; i < 3; ++i) {
+        char buf[64];
+        Result<net::UdpSocket::Datagram> d = u->recv_from(buf, sizeof buf);
+        ASSERT_TRUE(d.ok());
+        EXPECT_EQ(d->from.to_string(), to.to_string());
+        back.emplace_back(buf, d->size);
+      }
+      std::sort(back.begin(), back.end());  // latencies differ: they may come back in any order
+      EXPECT_EQ(back, (std::vector<std::string>{"one", "three", "two"}));
+      ASSERT_TRUE(u->send_to("truncate me", 11, to).ok());
+      // Its own address: this host's, an ephemeral port.
+      EXPECT_EQ(u->local_address()->port() >= 32768, true);
+    });
+    EXPECT_TRUE(client.join().ok());
+    EXPECT_TRUE(server.join().ok());
+    EXPECT_EQ(Net().stats().datagrams, 7u);
+    EXPECT_EQ(Net().stats().datagrams_dropped, 0u);
+
+    // Connected: send without an address, and only the peer's datagrams are taken.
+    Result<net::UdpSocket> a = net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(0));
+    Result<net::UdpSocket> b = net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(0));
+    Result<net::UdpSocket> stranger = net::UdpSocket::open();
+    ASSERT_TRUE(a.ok() && b.ok() && stranger.ok());
+    ASSERT_TRUE(a->connect(*b->local_address()).ok());
+    ASSERT_TRUE(b->connect(*a->local_address()).ok());
+    ASSERT_TRUE(stranger->send_to("noise", 5, *a->local_address()).ok());
+    ASSERT_TRUE(b->send("hi", 2).ok());
+    char buf[8];
+    EXPECT_EQ(*a->recv(buf, sizeof buf), 2u);  // b's, not the stranger's
+    EXPECT_EQ(std::string(buf, 2), "hi");
+    EXPECT_EQ(a->recv(buf, sizeof buf, {.deadline = SyncClock::now() + 1s}).error(),
+              std::errc::timed_out);
+    Result<net::UdpSocket> lone = net::UdpSocket::open();
+    ASSERT_TRUE(lone.ok());
+    EXPECT_EQ(lone->send("x", 1).error(), std::errc::destination_address_required);
+    EXPECT_EQ(lone->send_to(buf, 70000, *b->local_address()).error(), std::errc::message_size);
+    // A close from another fiber ends a receive that waits.
+    auto waiter = rt.spawn([&] {
+      char c;
+      EXPECT_EQ(lone->recv_from(&c, 1).error(), std::errc::operation_canceled);
+    });
+    ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
+    ASSERT_TRUE(io::close(lone->release()).ok());
+    EXPECT_TRUE(waiter.join().ok());
+
+    // A task's forms on the same sockets.
+    auto h = rt.spawn_task([&]() -> Task<std::string> {
+      EXPECT_TRUE((co_await b->async_send("task", 4)).ok());
+      char got[8];
+      Result<net::UdpSocket::Datagram> d = co_await a->async_recv_from(got, sizeof got);
+      if (!d.ok()) co_return "";
+      EXPECT_EQ(d->from.to_string(), b->local_address()->to_string());
+      co_return std::string(got, d->size);
+    });
+    EXPECT_EQ(*h.join(), "task");
+  });
+}
+
+// Datagrams are lost (no retransmission), dropped across a partition, and dropped when nobody
+// is bound at the address; nobody is told. The same seed gives the same losses.
+std::uint64_t LossyDatagrams(std::uint64_t seed, std::uint64_t* received) {
+  Runtime rt(Sim(seed));
+  rt.block_on([&] {
+    sim::NetworkOptions o;
+    o.loss = 0.3;
+    ASSERT_TRUE(Net().configure(o).ok());
+    ASSERT_TRUE(Net().host("far").ok());
+    Result<net::UdpSocket> rx = net::UdpSocket::bind(net::SocketAddress::ipv4_any(5400));
+    ASSERT_TRUE(rx.ok());
+    const std::string ip = Net().current_host().address.to_string();
+    const net::SocketAddress to = *net::SocketAddress::parse(ip.substr(0, ip.find(':')) + ":5400");
+    const net::SocketAddress nobody =
+        *net::SocketAddress::parse(ip.substr(0, ip.find(':')) + ":5401");
+    auto sender = OnHost(rt, "far", [&] {
+      Result<net::UdpSocket> tx = net::UdpSocket::open();
+      ASSERT_TRUE(tx.ok());
+      for (int i = 0; i < 100; ++i) ASSERT_TRUE(tx->send_to(&i, sizeof i, to).ok());
+      ASSERT_TRUE(tx->send_to("x", 1, nobody).ok());  // dropped: no socket there
+      ASSERT_TRUE(Net().partition("far", "main").ok());
+      ASSERT_TRUE(tx->send_to("y", 1, to).ok());  // dropped: cut off
+      Net().heal_all();
+    });
+    ASSERT_TRUE(sender.join().ok());
+    std::uint64_t got = 0;
+    char buf[8];
+    while (rx->recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 1s}).ok()) ++got;
+    *received = got;
+    const sim::NetworkStats st = Net().stats();
+    EXPECT_EQ(st.datagrams, 102u);
+    EXPECT_EQ(st.datagrams_dropped, 102u - got);
+    EXPECT_GT(got, 40u);
+    EXPECT_LT(got, 100u);
+  });
+  return rt.simulation()->trace_hash;
+}
+
+TEST(SimNetwork, DatagramsAreLostDroppedAcrossPartitionsAndReplay) {
+  std::uint64_t a = 0, b = 0, c = 0;
+  const std::uint64_t h1 = LossyDatagrams(51, &a);
+  const std::uint64_t h2 = LossyDatagrams(51, &b);
+  const std::uint64_t h3 = LossyDatagrams(52, &c);
+  EXPECT_EQ(h1, h2);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(h1, h3);
 }
 
 TEST(SimNetwork, APartitionHoldsWhatIsInFlightNotWhatHasArrived) {

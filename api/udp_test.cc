@@ -348,14 +348,7 @@ TEST_P(UdpTaskTest, DeadlinesCancellationCloseShutdownAndBadInput) {
   EXPECT_EQ(shut.load(), 1);
 }
 
-TEST(UdpSimulation, DatagramsAreNotSimulated) {
-  Runtime rt({.simulation = SimulationOptions{.seed = 1}});
-  rt.block_on([] {
-    EXPECT_EQ(net::UdpSocket::open().error(), std::errc::not_supported);
-    EXPECT_EQ(net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(0)).error(),
-              std::errc::not_supported);
-  });
-}
+// (UDP on a simulated runtime's network: api/sim_test.cc.)
 
 }  // namespace
 }  // namespace weft

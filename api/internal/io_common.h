@@ -129,7 +129,7 @@ Result<int> Accept(Fd fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions&
 
 // The task forms (scheduler/task.h) of the calls above, through scheduler_internal::IoAwaiter;
 // in api/io.cc. On the simulated network's fds, whose calls block, the blocking form runs on a
-// fiber of its own while the task waits (datagrams: not_supported, as there).
+// fiber of its own while the task waits.
 Task<Result<std::size_t>> AsyncRecv(Fd fd, void* buf, std::size_t len, int flags,
                                     WaitOptions options);
 Task<Result<std::size_t>> AsyncSend(Fd fd, const void* buf, std::size_t len, int flags,

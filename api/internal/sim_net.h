@@ -30,7 +30,9 @@ inline bool IsSimFd(int fd) { return fd >= kFdBase; }
 
 // A simulated fd outside its simulation's thread (or after it ended) is EBADF in every call;
 // in another simulation it is too, unless that one drew the same fd base (1 in 1,024).
-Result<int> Socket(int family);  // EAFNOSUPPORT for anything but AF_INET; EMFILE
+// Socket: a TCP (SOCK_STREAM) or UDP (SOCK_DGRAM) socket. EAFNOSUPPORT for anything but
+// AF_INET; ENOTSUP for other types; EMFILE.
+Result<int> Socket(int family, int type = SOCK_STREAM);
 Result<void> Bind(int fd, const sockaddr* addr, socklen_t len);
 Result<void> Listen(int fd, int backlog);
 // serial (the waiting calls'): if not 0, the call is for the socket Serial(fd) named when it
@@ -47,6 +49,17 @@ Result<std::size_t> Recv(int fd, const IoVec* iov, int iovcnt, int flags,
                          const WaitOptions& options, std::uint64_t serial = 0);
 Result<std::size_t> Send(int fd, const IoVec* iov, int iovcnt, int flags,
                          const WaitOptions& options, std::uint64_t serial = 0);
+// SendMsg / RecvMsg: a UDP socket's datagrams (ENOTSUP on a TCP one). A send never waits: the
+// datagram is dropped on the way (loss, a partition, no socket bound at the address, a full
+// receive queue) or arrives after a latency; a receive waits for the next to arrive, taking only
+// the peer's once connected, and sets kMsgTruncated in msg_flags when the buffers were short.
+// flags: MSG_PEEK, MSG_DONTWAIT or kSimDontWait (RecvMsg). For a connected socket, msg_name
+// may be null.
+inline constexpr int kSimDontWait = 0x40000000;  // MSG_DONTWAIT, where the platform has none
+Result<std::size_t> SendMsg(int fd, const MsgHdr* msg, int flags, const WaitOptions& options,
+                            std::uint64_t serial = 0);
+Result<std::size_t> RecvMsg(int fd, MsgHdr* msg, int flags, const WaitOptions& options,
+                            std::uint64_t serial = 0);
 Result<std::uint32_t> Poll(int fd, std::uint32_t events, const WaitOptions& options);
 Result<void> Shutdown(int fd, int how);  // SHUT_RD, SHUT_WR, SHUT_RDWR
 Result<void> Close(int fd);
