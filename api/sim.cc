@@ -168,6 +168,16 @@ struct Network::State {
   std::uint64_t next_conn = 1;
   std::uint64_t next_serial = 1;
   NetworkStats stats;
+  // Datagrams in flight, by arrival time (a multimap keeps the send order of equal times): each
+  // settles as it arrives (Settle), against the network as it is then: its partitions, the
+  // socket bound at its address, that socket's peer and the room in its queue.
+  struct InFlight {
+    std::uint32_t from_host = 0, to_host = 0;
+    std::uint32_t ip = 0;  // where it goes (host order)
+    std::uint16_t port = 0;
+    Socket::Datagram d;
+  };
+  std::multimap<Nanos, InFlight> in_flight;
 
   State() {
     fd_base = sim_internal::kFdBase +
@@ -329,6 +339,50 @@ struct Network::State {
       if (ip == 0 || o->bound_ip == 0 || o->bound_ip == ip) return true;
     }
     return false;
+  }
+
+  // Settle: the datagrams in flight that have arrived by now go to their sockets, or are dropped
+  // (a partition between the hosts, no socket bound there, a peer that is not the sender, a
+  // full queue). Every call on the network's sockets, and every change of its partitions, first
+  // settles what arrived before it, so that each datagram meets the network as it was when it
+  // arrived.
+  void Settle() {
+    const Nanos now = Now();
+    while (!in_flight.empty() && in_flight.begin()->first <= now) {
+      InFlight f = std::move(in_flight.begin()->second);
+      in_flight.erase(in_flight.begin());
+      Socket* r =
+          Cut(f.from_host, f.to_host) ? nullptr : DatagramSocketFor(hosts[f.to_host], f.ip, f.port);
+      if (r != nullptr && r->peer_set &&
+          (r->peer.sin_addr.s_addr != f.d.from.sin_addr.s_addr ||
+           r->peer.sin_port != f.d.from.sin_port)) {
+        r = nullptr;  // a connected socket takes only its peer's
+      }
+      if (r != nullptr && r->datagrams.size() >= kMaxQueuedDatagrams) r = nullptr;
+      const std::uint64_t n = f.d.bytes.size();
+      if (r == nullptr) {
+        ++stats.datagrams_dropped;
+        scheduler_internal::SimRecordEvent("net.udp.drop", f.from_host, f.to_host, n);
+        continue;
+      }
+      scheduler_internal::SimRecordEvent("net.udp.arrive", f.from_host, f.to_host, n);
+      try {
+        r->datagrams.push_back(std::move(f.d));
+      } catch (const std::bad_alloc&) {
+        ++stats.datagrams_dropped;  // no memory for it: lost, as a full queue loses it
+        continue;
+      }
+      Wake(r);
+    }
+  }
+  // NextArrival: when the next datagram in flight to `port` on host `to` (at bound_ip, unless
+  // INADDR_ANY) arrives, if one is: a receiver's wait.
+  std::optional<Nanos> NextArrival(std::uint32_t to, std::uint32_t bound_ip,
+                                   std::uint16_t port) const {
+    for (const auto& [due, f] : in_flight) {
+      if (f.to_host == to && f.port == port && (bound_ip == 0 || f.ip == bound_ip)) return due;
+    }
+    return std::nullopt;
   }
 
   // DatagramSocketFor: the host's datagram socket that a datagram to ip:port reaches (bound to
@@ -537,6 +591,7 @@ Host Network::current_host() {
 
 Result<void> Network::partition(std::string_view a, std::string_view b) {
   Locked lock(*state_);
+  state_->Settle();  // datagrams that arrived before the cut
   Result<std::pair<std::uint32_t, std::uint32_t>> hosts = state_->HostsNamed(a, b, false);
   if (!hosts.ok()) return hosts.error();
   const auto [x, y] = *hosts;
@@ -592,6 +647,7 @@ void Healed(Network::State& st, std::uint32_t x, std::uint32_t y) {
 
 Result<void> Network::heal(std::string_view a, std::string_view b) {
   Locked lock(*state_);
+  state_->Settle();  // datagrams that arrived, or were cut off, before the heal
   Result<std::pair<std::uint32_t, std::uint32_t>> hosts = state_->HostsNamed(a, b, false);
   if (!hosts.ok()) return hosts.error();
   const auto [x, y] = *hosts;
@@ -604,6 +660,7 @@ Result<void> Network::heal(std::string_view a, std::string_view b) {
 
 void Network::heal_all() {
   Locked lock(*state_);
+  state_->Settle();
   auto cuts = std::move(state_->cuts);
   state_->cuts.clear();
   for (auto [x, y] : cuts) {
@@ -756,14 +813,7 @@ Arrival Arrived(const State& st, const sim::Socket& s) {
   return a;
 }
 
-bool DontWait(int flags) {
-  if ((flags & sim_internal::kSimDontWait) != 0) return true;
-#ifdef MSG_DONTWAIT
-  return (flags & MSG_DONTWAIT) != 0;
-#else
-  return false;
-#endif
-}
+bool DontWait(int flags) { return (flags & sim_internal::kSimDontWait) != 0; }
 
 // AutoBind: a datagram socket that sends or connects unbound gets an ephemeral port, as on
 // Linux.
@@ -795,10 +845,6 @@ Result<sockaddr_in> Destination(const sockaddr* addr, socklen_t len) {
   return to;
 }
 
-bool SameAddress(const sockaddr_in& a, const sockaddr_in& b) {
-  return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
-}
-
 // VectorsOf: a MsgHdr's buffers as BadVectors takes them (EINVAL past 1,024).
 Result<int> VectorsOf(const MsgHdr* msg) {
   if (msg == nullptr || msg->msg_iovlen > 1024) return std::errc::invalid_argument;
@@ -816,6 +862,7 @@ Result<int> VectorsOf(const MsgHdr* msg) {
   State* st = sim::TheState();                                \
   if (st == nullptr) return std::errc::bad_file_descriptor;   \
   Locked lock(*st);                                           \
+  st->Settle();                                               \
   std::shared_ptr<sim::Socket> s = st->Find(fd);              \
   if ((want) != 0 && (s == nullptr || s->serial != (want))) { \
     return std::errc::operation_canceled;                     \
@@ -893,6 +940,7 @@ Result<int> Accept(int fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions
                    std::uint64_t serial) {
   if (BadAcceptAddress(addr, addrlen)) return std::errc::invalid_argument;
   WEFT_SIM_OPEN_AS(fd, serial);
+  if (s->kind == sim::Socket::Kind::kDatagram) return std::errc::operation_not_supported;
   if (sim::Cancelled(options)) return std::errc::operation_canceled;
   for (;;) {
     if (s->closed) return std::errc::operation_canceled;
@@ -927,6 +975,11 @@ Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOpti
     Result<std::uint32_t> target = st->HostOfAddress(ntohl(to->sin_addr.s_addr), s->host);
     if (!target.ok()) return target.error();
     if (Result<void> b = AutoBind(*st, *s); !b.ok()) return b.error();
+    if (s->bound_ip == 0) {  // its address is now the one its datagrams leave from, as Linux's
+      const std::uint32_t ip = ntohl(to->sin_addr.s_addr);
+      s->bound_ip = (ip >> 24) == 127 ? ip : sim::AddressOf(s->host);
+      s->local.sin_addr.s_addr = htonl(s->bound_ip);
+    }
     s->peer = *to;
     s->peer_set = true;
     return {};
@@ -1041,10 +1094,115 @@ Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOpti
   }
 }
 
+namespace {
+// SendDatagram / RecvDatagram: SendMsg and RecvMsg on an open datagram socket, under the
+// network's lock (the stream calls on a UDP socket come here too: read, write, recv, send).
+Result<std::size_t> SendDatagram(State& st, sim::Socket& s, const MsgHdr* msg, int iovcnt,
+                                 const WaitOptions& options) {
+  if (sim::Cancelled(options) || s.closed) return std::errc::operation_canceled;
+  sockaddr_in to;
+  if (msg->msg_name != nullptr) {
+    Result<sockaddr_in> d = Destination(static_cast<const sockaddr*>(msg->msg_name),
+                                        static_cast<socklen_t>(msg->msg_namelen));
+    if (!d.ok()) return d.error();
+    to = *d;
+    if (to.sin_port == 0) return std::errc::invalid_argument;  // as Linux
+  } else if (s.peer_set) {
+    to = s.peer;
+  } else {
+    return std::errc::destination_address_required;
+  }
+  const std::size_t n = sim::TotalLength(msg->msg_iov, iovcnt);
+  if (n > sim::kMaxDatagram) return std::errc::message_size;
+  const std::uint32_t ip = ntohl(to.sin_addr.s_addr);
+  const bool to_loopback = (ip >> 24) == 127;
+  // Its source: the address it is bound to, else loopback to loopback, else its host's.
+  if (s.bound_ip != 0 && (s.bound_ip >> 24) == 127 && !to_loopback) {
+    return std::errc::invalid_argument;  // a loopback socket cannot reach another host (Linux)
+  }
+  if (Result<void> b = AutoBind(st, s); !b.ok()) return b.error();
+  const std::uint32_t from_ip =
+      s.bound_ip != 0 ? s.bound_ip : (to_loopback ? ip : sim::AddressOf(s.host));
+  State::InFlight f;
+  f.d.from = sim::Inet(from_ip, ntohs(s.local.sin_port));
+  ++st.stats.datagrams;
+  // Lost on the way (UDP sends nothing again) or to an address no host has: dropped now. The
+  // rest settle as they arrive (State::Settle).
+  Result<std::uint32_t> target = st.HostOfAddress(ip, s.host);
+  if (!target.ok() || State::Chance(st.options.loss)) {
+    ++st.stats.datagrams_dropped;
+    scheduler_internal::SimRecordEvent("net.udp.lost", s.host, ip, n);
+    return n;
+  }
+  try {
+    f.d.bytes.reserve(n);
+    for (int i = 0; i < iovcnt; ++i) {
+      f.d.bytes.append(static_cast<const char*>(msg->msg_iov[i].iov_base), msg->msg_iov[i].iov_len);
+    }
+    f.from_host = s.host;
+    f.to_host = *target;
+    f.ip = ip;
+    f.port = ntohs(to.sin_port);
+    f.d.due = sim::Now() + st.Latency();
+    const Nanos due = f.d.due;
+    st.in_flight.emplace(due, std::move(f));
+  } catch (const std::bad_alloc&) {
+    return std::errc::not_enough_memory;
+  }
+  scheduler_internal::SimRecordEvent("net.udp.send", s.host, ip, n);
+  // A receiver waiting there now looks at when this one arrives.
+  State::Wake(State::DatagramSocketFor(st.hosts[*target], ip, ntohs(to.sin_port)));
+  return n;
+}
+
+Result<std::size_t> RecvDatagram(State& st, sim::Socket& s, MsgHdr* msg, int iovcnt, int flags,
+                                 const WaitOptions& options) {
+  if (sim::Cancelled(options)) return std::errc::operation_canceled;
+  const bool peek = (flags & MSG_PEEK) != 0;
+  for (;;) {
+    if (s.closed) return std::errc::operation_canceled;
+    st.Settle();
+    if (!s.datagrams.empty()) {
+      sim::Socket::Datagram& d = s.datagrams.front();
+      std::size_t done = 0;
+      for (int i = 0; i < iovcnt && done < d.bytes.size(); ++i) {
+        const std::size_t take = std::min(msg->msg_iov[i].iov_len, d.bytes.size() - done);
+        std::memcpy(msg->msg_iov[i].iov_base, d.bytes.data() + done, take);
+        done += take;
+      }
+      msg->msg_flags = done < d.bytes.size() ? kMsgTruncated : 0;  // the rest is lost
+      if (msg->msg_name != nullptr) {
+        socklen_t len = static_cast<socklen_t>(msg->msg_namelen);
+        sim::ToSockaddr(d.from, static_cast<sockaddr*>(msg->msg_name), &len);
+        msg->msg_namelen = len;
+      }
+      if (!peek) s.datagrams.pop_front();
+      return done;
+    }
+    if (DontWait(flags)) return std::errc::resource_unavailable_try_again;
+    const std::optional<Nanos> due =
+        s.bound ? st.NextArrival(s.host, s.bound_ip, ntohs(s.local.sin_port)) : std::nullopt;
+    if (Result<void> w = sim::Wait(st, s, options, due); !w.ok()) return w.error();
+  }
+}
+
+// OneMessage: a MsgHdr without an address over a stream call's buffers.
+MsgHdr OneMessage(const IoVec* iov, int iovcnt) {
+  MsgHdr m{};
+  m.msg_iov = const_cast<IoVec*>(iov);
+  m.msg_iovlen = static_cast<decltype(m.msg_iovlen)>(iovcnt);
+  return m;
+}
+}  // namespace
+
 Result<std::size_t> Recv(int fd, const IoVec* iov, int iovcnt, int flags,
                          const WaitOptions& options, std::uint64_t serial) {
   if (sim::BadVectors(iov, iovcnt)) return std::errc::invalid_argument;
   WEFT_SIM_OPEN_AS(fd, serial);
+  if (s->kind == sim::Socket::Kind::kDatagram) {  // read, recv: the next datagram
+    MsgHdr m = OneMessage(iov, iovcnt);
+    return RecvDatagram(*st, *s, &m, iovcnt, flags, options);
+  }
   if (sim::Cancelled(options)) return std::errc::operation_canceled;
   const std::size_t want = sim::TotalLength(iov, iovcnt);
   const bool dontwait = DontWait(flags);
@@ -1111,6 +1269,10 @@ Result<std::size_t> Send(int fd, const IoVec* iov, int iovcnt, int flags,
                          const WaitOptions& options, std::uint64_t serial) {
   if (sim::BadVectors(iov, iovcnt)) return std::errc::invalid_argument;
   WEFT_SIM_OPEN_AS(fd, serial);
+  if (s->kind == sim::Socket::Kind::kDatagram) {  // write, send: one datagram to the peer
+    const MsgHdr m = OneMessage(iov, iovcnt);
+    return SendDatagram(*st, *s, &m, iovcnt, options);
+  }
   const bool dontwait = DontWait(flags);
   if (sim::Cancelled(options)) return std::errc::operation_canceled;
   const std::size_t want = std::min(sim::TotalLength(iov, iovcnt), kMaxIoLength);
@@ -1159,11 +1321,9 @@ Result<std::uint32_t> Poll(int fd, std::uint32_t events, const WaitOptions& opti
     } else if (s->kind == sim::Socket::Kind::kDatagram) {
       ready |= POLLOUT;
       if (!s->datagrams.empty()) {
-        if (s->datagrams.front().due <= sim::Now()) {
-          ready |= POLLIN;
-        } else {
-          due = s->datagrams.front().due;
-        }
+        ready |= POLLIN;
+      } else if (s->bound) {
+        due = st->NextArrival(s->host, s->bound_ip, ntohs(s->local.sin_port));
       }
     } else if (s->kind == sim::Socket::Kind::kConnected) {
       Connection& c = *s->conn;
@@ -1243,64 +1403,7 @@ Result<std::size_t> SendMsg(int fd, const MsgHdr* msg, int flags, const WaitOpti
   WEFT_SIM_OPEN_AS(fd, serial);
   (void)flags;  // a datagram's send never waits here (there is no send buffer to fill)
   if (s->kind != sim::Socket::Kind::kDatagram) return std::errc::not_supported;
-  if (sim::Cancelled(options)) return std::errc::operation_canceled;
-  if (s->closed) return std::errc::operation_canceled;
-  sockaddr_in to;
-  if (msg->msg_name != nullptr) {
-    Result<sockaddr_in> d = Destination(static_cast<const sockaddr*>(msg->msg_name),
-                                        static_cast<socklen_t>(msg->msg_namelen));
-    if (!d.ok()) return d.error();
-    to = *d;
-  } else if (s->peer_set) {
-    to = s->peer;
-  } else {
-    return std::errc::destination_address_required;
-  }
-  const std::size_t n = sim::TotalLength(msg->msg_iov, *iovcnt);
-  if (n > sim::kMaxDatagram) return std::errc::message_size;
-  if (Result<void> b = AutoBind(*st, *s); !b.ok()) return b.error();
-  const std::uint32_t ip = ntohl(to.sin_addr.s_addr);
-  // Where it is from, as its receiver sees it: loopback to loopback, else the sender's address.
-  const std::uint32_t from_ip =
-      (ip >> 24) == 127 ? ip : (s->bound_ip != 0 ? s->bound_ip : sim::AddressOf(s->host));
-  const sockaddr_in from = sim::Inet(from_ip, ntohs(s->local.sin_port));
-  ++st->stats.datagrams;
-  // Lost on the way (no retransmission for UDP), cut off by a partition, no host or no socket
-  // there, or its queue full: dropped, and nobody is told, as with UDP.
-  Result<std::uint32_t> target = st->HostOfAddress(ip, s->host);
-  sim::Socket* r = nullptr;
-  if (target.ok() && !st->Cut(s->host, *target) && !State::Chance(st->options.loss)) {
-    r = State::DatagramSocketFor(st->hosts[*target], ip, ntohs(to.sin_port));
-  }
-  if (r != nullptr && r->peer_set && !SameAddress(r->peer, from)) r = nullptr;
-  if (r != nullptr && r->datagrams.size() >= sim::kMaxQueuedDatagrams) r = nullptr;
-  if (r == nullptr) {
-    ++st->stats.datagrams_dropped;
-    scheduler_internal::SimRecordEvent("net.udp.drop", s->host, ip, n);
-    return n;
-  }
-  sim::Socket::Datagram d;
-  try {
-    d.bytes.reserve(n);
-  } catch (const std::bad_alloc&) {
-    return std::errc::not_enough_memory;
-  }
-  for (int i = 0; i < *iovcnt; ++i) {
-    d.bytes.append(static_cast<const char*>(msg->msg_iov[i].iov_base), msg->msg_iov[i].iov_len);
-  }
-  d.from = from;
-  d.due = sim::Now() + st->Latency();
-  // In arrival order; after those due at the same time (stable).
-  auto at = std::upper_bound(r->datagrams.begin(), r->datagrams.end(), d.due,
-                             [](Nanos due, const sim::Socket::Datagram& q) { return due < q.due; });
-  try {
-    r->datagrams.insert(at, std::move(d));
-  } catch (const std::bad_alloc&) {
-    return std::errc::not_enough_memory;
-  }
-  scheduler_internal::SimRecordEvent("net.udp.send", s->host, ip, n);
-  State::Wake(r);
-  return n;
+  return SendDatagram(*st, *s, msg, *iovcnt, options);
 }
 
 Result<std::size_t> RecvMsg(int fd, MsgHdr* msg, int flags, const WaitOptions& options,
@@ -1309,34 +1412,7 @@ Result<std::size_t> RecvMsg(int fd, MsgHdr* msg, int flags, const WaitOptions& o
   if (!iovcnt.ok()) return iovcnt.error();
   WEFT_SIM_OPEN_AS(fd, serial);
   if (s->kind != sim::Socket::Kind::kDatagram) return std::errc::not_supported;
-  if (sim::Cancelled(options)) return std::errc::operation_canceled;
-  const bool peek = (flags & MSG_PEEK) != 0;
-  for (;;) {
-    if (s->closed) return std::errc::operation_canceled;
-    std::optional<Nanos> due;
-    if (!s->datagrams.empty()) {
-      sim::Socket::Datagram& d = s->datagrams.front();
-      if (d.due <= sim::Now()) {
-        std::size_t done = 0;
-        for (int i = 0; i < *iovcnt && done < d.bytes.size(); ++i) {
-          const std::size_t take = std::min(msg->msg_iov[i].iov_len, d.bytes.size() - done);
-          std::memcpy(msg->msg_iov[i].iov_base, d.bytes.data() + done, take);
-          done += take;
-        }
-        msg->msg_flags = done < d.bytes.size() ? kMsgTruncated : 0;  // the rest is lost
-        if (msg->msg_name != nullptr) {
-          socklen_t len = static_cast<socklen_t>(msg->msg_namelen);
-          sim::ToSockaddr(d.from, static_cast<sockaddr*>(msg->msg_name), &len);
-          msg->msg_namelen = len;
-        }
-        if (!peek) s->datagrams.pop_front();
-        return done;
-      }
-      due = d.due;
-    }
-    if (DontWait(flags)) return std::errc::resource_unavailable_try_again;
-    if (Result<void> w = sim::Wait(*st, *s, options, due); !w.ok()) return w.error();
-  }
+  return RecvDatagram(*st, *s, msg, *iovcnt, flags, options);
 }
 
 std::uint64_t Serial(int fd) {

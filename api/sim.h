@@ -30,9 +30,9 @@
 //     A plain close or shutdown_write is a FIN: the peer reads what was sent, then 0.
 //   - socket(), accept() past the host's fd limit: EMFILE (a connection stays queued).
 //   - UDP: a datagram arrives whole after a latency (datagrams may pass each other), or is
-//     dropped, silently: lost (NetworkOptions::loss; never sent again), across a partition, with
-//     no socket bound at its address, or with 256 queued at the receiver already. TCP and UDP
-//     ports are apart. A connected UdpSocket takes only its peer's datagrams.
+//     dropped, silently: lost (NetworkOptions::loss; never sent again), or, as it arrives,
+//     across a partition, with no socket bound at its address, a connected socket's peer not
+//     its sender, or 256 arrived and unread there. TCP and UDP ports are apart.
 //   - fds are numbered from a base drawn from the seed, the lowest free first; an fd is
 //     meaningful only on its simulation's thread while that runtime lives.
 //

@@ -933,6 +933,120 @@ std::uint64_t LossyDatagrams(std::uint64_t seed, std::uint64_t* received) {
   return rt.simulation()->trace_hash;
 }
 
+// Each datagram meets the network as it is when it arrives, not when it was sent: a connect
+// made while a stranger's datagram is in flight filters it, a partition made meanwhile cuts it
+// off, a socket bound at the address meanwhile receives it, and the receive queue's limit
+// counts only datagrams that have arrived.
+TEST(SimNetwork, ADatagramMeetsTheNetworkAsItIsWhenItArrives) {
+  Runtime rt(Sim(43));
+  rt.block_on([&] {
+    sim::NetworkOptions o;
+    o.min_latency = o.max_latency = 10ms;
+    ASSERT_TRUE(Net().configure(o).ok());
+    char buf[8];
+    // A connect while a stranger's datagram is on its way.
+    Result<net::UdpSocket> rx = net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(0));
+    Result<net::UdpSocket> peer = net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(0));
+    Result<net::UdpSocket> stranger = net::UdpSocket::open();
+    ASSERT_TRUE(rx.ok() && peer.ok() && stranger.ok());
+    ASSERT_TRUE(stranger->send_to("noise", 5, *rx->local_address()).ok());
+    ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
+    ASSERT_TRUE(rx->connect(*peer->local_address()).ok());
+    EXPECT_EQ(rx->recv(buf, sizeof buf, {.deadline = SyncClock::now() + 1s}).error(),
+              std::errc::timed_out);
+    // A partition made while a datagram is on its way.
+    ASSERT_TRUE(Net().host("far").ok());
+    Result<net::UdpSocket> here = net::UdpSocket::bind(net::SocketAddress::ipv4_any(6100));
+    ASSERT_TRUE(here.ok());
+    const std::string ip = Net().current_host().address.to_string();
+    const net::SocketAddress to = *net::SocketAddress::parse(ip.substr(0, ip.find(':')) + ":6100");
+    auto far = OnHost(rt, "far", [&] {
+      Result<net::UdpSocket> tx = net::UdpSocket::open();
+      ASSERT_TRUE(tx.ok());
+      ASSERT_TRUE(tx->send_to("cut", 3, to).ok());
+    });
+    ASSERT_TRUE(far.join().ok());
+    ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
+    ASSERT_TRUE(Net().partition("far", "main").ok());
+    EXPECT_EQ(here->recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 1s}).error(),
+              std::errc::timed_out);
+    Net().heal_all();
+    // A socket bound at the address after the datagram left takes it.
+    Result<net::UdpSocket> tx = net::UdpSocket::open();
+    ASSERT_TRUE(tx.ok());
+    ASSERT_TRUE(tx->send_to("late", 4, *net::SocketAddress::parse("127.0.0.1:6200")).ok());
+    Result<net::UdpSocket> late = net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(6200));
+    ASSERT_TRUE(late.ok());
+    Result<net::UdpSocket::Datagram> d = late->recv_from(buf, sizeof buf);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(std::string(buf, d->size), "late");
+    // 300 in flight, read as they land: none dropped (only arrived ones count for the limit).
+    const std::uint64_t dropped = Net().stats().datagrams_dropped;
+    for (int i = 0; i < 200; ++i)
+      ASSERT_TRUE(tx->send_to(&i, sizeof i, *late->local_address()).ok());
+    ASSERT_TRUE(this_fiber::sleep_for(5ms).ok());
+    for (int i = 0; i < 100; ++i)
+      ASSERT_TRUE(tx->send_to(&i, sizeof i, *late->local_address()).ok());
+    int got = 0;
+    while (late->recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 1s}).ok()) ++got;
+    EXPECT_EQ(got, 300);
+    EXPECT_EQ(Net().stats().datagrams_dropped, dropped);
+    // More than 256 unread at once: the rest are dropped.
+    for (int i = 0; i < 300; ++i)
+      ASSERT_TRUE(tx->send_to(&i, sizeof i, *late->local_address()).ok());
+    ASSERT_TRUE(this_fiber::sleep_for(1s).ok());
+    got = 0;
+    while (late->recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 1s}).ok()) ++got;
+    EXPECT_EQ(got, 256);
+    EXPECT_EQ(Net().stats().datagrams_dropped, dropped + 44);
+  });
+}
+
+// Addresses as Linux gives them: a socket bound to its host's address sends from it (also to
+// loopback), one bound to loopback cannot reach another host, a connected socket's own address
+// is the one its datagrams leave from; port 0 is no destination; the io calls move datagrams.
+TEST(SimNetwork, DatagramAddressesAndTheIoCallsOnAUdpSocket) {
+  Runtime rt(Sim(44));
+  rt.block_on([&] {
+    ASSERT_TRUE(Net().host("far").ok());
+    const std::string host_ip = [] {
+      const std::string a = Net().current_host().address.to_string();
+      return a.substr(0, a.find(':'));
+    }();
+    Result<net::UdpSocket> server = net::UdpSocket::bind(net::SocketAddress::ipv4_any(7000));
+    ASSERT_TRUE(server.ok());
+    Result<net::UdpSocket> bound = net::UdpSocket::bind(*net::SocketAddress::parse(host_ip + ":0"));
+    ASSERT_TRUE(bound.ok());
+    ASSERT_TRUE(bound->send_to("a", 1, *net::SocketAddress::parse("127.0.0.1:7000")).ok());
+    char buf[8];
+    Result<net::UdpSocket::Datagram> d = server->recv_from(buf, sizeof buf);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->from.to_string(), bound->local_address()->to_string());  // not 127.0.0.1
+    Result<net::UdpSocket> lo = net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(0));
+    ASSERT_TRUE(lo.ok());
+    const std::string far = Net().host("far")->address.to_string();
+    EXPECT_EQ(
+        lo->send_to("b", 1, *net::SocketAddress::parse(far.substr(0, far.find(':')) + ":7000"))
+            .error(),
+        std::errc::invalid_argument);  // from loopback to another host
+    EXPECT_EQ(lo->send_to("c", 1, *net::SocketAddress::parse("127.0.0.1:0")).error(),
+              std::errc::invalid_argument);
+    Result<net::UdpSocket> c = net::UdpSocket::open();
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c->connect(*net::SocketAddress::parse("127.0.0.1:7000")).ok());
+    EXPECT_EQ(c->local_address()->to_string().substr(0, 10), "127.0.0.1:");
+    // io::write / io::read / io::recv on the fd: one datagram each.
+    ASSERT_EQ(*io::write(c->fd(), "dgram", 5), 5u);
+    d = server->recv_from(buf, sizeof buf);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(std::string(buf, d->size), "dgram");
+    ASSERT_TRUE(server->send_to("back", 4, d->from).ok());
+    ASSERT_EQ(*io::read(c->fd(), buf, sizeof buf), 4u);
+    EXPECT_EQ(std::string(buf, 4), "back");
+    EXPECT_EQ(io::accept(c->fd()).error(), std::errc::operation_not_supported);
+  });
+}
+
 TEST(SimNetwork, DatagramsAreLostDroppedAcrossPartitionsAndReplay) {
   std::uint64_t a = 0, b = 0, c = 0;
   const std::uint64_t h1 = LossyDatagrams(51, &a);

@@ -55,7 +55,11 @@ Result<std::size_t> Send(int fd, const IoVec* iov, int iovcnt, int flags,
 // the peer's once connected, and sets kMsgTruncated in msg_flags when the buffers were short.
 // flags: MSG_PEEK, MSG_DONTWAIT or kSimDontWait (RecvMsg). For a connected socket, msg_name
 // may be null.
-inline constexpr int kSimDontWait = 0x40000000;  // MSG_DONTWAIT, where the platform has none
+#ifdef MSG_DONTWAIT
+inline constexpr int kSimDontWait = MSG_DONTWAIT;
+#else
+inline constexpr int kSimDontWait = 0x40000000;  // where the platform has no MSG_DONTWAIT
+#endif
 Result<std::size_t> SendMsg(int fd, const MsgHdr* msg, int flags, const WaitOptions& options,
                             std::uint64_t serial = 0);
 Result<std::size_t> RecvMsg(int fd, MsgHdr* msg, int flags, const WaitOptions& options,
