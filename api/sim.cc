@@ -1116,11 +1116,12 @@ Result<std::size_t> SendDatagram(State& st, sim::Socket& s, const MsgHdr* msg, i
   if (n > sim::kMaxDatagram) return std::errc::message_size;
   const std::uint32_t ip = ntohl(to.sin_addr.s_addr);
   const bool to_loopback = (ip >> 24) == 127;
-  // Its source: the address it is bound to, else loopback to loopback, else its host's.
-  if (s.bound_ip != 0 && (s.bound_ip >> 24) == 127 && !to_loopback) {
+  Result<std::uint32_t> target = st.HostOfAddress(ip, s.host);
+  if (s.bound_ip != 0 && (s.bound_ip >> 24) == 127 && target.ok() && *target != s.host) {
     return std::errc::invalid_argument;  // a loopback socket cannot reach another host (Linux)
   }
   if (Result<void> b = AutoBind(st, s); !b.ok()) return b.error();
+  // Its source: the address it is bound to, else loopback to loopback, else its host's.
   const std::uint32_t from_ip =
       s.bound_ip != 0 ? s.bound_ip : (to_loopback ? ip : sim::AddressOf(s.host));
   State::InFlight f;
@@ -1128,7 +1129,6 @@ Result<std::size_t> SendDatagram(State& st, sim::Socket& s, const MsgHdr* msg, i
   ++st.stats.datagrams;
   // Lost on the way (UDP sends nothing again) or to an address no host has: dropped now. The
   // rest settle as they arrive (State::Settle).
-  Result<std::uint32_t> target = st.HostOfAddress(ip, s.host);
   if (!target.ok() || State::Chance(st.options.loss)) {
     ++st.stats.datagrams_dropped;
     scheduler_internal::SimRecordEvent("net.udp.lost", s.host, ip, n);
@@ -1308,6 +1308,7 @@ Result<std::uint32_t> Poll(int fd, std::uint32_t events, const WaitOptions& opti
   if (sim::Cancelled(options)) return std::errc::operation_canceled;
   for (;;) {
     if (s->closed) return std::errc::operation_canceled;
+    st->Settle();  // datagrams that arrived while it waited
     std::uint32_t ready = 0;
     std::optional<Nanos> due;
     if (s->kind == sim::Socket::Kind::kListening) {

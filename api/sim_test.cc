@@ -1044,6 +1044,18 @@ TEST(SimNetwork, DatagramAddressesAndTheIoCallsOnAUdpSocket) {
     ASSERT_EQ(*io::read(c->fd(), buf, sizeof buf), 4u);
     EXPECT_EQ(std::string(buf, 4), "back");
     EXPECT_EQ(io::accept(c->fd()).error(), std::errc::operation_not_supported);
+    // A server bound to loopback answers a socket bound to its host's address (the same host).
+    Result<net::UdpSocket> lo_server = net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(0));
+    ASSERT_TRUE(lo_server.ok());
+    ASSERT_TRUE(bound->send_to("ping", 4, *lo_server->local_address()).ok());
+    d = lo_server->recv_from(buf, sizeof buf);
+    ASSERT_TRUE(d.ok());
+    ASSERT_TRUE(lo_server->send_to("pong", 4, d->from).ok());
+    ASSERT_EQ(*bound->recv(buf, sizeof buf, {.deadline = SyncClock::now() + 1s}), 4u);
+    // poll waits for a datagram still in flight, and says POLLIN once it has arrived.
+    ASSERT_TRUE(bound->send_to("p", 1, *lo_server->local_address()).ok());
+    EXPECT_EQ(*io::poll(lo_server->fd(), POLLIN, {.deadline = SyncClock::now() + 1s}),
+              static_cast<std::uint32_t>(POLLIN));
   });
 }
 
