@@ -960,12 +960,12 @@ TEST(SimNetwork, ADatagramMeetsTheNetworkAsItIsWhenItArrives) {
     ASSERT_TRUE(here.ok());
     const std::string ip = Net().current_host().address.to_string();
     const net::SocketAddress to = *net::SocketAddress::parse(ip.substr(0, ip.find(':')) + ":6100");
-    auto far = OnHost(rt, "far", [&] {
+    auto sender = OnHost(rt, "far", [&] {
       Result<net::UdpSocket> tx = net::UdpSocket::open();
       ASSERT_TRUE(tx.ok());
       ASSERT_TRUE(tx->send_to("cut", 3, to).ok());
     });
-    ASSERT_TRUE(far.join().ok());
+    ASSERT_TRUE(sender.join().ok());
     ASSERT_TRUE(this_fiber::sleep_for(1ms).ok());
     ASSERT_TRUE(Net().partition("far", "main").ok());
     EXPECT_EQ(here->recv_from(buf, sizeof buf, {.deadline = SyncClock::now() + 1s}).error(),
@@ -1024,9 +1024,10 @@ TEST(SimNetwork, DatagramAddressesAndTheIoCallsOnAUdpSocket) {
     EXPECT_EQ(d->from.to_string(), bound->local_address()->to_string());  // not 127.0.0.1
     Result<net::UdpSocket> lo = net::UdpSocket::bind(net::SocketAddress::ipv4_loopback(0));
     ASSERT_TRUE(lo.ok());
-    const std::string far = Net().host("far")->address.to_string();
+    const std::string far_host = Net().host("far")->address.to_string();
     EXPECT_EQ(
-        lo->send_to("b", 1, *net::SocketAddress::parse(far.substr(0, far.find(':')) + ":7000"))
+        lo->send_to("b", 1,
+                    *net::SocketAddress::parse(far_host.substr(0, far_host.find(':')) + ":7000"))
             .error(),
         std::errc::invalid_argument);  // from loopback to another host
     EXPECT_EQ(lo->send_to("c", 1, *net::SocketAddress::parse("127.0.0.1:0")).error(),
