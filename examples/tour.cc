@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "weft/api/weft.h"
 
@@ -32,8 +33,13 @@ weft::Task<int> TaskTour(weft::Runtime& rt, weft::Channel<int>& ch, weft::Mutex&
   if (weft::Result<void> l = co_await mu.async_lock(); l.ok()) (void)mu.unlock();
   co_await weft::this_task::sleep_for(std::chrono::milliseconds(1));
   weft::JoinHandle<int> fiber = rt.spawn([] { return 1; });
-  int one = *co_await fiber;  // joins a fiber (or a task)
-  co_return v + r.value_or(0) + one;
+  int one = *co_await fiber;   // joins a fiber (or a task)
+  weft::TaskGroup<int> group;  // children of both kinds; a task joins it with co_await
+  (void)group.spawn_task([]() -> weft::Task<int> { co_return 2; });
+  (void)group.spawn([] { return 3; });
+  weft::Result<std::vector<int>> parts = co_await group.async_join_all();  // spawn order
+  const int five = parts.ok() ? (*parts)[0] + (*parts)[1] : 0;
+  co_return v + r.value_or(0) + one + five;
 }
 
 }  // namespace
@@ -132,7 +138,7 @@ int main() {
   weft::Mutex mu;
   weft::JoinHandle<int> task = rt.spawn_task([&] { return TaskTour(rt, ch, mu); });
   (void)rt.spawn([&] { (void)ch.send(100); }).join();
-  const int from_task = *task.join();  // 42 + 100 + 1
+  const int from_task = *task.join();  // 42 + 100 + 1 + 5
 
   std::printf(
       "answer %d, greeting %s, sum %ld, fib(25) %llu, pages %ld, echoed %s, served %d, "
@@ -140,6 +146,6 @@ int main() {
       answer, s.c_str(), sum, static_cast<unsigned long long>(fib), pages, echoed.c_str(), served,
       from_task);
   std::printf("stats: %s\n", rt.stats_json().c_str());
-  return echoed == "hello" && sum == 4950 && fib == 75025 && served == 1 && from_task == 143 ? 0
+  return echoed == "hello" && sum == 4950 && fib == 75025 && served == 1 && from_task == 148 ? 0
                                                                                              : 1;
 }
