@@ -326,24 +326,14 @@ void FinishChild(GroupCore* core, GroupChildOf<T>* child, const void* allocation
 // GroupChildState: a child's record, callable and fiber body in one allocation (as SpawnState).
 template <typename T, typename F>
 struct GroupChildState final : GroupChildOf<T>, FiberBody {
+  // Made and freed through SpawnStorage, in the slab (SpawnStateIsLocal reads its header).
   GroupChildState(GroupCore* c, F&& f) : core(c), fn(std::move(f)) {
+    static_assert(alignof(GroupChildState) <= 16, "a child's record lives in the slab");
     this->destroy = &Destroy;
     this->has_value = !std::is_void_v<T> && !std::is_same_v<T, Result<void>>;
   }
-  static GroupChildState* New(GroupCore* core, F&& f) {
-    static_assert(alignof(GroupChildState) <= 16, "AllocateSpawnState aligns to 16");
-    void* p = AllocateSpawnState(sizeof(GroupChildState));
-    try {
-      return ::new (p) GroupChildState(core, std::move(f));
-    } catch (...) {
-      FreeSpawnState(p);
-      throw;
-    }
-  }
   static void Destroy(GroupChild* base) noexcept {
-    auto* self = static_cast<GroupChildState*>(base);
-    self->~GroupChildState();
-    FreeSpawnState(self);
+    SpawnStorage<GroupChildState>::Delete(static_cast<GroupChildState*>(base));
   }
   decltype(auto) Invoke() {
     if constexpr (std::is_invocable_v<F&, const CancellationToken&>) {
@@ -397,25 +387,17 @@ struct GroupTask {
 template <typename T, typename F>
 struct GroupTaskState final : GroupChildOf<T>, TaskBody {
   using TaskType = typename GroupTask<F>::type;
+  // Made and freed through SpawnStorage, in the slab (SpawnStateIsLocal reads its header).
   GroupTaskState(GroupCore* c, F&& f) : core(c), fn(std::move(f)) {
+    static_assert(alignof(GroupTaskState) <= 16, "a child's record lives in the slab");
     this->destroy = &Destroy;
     this->has_value = !std::is_void_v<T> && !std::is_same_v<T, Result<void>>;
   }
-  static GroupTaskState* New(GroupCore* core, F&& f) {
-    static_assert(alignof(GroupTaskState) <= 16, "AllocateSpawnState aligns to 16");
-    void* p = AllocateSpawnState(sizeof(GroupTaskState));
-    try {
-      return ::new (p) GroupTaskState(core, std::move(f));
-    } catch (...) {
-      FreeSpawnState(p);
-      throw;
-    }
+  ~GroupTaskState() {
+    if (root) root.destroy();  // made, and never run (its spawn failed)
   }
   static void Destroy(GroupChild* base) noexcept {
-    auto* self = static_cast<GroupTaskState*>(base);
-    if (self->root) self->root.destroy();  // made, and never run (its spawn failed)
-    self->~GroupTaskState();
-    FreeSpawnState(self);
+    SpawnStorage<GroupTaskState>::Delete(static_cast<GroupTaskState*>(base));
   }
   // MakeRoot: the child's coroutine, not started.
   void MakeRoot() {
@@ -556,15 +538,8 @@ class TaskGroup {
     static_assert(std::is_void_v<T> ? std::is_void_v<R> : std::is_convertible_v<R, T>,
                   "a TaskGroup<T> child returns T (void for TaskGroup<void>)");
     using State = scheduler_internal::GroupChildState<T, F>;
-    if (core_ == nullptr || core_->runtime() == nullptr) return std::errc::invalid_argument;
-    if (core_->token().is_cancelled()) return std::errc::operation_canceled;
-    State* state;
-    try {
-      state = State::New(core_.get(), std::move(f));
-    } catch (const std::bad_alloc&) {
-      return std::errc::not_enough_memory;
-    }  // F's move constructor's exception goes to the caller
-    return Start(state, options, site, [](State*) -> Result<void*> { return nullptr; });
+    return Start<State>(std::move(f), options, site,
+                        [](State*) -> Result<void*> { return nullptr; });
   }
 
   // spawn_task: as spawn, with a stackless task (scheduler/task.h) for the child: f() (or
@@ -584,17 +559,9 @@ class TaskGroup {
     using R = typename TaskType::value_type;
     static_assert(std::is_void_v<T> ? std::is_void_v<R> : std::is_convertible_v<R, T>,
                   "a TaskGroup<T> child's Task gives T (void for TaskGroup<void>)");
-    if (core_ == nullptr || core_->runtime() == nullptr) return std::errc::invalid_argument;
-    if (core_->token().is_cancelled()) return std::errc::operation_canceled;
-    State* state;
-    try {
-      state = State::New(core_.get(), std::move(f));
-    } catch (const std::bad_alloc&) {
-      return std::errc::not_enough_memory;
-    }  // F's move constructor's exception goes to the caller
     // f is called once the child is admitted (a refused spawn runs nothing of it): its
     // coroutine, whose frame may find no memory; an empty Task (moved from) is invalid_argument.
-    return Start(state, options, site, [](State* s) -> Result<void*> {
+    return Start<State>(std::move(f), options, site, [](State* s) -> Result<void*> {
       s->MakeRoot();
       if (!s->root) return std::errc::invalid_argument;
       return s->root.address();
@@ -695,12 +662,21 @@ class TaskGroup {
   std::size_t size() const { return core_ != nullptr ? core_->size() : 0; }
 
  private:
-  // Start: admits `state`, a new child's record, makes it ready (prepare: a task child's
+  // Start: makes a new child's record of f, admits it, makes it ready (prepare: a task child's
   // coroutine, nullptr for a fiber's; or why not) and spawns it; withdraws and frees it if any
-  // step fails (an exception other than these reaches the caller, the record freed).
-  template <typename State, typename Prepare>
-  Result<std::uint64_t> Start(State* state, const FiberOptions& options, std::source_location site,
+  // step fails (an exception other than these reaches the caller, the record freed; so does
+  // F's move constructor's).
+  template <typename State, typename F, typename Prepare>
+  Result<std::uint64_t> Start(F&& f, const FiberOptions& options, std::source_location site,
                               Prepare prepare) {
+    if (core_ == nullptr || core_->runtime() == nullptr) return std::errc::invalid_argument;
+    if (core_->token().is_cancelled()) return std::errc::operation_canceled;
+    State* state;
+    try {
+      state = scheduler_internal::SpawnStorage<State>::New(core_.get(), std::forward<F>(f));
+    } catch (const std::bad_alloc&) {
+      return std::errc::not_enough_memory;
+    }
     Result<std::uint64_t> id = core_->Admit(state);
     if (!id) {
       State::Destroy(state);
