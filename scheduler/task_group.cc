@@ -324,16 +324,10 @@ Result<bool> GroupCore::ToQueueMode() {
 }
 
 std::errc GroupCore::ParkOn(sync_internal::WaitQueue& queue, const WaitOptions& options) {
-  // The node lives in the Waiter (Waiter::own_node): an execution waits on one thing at a time.
-  Waiter& self = current_waiter();
-  sync_internal::WaitNode& node = self.own_node();
-  node.waiter = &self;
-  // relaxed: nobody sees the node before push_back (under lock_) publishes it.
-  node.state.store(sync_internal::kWaiting, std::memory_order_relaxed);
-  queue.push_back(&node);
+  sync_internal::WaitNode& node = sync_internal::QueueOwnNode(queue);
   lock_.unlock();
   sync_internal::ParkResult r = sync_internal::Park(
-      self,
+      *node.waiter,
       [&] {
         // acquire: pairs with Grant's release; what the granting side wrote is visible.
         return node.state.load(std::memory_order_acquire) != sync_internal::kWaiting;
@@ -459,12 +453,7 @@ bool GroupCore::JoinAwaiter::await_ready() {
     core_->lock_.unlock();
     return over_ = true;
   }
-  Waiter& self = current_waiter();
-  node_ = &self.own_node();
-  node_->waiter = &self;
-  // relaxed: nobody sees the node before push_back (under lock_) publishes it.
-  node_->state.store(sync_internal::kWaiting, std::memory_order_relaxed);
-  Queue().push_back(node_);
+  node_ = &sync_internal::QueueOwnNode(Queue());
   core_->lock_.unlock();
   return false;
 }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cassert>
 #include <chrono>
 #include <cstdlib>
 #include <system_error>
@@ -25,15 +24,7 @@ WaitList::~WaitList() {
 }
 
 WaitNode& WaitList::QueueAndUnlock() {
-  // The node lives in the Waiter (see Waiter::own_node): an execution waits on one thing at a
-  // time, and a granted node is never touched by its releaser again (Grant's store is last).
-  Waiter& self = current_waiter();
-  WaitNode& node = self.own_node();
-  assert(!node.queued);
-  node.waiter = &self;
-  // relaxed: nobody else sees the node before push_back (under lock_) publishes it.
-  node.state.store(kWaiting, std::memory_order_relaxed);
-  queue_.push_back(&node);
+  WaitNode& node = QueueOwnNode(queue_);
   lock_.unlock();
   return node;
 }

@@ -11,6 +11,7 @@
 #define WEFT_SYNC_INTERNAL_WAIT_QUEUE_H_
 
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
@@ -106,6 +107,20 @@ class WaitQueue {
   WaitNode* tail_ = nullptr;
   std::size_t size_ = 0;
 };
+
+// QueueOwnNode: queues the calling execution's node on `queue`, whose lock the caller holds, and
+// returns it. The node lives in the Waiter (Waiter::own_node): an execution waits on one thing
+// at a time, and a granted node is never touched by its releaser again (Grant's store is last).
+inline WaitNode& QueueOwnNode(WaitQueue& queue) {
+  Waiter& self = current_waiter();
+  WaitNode& node = self.own_node();
+  assert(!node.queued);
+  node.waiter = &self;
+  // relaxed: nobody else sees the node before push_back (under the lock) publishes it.
+  node.state.store(kWaiting, std::memory_order_relaxed);
+  queue.push_back(&node);
+  return node;
+}
 
 // Grant: marks a dequeued node (under the lock) and returns the Waiter to notify once the lock
 // is released.
