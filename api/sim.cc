@@ -845,6 +845,12 @@ Result<sockaddr_in> Destination(const sockaddr* addr, socklen_t len) {
   return to;
 }
 
+// SourceFor: the address an unbound socket of `host` sends from to `to_ip` (host order), as
+// Linux's routing picks it: loopback to loopback, else the host's own.
+std::uint32_t SourceFor(std::uint32_t to_ip, std::uint32_t host) {
+  return (to_ip >> 24) == 127 ? to_ip : sim::AddressOf(host);
+}
+
 // VectorsOf: a MsgHdr's buffers as BadVectors takes them (EINVAL past 1,024).
 Result<int> VectorsOf(const MsgHdr* msg) {
   if (msg == nullptr || msg->msg_iovlen > 1024) return std::errc::invalid_argument;
@@ -977,27 +983,20 @@ Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOpti
     if (Result<void> b = AutoBind(*st, *s); !b.ok()) return b.error();
     if (s->bound_ip == 0) {  // its address is now the one its datagrams leave from, as Linux's
       const std::uint32_t ip = ntohl(to->sin_addr.s_addr);
-      s->bound_ip = (ip >> 24) == 127 ? ip : sim::AddressOf(s->host);
+      s->bound_ip = SourceFor(ip, s->host);
       s->local.sin_addr.s_addr = htonl(s->bound_ip);
     }
     s->peer = *to;
     s->peer_set = true;
     return {};
   }
-  if (addr == nullptr || len < static_cast<socklen_t>(sizeof(sockaddr_in))) {
-    return std::errc::invalid_argument;
-  }
-  if (addr->sa_family != AF_INET) return std::errc::address_family_not_supported;
+  Result<sockaddr_in> dest = Destination(addr, len);
+  if (!dest.ok()) return dest.error();
   if (s->kind == sim::Socket::Kind::kConnected) return std::errc::already_connected;
   if (s->kind == sim::Socket::Kind::kListening) return std::errc::invalid_argument;
   if (sim::Cancelled(options)) return std::errc::operation_canceled;
-  sockaddr_in to;
-  std::memcpy(&to, addr, sizeof to);
-  std::uint32_t ip = ntohl(to.sin_addr.s_addr);
-  if (ip == INADDR_ANY) {  // 0.0.0.0 means this host, as on Linux
-    ip = sim::kLoopback;
-    to.sin_addr.s_addr = htonl(ip);
-  }
+  const sockaddr_in to = *dest;
+  const std::uint32_t ip = ntohl(to.sin_addr.s_addr);
   const std::uint16_t port = ntohs(to.sin_port);
   Result<std::uint32_t> target = st->HostOfAddress(ip, s->host);
   if (!target.ok()) return target.error();
@@ -1047,7 +1046,7 @@ Result<void> Connect(int fd, const sockaddr* addr, socklen_t len, const WaitOpti
             }
             h.ports.emplace(*p, s.get());
             s->bound = true;
-            s->bound_ip = (ip >> 24) == 127 ? ip : sim::AddressOf(s->host);
+            s->bound_ip = SourceFor(ip, s->host);
             s->local = sim::Inet(s->bound_ip, *p);
           }
           s->peer = to;
@@ -1115,15 +1114,13 @@ Result<std::size_t> SendDatagram(State& st, sim::Socket& s, const MsgHdr* msg, i
   const std::size_t n = sim::TotalLength(msg->msg_iov, iovcnt);
   if (n > sim::kMaxDatagram) return std::errc::message_size;
   const std::uint32_t ip = ntohl(to.sin_addr.s_addr);
-  const bool to_loopback = (ip >> 24) == 127;
   Result<std::uint32_t> target = st.HostOfAddress(ip, s.host);
   if (s.bound_ip != 0 && (s.bound_ip >> 24) == 127 && target.ok() && *target != s.host) {
     return std::errc::invalid_argument;  // a loopback socket cannot reach another host (Linux)
   }
   if (Result<void> b = AutoBind(st, s); !b.ok()) return b.error();
-  // Its source: the address it is bound to, else loopback to loopback, else its host's.
-  const std::uint32_t from_ip =
-      s.bound_ip != 0 ? s.bound_ip : (to_loopback ? ip : sim::AddressOf(s.host));
+  // Its source: the address it is bound to, else the one its host routes from (SourceFor).
+  const std::uint32_t from_ip = s.bound_ip != 0 ? s.bound_ip : SourceFor(ip, s.host);
   State::InFlight f;
   f.d.from = sim::Inet(from_ip, ntohs(s.local.sin_port));
   ++st.stats.datagrams;
