@@ -497,9 +497,8 @@ void GroupCore::JoinAwaiter::await_resume() {
   if (node_->state.load(std::memory_order_relaxed) == sync_internal::kWaiting) {
     Queue().remove(node_);
   }
-  const bool over = Look(sync_internal::ErrorOf(r));  // with an error given, always over
+  (void)Look(sync_internal::ErrorOf(r));  // with an error given, always over
   core_->lock_.unlock();
-  (void)over;
 }
 
 Result<Taken> GroupCore::TakeAll(const WaitOptions& options) {

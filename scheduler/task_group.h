@@ -190,6 +190,7 @@ class GroupCore {
     void await_resume();
     Result<Finished>& next() { return next_; }
     Result<Taken>& all() { return all_taken_; }
+    GroupCore* core() const { return core_; }
 
    private:
     // Done: the park's condition, on the task's side: its node was granted, and a look finds
@@ -629,14 +630,13 @@ class TaskGroup {
     bool await_suspend(std::coroutine_handle<> h) { return join_.await_suspend(h); }
     typename scheduler_internal::JoinAllOf<T>::type await_resume() {
       join_.await_resume();
-      return Collect(core_, std::move(join_.all()));
+      return Collect(join_.core(), std::move(join_.all()));
     }
 
    private:
     friend class TaskGroup;
     JoinAllAwaiter(scheduler_internal::GroupCore* core, const WaitOptions& options)
-        : core_(core), join_(core, options, /*all=*/true) {}
-    scheduler_internal::GroupCore* core_;
+        : join_(core, options, /*all=*/true) {}
     scheduler_internal::GroupCore::JoinAwaiter join_;
   };
   JoinNextAwaiter async_join_next(const WaitOptions& options = {}) {
