@@ -138,18 +138,20 @@ struct IoOp {
   bool cancel_requested = false;
   bool timed_out = false;
   bool cancel_unsent = false;  // io_uring: a cancel waits for an SQE
+  // The 4-byte fields together, then the 8-byte ones: an IoOp sits in the frame of every task's
+  // I/O call while the operation is in flight.
   int fd = -1;
   int msg_flags = 0;
   std::uint32_t poll_events = 0;
+  int iovcnt = 0;
+  socklen_t connect_len = 0;
   void* buf = nullptr;
   std::size_t len = 0;
   const IoVec* iov = nullptr;
-  int iovcnt = 0;
   PooledBuffer* pooled = nullptr;  // recv_pooled: where the buffer goes
   std::int64_t offset = -1;
   sockaddr* addr = nullptr;
   socklen_t* addrlen = nullptr;
-  socklen_t connect_len = 0;
   std::int64_t result = 0;
   IoOp* next = nullptr;  // backend lists
   IoOp* prev = nullptr;

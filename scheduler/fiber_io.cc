@@ -68,8 +68,9 @@ Reactor* ThreadReactorOrNull(std::errc* error) {
 
 // ByDeadline: an operation's result r, with a timeout at its token's deadline (a source's
 // cancel_at, earlier than the call's own) reported as the cancellation it is.
-std::int64_t ByDeadline(std::int64_t r, const sync_internal::EffectiveDeadline& deadline) {
-  return r == -ETIMEDOUT && deadline.by_token && SyncClock::now() >= *deadline.at ? -ECANCELED : r;
+std::int64_t ByDeadline(std::int64_t r, bool by_token,
+                        const std::optional<SyncClock::time_point>& at) {
+  return r == -ETIMEDOUT && by_token && SyncClock::now() >= *at ? -ECANCELED : r;
 }
 
 // CloseNow: closes fd directly, when it cannot go through a reactor.
@@ -85,7 +86,6 @@ void CloseNow(int fd) {
 
 bool IoWait::Start(Fiber* f, IoSubmit submit, void* arg, const WaitOptions& options, int fd,
                    std::int64_t epoch, bool cancellable, std::int64_t* result) {
-  fiber_ = f;
   token_ = options.cancel;
   cancellable_ = cancellable;
   Worker* w = f->worker;
@@ -97,8 +97,9 @@ bool IoWait::Start(Fiber* f, IoSubmit submit, void* arg, const WaitOptions& opti
   req_.op.user = &req_;
   // The operation's deadline, or its token's when earlier (a source's cancel_at): reaching that
   // one is a cancellation.
-  deadline_ = sync_internal::DeadlineOf(options);
-  req_.op.deadline = deadline_.at;
+  const sync_internal::EffectiveDeadline deadline = sync_internal::DeadlineOf(options);
+  req_.op.deadline = deadline.at;
+  deadline_by_token_ = deadline.by_token;
   if (w->reactor == nullptr) {
     *result = -static_cast<int>(w->reactor_error);
     return false;
@@ -122,11 +123,12 @@ bool IoWait::Start(Fiber* f, IoSubmit submit, void* arg, const WaitOptions& opti
   // The token's callback only wakes the waiter; the waiter forwards the cancel to the owner.
   reg_.fn = [](void* p) { static_cast<Waiter*>(p)->notify(); };
   reg_.arg = &f->waiter;
-  sync_internal::CancelState* cs = token_ != nullptr ? StateOf(*token_) : nullptr;
-  if (cs != nullptr && sync_internal::Register(cs, &reg_)) cancel_state_ = cs;
+  registered_ = token_ != nullptr && sync_internal::Register(StateOf(*token_), &reg_);
   f->wait_fd.store(fd, std::memory_order_relaxed);
   return true;
 }
+
+Fiber* IoWait::fiber() const { return static_cast<FiberWaiter*>(req_.waiter)->fiber(); }
 
 bool IoWait::Step() {
   // acquire (both loads): the owner's writes to req_ happen before we read or reuse it.
@@ -135,21 +137,21 @@ bool IoWait::Step() {
     return true;
   }
   if (cancellable_ && !cancel_posted_ && !finished &&
-      ((token_ != nullptr && token_->is_cancelled()) || fiber_->waiter.interrupted())) {
+      ((token_ != nullptr && token_->is_cancelled()) || req_.waiter->interrupted())) {
     // Always through the owner's mailbox (we may run on another worker now; even on the
     // owner, the reactor must not be entered from inside a completion's aftermath).
-    fiber_->rt->Mail(*req_.owner, nullptr, &req_);
+    fiber()->rt->Mail(*req_.owner, nullptr, &req_);
     cancel_posted_ = true;
   }
   return false;
 }
 
 std::int64_t IoWait::Finish() {
-  fiber_->wait_fd.store(-1, std::memory_order_relaxed);
+  fiber()->wait_fd.store(-1, std::memory_order_relaxed);
   // The callback only notifies the Waiter (which outlives every notify): no need to wait for
   // a running one, and a task must not block.
-  if (cancel_state_ != nullptr) sync_internal::DeregisterNoWait(cancel_state_, &reg_);
-  return ByDeadline(req_.result, deadline_);
+  if (registered_) sync_internal::DeregisterNoWait(StateOf(*token_), &reg_);
+  return ByDeadline(req_.result, deadline_by_token_, req_.op.deadline);
 }
 
 std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what, int fd,
@@ -203,33 +205,31 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
     (void)r->poll(std::nullopt);
   }
   if (registered) sync_internal::Deregister(cs, &reg);
-  return ByDeadline(req.result, deadline);
+  return ByDeadline(req.result, deadline.by_token, deadline.at);
 }
 
-bool IoAwaiter::await_ready() {
+void IoAwaiter::Start(IoSubmit submit, void* arg, const WaitOptions& options, int fd,
+                      std::int64_t epoch, IoEnd end) {
   Worker* w = t_worker;
   Fiber* f = w != nullptr ? w->current : nullptr;
   if (f == nullptr || !IsTask(f)) {  // a coroutine on a fiber or thread: RunIo blocks it
-    result_ = RunIo(submit_, arg_, *options_, what_, fd_, epoch_, end_);
-    return true;
+    result_ = RunIo(submit, arg, options, what_, fd, epoch, end);
+    what_ = nullptr;
+    return;
   }
-  if (!wait_.Start(f, submit_, arg_, *options_, fd_, epoch_, end_ == IoEnd::kCancellable,
-                   &result_)) {
-    return true;
+  if (!wait_.Start(f, submit, arg, options, fd, epoch, end == IoEnd::kCancellable, &result_)) {
+    what_ = nullptr;
   }
-  submitted_ = true;
-  return false;
 }
 
 bool IoAwaiter::await_suspend(std::coroutine_handle<> h) {
-  // No deadline or token for the park itself: the reactor times the operation out, and the
-  // token's and the shutdown's cancellations go through Step to the owner (not interruptible).
-  return park_.Begin(wait_.fiber()->waiter, h, sync_internal::kNoWaitOptions, what_, nullptr,
-                     /*interruptible=*/false);
+  // A plain park: the reactor times the operation out, and the token's and the shutdown's
+  // cancellations go through Step to the owner; the wait ends with the completion.
+  return park_.Begin(wait_.waiter(), h, what_, nullptr);
 }
 
 std::int64_t IoAwaiter::await_resume() {
-  if (!submitted_) return result_;
+  if (what_ == nullptr) return result_;
   (void)park_.End();
   return wait_.Finish();
 }

@@ -80,21 +80,23 @@ std::int64_t RunIo(const F& submit, const WaitOptions& options, const char* what
 // wait (RunIo's, and IoAwaiter's for a task): Start submits it (or ends it at once: false, with
 // the result); Step, after each wake-up, says whether it is over, and forwards a cancellation
 // (the token's, or the runtime's shutdown) to the owner worker once; Finish gives the result.
+// Kept small (a task's I/O call holds one in its frame while the operation is in flight): the
+// waiting fiber is its request's waiter's, and the deadline its operation's.
 class IoWait {
  public:
   bool Start(Fiber* f, IoSubmit submit, void* arg, const WaitOptions& options, int fd,
              std::int64_t epoch, bool cancellable, std::int64_t* result);
   bool Step();
   std::int64_t Finish();
-  Fiber* fiber() const { return fiber_; }
+  Fiber* fiber() const;
+  Waiter& waiter() const { return *req_.waiter; }
 
  private:
   IoRequest req_;
-  Fiber* fiber_ = nullptr;
   const CancellationToken* token_ = nullptr;
-  sync_internal::EffectiveDeadline deadline_;
   sync_internal::CancelRegistration reg_;
-  sync_internal::CancelState* cancel_state_ = nullptr;
+  bool registered_ = false;         // reg_ is on token_'s state
+  bool deadline_by_token_ = false;  // req_.op.deadline is the token's (EffectiveDeadline)
   bool cancellable_ = true;
   bool cancel_posted_ = false;
 };
@@ -102,42 +104,33 @@ class IoWait {
 // IoAwaiter: RunIo for a task (scheduler/task.h), which waits without blocking its worker:
 // `std::int64_t r = co_await IoAwaiter(submit, options, what, fd, epoch, end)`, the same
 // results. From a coroutine that is not a task, RunIo itself (blocking the fiber or thread).
+// The operation starts as the IoAwaiter is made (submit and options are not kept), so it must
+// be awaited at once: `co_await IoAwaiter(...)`, a full expression.
 class IoAwaiter {
  public:
-  // submit and options are used by await_ready only: awaited at once (`co_await IoAwaiter(...)`,
-  // a full expression), they outlive it.
   template <typename F>
   IoAwaiter(const F& submit, const WaitOptions& options, const char* what, int fd,
             std::int64_t epoch = kNoEpoch, IoEnd end = IoEnd::kCancellable)
-      : submit_([](Reactor& r, IoOp& op, void* a) { (*static_cast<const F*>(a))(r, op); }),
-        arg_(const_cast<F*>(&submit)),
-        options_(&options),
-        what_(what),
-        epoch_(epoch),
-        fd_(fd),
-        end_(end),
-        park_(&Done, &wait_) {}
+      : what_(what), park_(&Done, &wait_) {
+    Start([](Reactor& r, IoOp& op, void* a) { (*static_cast<const F*>(a))(r, op); },
+          const_cast<F*>(&submit), options, fd, epoch, end);
+  }
   IoAwaiter(const IoAwaiter&) = delete;
   IoAwaiter& operator=(const IoAwaiter&) = delete;
-  bool await_ready();
+  bool await_ready() const noexcept { return what_ == nullptr; }
   bool await_suspend(std::coroutine_handle<> h);
   std::int64_t await_resume();
 
  private:
+  void Start(IoSubmit submit, void* arg, const WaitOptions& options, int fd, std::int64_t epoch,
+             IoEnd end);
   static bool Done(void* wait) { return static_cast<IoWait*>(wait)->Step(); }
   // Laid out small (an IoAwaiter is most of the frame of a task's I/O call, kept while the
-  // operation is in flight): the 8-byte fields first, the small ones packed after.
-  IoSubmit submit_;
-  void* arg_;
-  const WaitOptions* options_;
-  const char* what_;
-  std::int64_t epoch_;
-  std::int64_t result_ = 0;
-  int fd_;
-  IoEnd end_;
-  bool submitted_ = false;  // the wait is IoWait's (await_suspend and await_resume run it)
+  // operation is in flight).
+  const char* what_;     // null once the call is over without a wait (result_ holds its result)
+  std::int64_t result_;  // a call over without a wait
   IoWait wait_;
-  sync_internal::AsyncPark park_;
+  sync_internal::AsyncPlainPark park_;
 };
 
 // InSimulation: the calling thread runs a simulated runtime (RuntimeOptions::simulation), whose

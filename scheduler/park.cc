@@ -237,7 +237,7 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
 
 bool FiberWaiter::can_block() const { return !IsTask(const_cast<FiberWaiter*>(this)->fiber()); }
 
-bool FiberWaiter::suspend(sync_internal::AsyncPark& park, std::coroutine_handle<> h) {
+bool FiberWaiter::suspend(sync_internal::AsyncParkBase& park, std::coroutine_handle<> h) {
   Fiber* f = fiber();
   if (!IsTask(f)) return false;  // a coroutine on a fiber: AsyncPark blocks the fiber
   f->task_frame = h.address();
@@ -252,7 +252,7 @@ bool FiberWaiter::suspend(sync_internal::AsyncPark& park, std::coroutine_handle<
 // was parked (published: it may already run elsewhere, so the caller must not touch it) or
 // queued to try again.
 bool TaskWait(Worker& w, Fiber* f, bool parked) {
-  sync_internal::AsyncPark* park = f->task_park;
+  sync_internal::AsyncParkBase* park = f->task_park;
   bool spurious = false;
   if (parked) {
     const StepEnd end = EndStep(f, f->task_timer, f->task_gen);

@@ -291,8 +291,7 @@ class [[nodiscard]] BlockingAwaiter {
   }
   bool await_suspend(std::coroutine_handle<> h) {
     // Not cancellable, not even by the shutdown: f uses this frame until it returns.
-    return park_.Begin(current_waiter(), h, sync_internal::kNoWaitOptions, "call_blocking", nullptr,
-                       /*interruptible=*/false);
+    return park_.Begin(current_waiter(), h, "call_blocking", nullptr);
   }
   std::invoke_result_t<F&> await_resume() {
     if (call_ != nullptr) {
@@ -310,7 +309,7 @@ class [[nodiscard]] BlockingAwaiter {
   F f_;
   Outcome outcome_;  // runs f_ wherever the call goes, and keeps what it gave
   scheduler_internal::BlockingCall* call_ = nullptr;
-  sync_internal::AsyncPark park_;
+  sync_internal::AsyncPlainPark park_;
 };
 
 // call_blocking: weft::call_blocking for a task: `auto v = co_await this_task::call_blocking(f)`

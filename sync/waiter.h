@@ -22,7 +22,7 @@
 namespace weft {
 
 namespace sync_internal {
-class AsyncPark;
+class AsyncParkBase;
 }  // namespace sync_internal
 
 // SyncClock (weft/base/clock.h): steady_clock, or a simulated runtime's virtual clock.
@@ -49,7 +49,7 @@ class Waiter {
   // deadline park.deadline() passing) and resumes `h` once Continue returns true. Returns true.
   // Owner only. Threads and fibers return false (the default): they cannot suspend a coroutine
   // without blocking, so the awaitable blocks them in wait() instead.
-  virtual bool suspend(sync_internal::AsyncPark& park, std::coroutine_handle<> h) {
+  virtual bool suspend(sync_internal::AsyncParkBase& park, std::coroutine_handle<> h) {
     (void)park;
     (void)h;
     return false;

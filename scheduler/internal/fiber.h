@@ -99,7 +99,7 @@ class FiberWaiter final : public Waiter {
       : Waiter(/*spins_before_park=*/0, shutting_down) {}
   bool wait(std::optional<SyncClock::time_point> deadline) override;
   void notify() override;
-  bool suspend(sync_internal::AsyncPark& park, std::coroutine_handle<> h) override;
+  bool suspend(sync_internal::AsyncParkBase& park, std::coroutine_handle<> h) override;
   bool can_block() const override;
   // Renew: a new fiber in this Fiber object: its id is the Waiter's identity (Mutex ownership).
   void Renew(std::uint64_t fiber_id) { set_identity(fiber_id); }
@@ -237,7 +237,7 @@ struct alignas(64) Fiber {
   // coroutine last returned to the worker; task_retry: its wait found no memory for its timer
   // and is to be tried again when it next runs. Its worker's thread only.
   void* task_frame = nullptr;
-  sync_internal::AsyncPark* task_park = nullptr;
+  sync_internal::AsyncParkBase* task_park = nullptr;
   TimerEntry* task_timer = nullptr;
   std::uint64_t task_gen = 0;
   std::uint8_t task_exit = 0;

@@ -55,6 +55,24 @@ void WakeAndUnlock(SpinLock& lock, WaitQueue& q, NodeState state, std::size_t ma
   for (Waiter* w : wake) w->notify();
 }
 
+bool AsyncParkBase::Continue(bool woken) {
+  if (!plain_) return static_cast<AsyncPark*>(this)->ContinueWithOptions(woken);
+  // A plain park has no deadline: every wake-up is a notify (or a spurious one), and the wait
+  // ends only with its condition.
+  return done_(done_arg_);
+}
+
+bool AsyncParkBase::Suspend(std::coroutine_handle<> h, const char* what, const void* object) {
+  waiter_->note_wait(what, object);
+  if (waiter_->suspend(*this, h)) return true;
+  // Not a task: this thread or fiber blocks, as Park does (the registration made by Begin
+  // serves).
+  for (;;) {
+    bool woken = waiter_->wait(deadline());
+    if (Continue(woken)) return false;
+  }
+}
+
 bool AsyncPark::Over() {
   if (again_ == nullptr) return true;
   std::optional<SyncClock::time_point> next;
@@ -79,17 +97,11 @@ bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptio
     result_ = ParkResult::kCancelled;
     if (Over()) return false;
   }
-  if (Continue(/*woken=*/true)) return false;  // over before it parks (done, or cancelled)
-  waiter.note_wait(what, object);
-  if (waiter.suspend(*this, h)) return true;
-  // Not a task: this thread or fiber blocks, as Park does (the registration made above serves).
-  for (;;) {
-    bool woken = waiter.wait(deadline_);
-    if (Continue(woken)) return false;
-  }
+  if (ContinueWithOptions(/*woken=*/true)) return false;  // over before it parks
+  return Suspend(h, what, object);
 }
 
-bool AsyncPark::Continue(bool woken) {
+bool AsyncPark::ContinueWithOptions(bool woken) {
   for (;;) {
     const bool finished = done_(done_arg_);
     if (!woken) {
@@ -105,6 +117,14 @@ bool AsyncPark::Continue(bool woken) {
     if (Over()) return true;
     woken = true;  // parking again (a wait of several parks): look once more first
   }
+}
+
+bool AsyncPlainPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const char* what,
+                           const void* object) {
+  waiter_ = &waiter;
+  result_ = ParkResult::kWoken;
+  if (done_(done_arg_)) return false;  // over before it parks
+  return Suspend(h, what, object);
 }
 
 void AsyncPark::Uncancellable() {

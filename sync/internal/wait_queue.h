@@ -206,6 +206,41 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, const cha
 // kNoWaitOptions: no deadline, no token, for waits that take the address of their options.
 inline constexpr WaitOptions kNoWaitOptions{};
 
+// AsyncParkBase: what a stackless task's scheduler drives while the task is suspended in a
+// wait (Waiter::suspend): Continue after each wake-up, and the deadline to wake it at. Two kinds:
+// AsyncPark, a wait with a deadline, a token and the shutdown's interruption (what most
+// awaitables use), and AsyncPlainPark, a wait that ends only when its condition holds (kept
+// small: it sits in the frame of every task's I/O call).
+class AsyncParkBase {
+ public:
+  using DoneFn = bool (*)(void* arg);
+  AsyncParkBase(const AsyncParkBase&) = delete;
+  AsyncParkBase& operator=(const AsyncParkBase&) = delete;
+
+  // Continue: by the task's scheduler, on the task's behalf, after a wake-up: woken by a notify
+  // (true), or the deadline passed (false). True: the wait is over, resume the task; false:
+  // wait again, until deadline().
+  bool Continue(bool woken);
+  std::optional<SyncClock::time_point> deadline() const;
+  ParkResult result() const { return result_; }
+
+ protected:
+  AsyncParkBase(DoneFn done, void* arg, bool plain) : done_(done), done_arg_(arg), plain_(plain) {}
+  ~AsyncParkBase() = default;
+  // Suspend: the common end of Begin once the wait's condition was false: suspends the task at
+  // h, or (not a task) blocks the thread or fiber until Continue says the wait is over. True:
+  // suspended.
+  bool Suspend(std::coroutine_handle<> h, const char* what, const void* object);
+
+  DoneFn done_;
+  void* done_arg_;
+  Waiter* waiter_ = nullptr;
+  ParkResult result_ = ParkResult::kWoken;
+  bool interruptible_ = false;
+  bool deadline_by_token_ = false;  // AsyncPark's
+  const bool plain_;                // an AsyncPlainPark
+};
+
 // AsyncPark: Park for a stackless task (a C++20 coroutine), the same loop turned inside out:
 // the awaitable's await_suspend calls Begin, which suspends the task through its Waiter
 // (Waiter::suspend) instead of blocking; the task's scheduler calls Continue each time the task
@@ -217,27 +252,20 @@ inline constexpr WaitOptions kNoWaitOptions{};
 //
 // done: the wait's condition, as Park's; called on the task's side only (Begin, Continue), so
 // it may act for the task (a Mutex's competes for the lock when woken).
-class AsyncPark {
+class AsyncPark final : public AsyncParkBase {
  public:
-  using DoneFn = bool (*)(void* arg);
   // AgainFn: for a wait made of several parks (select: its timer and token cases are looked at
   // each time a park ends): called with the arg as the park would end with r; true to park
   // again, until *deadline (the token's cancel_at still applies).
   using AgainFn = bool (*)(void* arg, ParkResult r, std::optional<SyncClock::time_point>* deadline);
   AsyncPark(DoneFn done, void* arg, AgainFn again = nullptr)
-      : done_(done), again_(again), done_arg_(arg) {}
-  AsyncPark(const AsyncPark&) = delete;
-  AsyncPark& operator=(const AsyncPark&) = delete;
+      : AsyncParkBase(done, arg, /*plain=*/false), again_(again) {}
 
   // Begin: true: the task stays suspended at `h` until Continue says otherwise; false: the
   // wait is over (result() tells how) and the coroutine goes on at once. `options` must outlive
   // the wait (awaitables keep a copy).
   bool Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptions& options,
              const char* what, const void* object, bool interruptible = true);
-  // Continue: by the task's scheduler, on the task's behalf, after a wake-up: woken by a notify
-  // (true), or the deadline passed (false). True: the wait is over, resume the task; false:
-  // wait again, until deadline().
-  bool Continue(bool woken);
   std::optional<SyncClock::time_point> deadline() const { return deadline_; }
   // Uncancellable: for an AgainFn whose next park must end only with its condition (a CondVar's
   // re-lock): the token and the shutdown no longer end the wait.
@@ -245,9 +273,10 @@ class AsyncPark {
   // End: from await_resume, on the task: ends the wait (its cancellation registration) and
   // returns how it ended.
   ParkResult End();
-  ParkResult result() const { return result_; }
 
  private:
+  friend class AsyncParkBase;
+  bool ContinueWithOptions(bool woken);
   bool Cancelled() const {
     return (cancel_state_ != nullptr && options_->cancel->is_cancelled()) ||
            (interruptible_ && waiter_->interrupted());
@@ -263,18 +292,32 @@ class AsyncPark {
     deadline_by_token_ = d.by_token;
   }
 
-  DoneFn done_;
   AgainFn again_;
-  void* done_arg_;
-  Waiter* waiter_ = nullptr;
   const WaitOptions* options_ = nullptr;
   CancelState* cancel_state_ = nullptr;
   CancelRegistration reg_;
   std::optional<SyncClock::time_point> deadline_;
-  ParkResult result_ = ParkResult::kWoken;
-  bool deadline_by_token_ = false;
-  bool interruptible_ = true;
 };
+
+// AsyncPlainPark: an AsyncPark with no deadline, no token and no interruption: the wait ends
+// when done() holds, and only then. For waits that end in their own way: a task's I/O (the
+// reactor times the operation out; its IoWait forwards the token's and the shutdown's
+// cancellations and still waits for the completion) and call_blocking (the call runs to its end).
+class AsyncPlainPark final : public AsyncParkBase {
+ public:
+  AsyncPlainPark(DoneFn done, void* arg) : AsyncParkBase(done, arg, /*plain=*/true) {}
+  // Begin, End: as AsyncPark's.
+  bool Begin(Waiter& waiter, std::coroutine_handle<> h, const char* what, const void* object);
+  ParkResult End() {
+    waiter_->note_wait(nullptr, nullptr);
+    return result_;
+  }
+};
+
+inline std::optional<SyncClock::time_point> AsyncParkBase::deadline() const {
+  if (plain_) return std::nullopt;
+  return static_cast<const AsyncPark*>(this)->deadline();
+}
 
 // AbortIfWaitedOn: the destructor check of every primitive: destroying one while something waits
 // on it aborts with a message rather than leaving waiters on freed memory.
