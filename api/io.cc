@@ -22,6 +22,7 @@
 
 #include "internal/io_common.h"
 #include "internal/sim_net.h"
+#include "weft/api/net.h"
 #include "weft/base/fault.h"
 #include "weft/scheduler/io.h"
 
@@ -489,51 +490,39 @@ std::optional<Result<io::RecvBuffer>> RecvOwn(Fd at) {
   return b;
 }
 
-// RecvBufferTries: one recv_buffer call's attempts, shared by its blocking and task forms.
-// Through the worker's ring while it has one and lends buffers; once it says it cannot (ENOBUFS:
-// all lent; EOPNOTSUPP: no ring), the readiness way for the rest of the call.
-class RecvBufferTries {
- public:
-  explicit RecvBufferTries(Fd at) : at_(at) {}
-  // Submit: the next attempt's operation (RunAbsorbing's submit; again for each retry).
-  void Submit(Reactor& re, IoOp& op) {
-    pooled_ = !no_ring_ && re.pooled_receives();
-    if (pooled_) {
-      re.recv_pooled(op, at_.fd, &got_, 0);
-    } else {
-      re.poll_readiness(op, at_.fd, POLLIN);
-    }
+}  // namespace
+
+void RecvBufferTries::Submit(Reactor& re, IoOp& op) {
+  pooled_ = !no_ring_ && re.pooled_receives();
+  if (pooled_) {
+    re.recv_pooled(op, at_.fd, &got_, 0);
+  } else {
+    re.poll_readiness(op, at_.fd, POLLIN);
   }
-  // After: the call's result once the attempt ended with r; nullopt: submit another.
-  std::optional<Result<io::RecvBuffer>> After(std::int64_t r) {
-    if (pooled_) {
-      if (r == -ENOBUFS || r == -EOPNOTSUPP) {
-        no_ring_ = true;
-        no_buffers_ = r == -ENOBUFS;
-        return std::nullopt;
-      }
-      if (r < 0) return ErrcOf(r);
-      if (r == 0) return io::RecvBuffer();                   // end of stream
-      if (got_.pool == nullptr) return std::errc::io_error;  // (a backend that lent nothing)
-      g_recv_pooled.fetch_add(1, std::memory_order_relaxed);
-      return io::RecvBufferAccess::Make(got_.data, static_cast<std::size_t>(r), got_.pool, got_.id);
+}
+
+std::optional<Result<io::RecvBuffer>> RecvBufferTries::After(std::int64_t r) {
+  if (pooled_) {
+    if (r == -ENOBUFS || r == -EOPNOTSUPP) {
+      no_ring_ = true;
+      no_buffers_ = r == -ENOBUFS;
+      return std::nullopt;
     }
     if (r < 0) return ErrcOf(r);
-    std::optional<Result<io::RecvBuffer>> b = RecvOwn(at_);
-    if (b && b->ok() && !(*b)->empty()) {
-      (no_buffers_ ? g_recv_no_buffers : g_recv_fallback).fetch_add(1, std::memory_order_relaxed);
-    }
-    return b;
+    if (r == 0) return io::RecvBuffer();                   // end of stream
+    if (got_.pool == nullptr) return std::errc::io_error;  // (a backend that lent nothing)
+    g_recv_pooled.fetch_add(1, std::memory_order_relaxed);
+    return io::RecvBufferAccess::Make(got_.data, static_cast<std::size_t>(r), got_.pool, got_.id);
   }
+  if (r < 0) return ErrcOf(r);
+  std::optional<Result<io::RecvBuffer>> b = RecvOwn(at_);
+  if (b && b->ok() && !(*b)->empty()) {
+    (no_buffers_ ? g_recv_no_buffers : g_recv_fallback).fetch_add(1, std::memory_order_relaxed);
+  }
+  return b;
+}
 
- private:
-  Fd at_;
-  PooledBuffer got_;
-  bool pooled_ = false;
-  bool no_ring_ = false;
-  bool no_buffers_ = false;
-};
-
+namespace {
 constexpr const char* kRecvBufferName = "io recv_buffer";
 }  // namespace
 
@@ -561,30 +550,6 @@ Result<io::RecvBuffer> RecvBufferOn(Fd at, const WaitOptions& options) {
   }
 }
 
-namespace {
-Task<Result<io::RecvBuffer>> AsyncRecvBufferOnReactor(Fd at, WaitOptions options) {
-  RecvBufferTries tries(at);
-  for (;;) {
-    std::int64_t r;
-    int retries = 0;
-    do {
-      r = co_await scheduler_internal::IoAwaiter(
-          [&](Reactor& re, IoOp& op) { tries.Submit(re, op); }, options, kRecvBufferName, at.fd,
-          at.epoch);
-    } while (Absorbed(Absorb::kEagain, r, &retries));
-    if (std::optional<Result<io::RecvBuffer>> b = tries.After(r)) co_return std::move(*b);
-  }
-}
-}  // namespace
-
-Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd at, WaitOptions options) {
-  if (sim_internal::IsSimFd(at.fd)) {
-    return OnSimSocket<Result<io::RecvBuffer>>(
-        at.fd, [=](std::uint64_t serial) { return SimRecvBuffer(at.fd, options, serial); });
-  }
-  return AsyncRecvBufferOnReactor(at, options);
-}
-
 Result<int> Accept(Fd at, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options) {
   const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) return sim_internal::Accept(fd, addr, addrlen, options);
@@ -608,6 +573,128 @@ Result<void> ReadExact(Fd at, void* buf, std::size_t len, const WaitOptions& opt
 }
 
 }  // namespace io_internal
+
+namespace net {
+
+using io_internal::Absorb;
+
+RecvBufferOperation::~RecvBufferOperation() { Destroy(); }
+
+void RecvBufferOperation::Destroy() {
+  switch (stage_) {
+    case Stage::kWaiting:
+      // Its coroutine's frame was destroyed while the call waits (a suspended coroutine's handle
+      // destroyed by hand): the reactor would write into freed memory.
+      std::fprintf(stderr, "weft: a RecvBufferOperation destroyed while its receive waits\n");
+      std::abort();
+    case Stage::kOver:
+      result_.~Result();
+      break;
+    case Stage::kSim:
+      sim_.~Task();
+      break;
+    case Stage::kNone:
+      break;
+  }
+  stage_ = Stage::kNone;
+}
+
+bool RecvBufferOperation::await_ready() {
+  if (awaited_) throw std::logic_error("weft: co_await on a RecvBufferOperation already awaited");
+  awaited_ = true;
+  const io_internal::Fd at = tries_.at();
+  if (sim_internal::IsSimFd(at.fd)) {
+    new (&sim_) Task<Result<io::RecvBuffer>>(io_internal::OnSimSocket<Result<io::RecvBuffer>>(
+        at.fd, [at, options = options_](std::uint64_t serial) {
+          return io_internal::SimRecvBuffer(at.fd, options, serial);
+        }));
+    stage_ = Stage::kSim;
+    return false;
+  }
+  scheduler_internal::Fiber* task = scheduler_internal::RunningTask();
+  if (task == nullptr) {  // a coroutine on a fiber or thread: the blocking form blocks it
+    new (&result_) Result<io::RecvBuffer>(io_internal::RecvBufferOn(at, options_));
+    stage_ = Stage::kOver;
+    return true;
+  }
+  return !Launch(task);
+}
+
+std::coroutine_handle<> RecvBufferOperation::await_suspend(std::coroutine_handle<> h) {
+  if (stage_ == Stage::kSim) return std::move(sim_).operator co_await().await_suspend(h);
+  // A plain park: each attempt's IoWait forwards the token's and the shutdown's cancellations
+  // to its operation and waits for the completion; Done submits the next attempt.
+  if (park_.Begin(wait_.waiter(), h, io_internal::kRecvBufferName, nullptr)) {
+    return std::noop_coroutine();
+  }
+  return h;
+}
+
+Result<io::RecvBuffer> RecvBufferOperation::await_resume() {
+  if (stage_ == Stage::kSim) return std::move(sim_).operator co_await().await_resume();
+  (void)park_.End();
+  Result<io::RecvBuffer> r = std::move(result_);
+  Destroy();
+  return r;
+}
+
+RecvBufferOperation::operator Task<Result<io::RecvBuffer>>() && {
+  if (awaited_) throw std::logic_error("weft: a RecvBufferOperation already awaited made a Task");
+  awaited_ = true;
+  return Run(tries_.at(), options_);
+}
+
+Task<Result<io::RecvBuffer>> RecvBufferOperation::Run(io_internal::Fd at, WaitOptions options) {
+  co_return co_await RecvBufferOperation(at, options);
+}
+
+void RecvBufferOperation::Submit(Reactor& re, IoOp& op, void* self) {
+  static_cast<RecvBufferOperation*>(self)->tries_.Submit(re, op);
+}
+
+bool RecvBufferOperation::Launch(scheduler_internal::Fiber* task) {
+  for (;;) {
+    new (&wait_) scheduler_internal::IoWait();
+    stage_ = Stage::kWaiting;
+    std::int64_t r = 0;
+    const io_internal::Fd at = tries_.at();
+    if (wait_.Start(task, &Submit, this, options_, at.fd, at.epoch, /*cancellable=*/true, &r)) {
+      return true;
+    }
+    wait_.~IoWait();  // nothing was submitted
+    stage_ = Stage::kNone;
+    if (Over(r)) return false;
+  }
+}
+
+bool RecvBufferOperation::Over(std::int64_t r) {
+  if (io_internal::Absorbed(Absorb::kEagain, r, &retries_)) return false;
+  std::optional<Result<io::RecvBuffer>> b = tries_.After(r);
+  if (!b) {
+    retries_ = 0;  // the next way of receiving: its own transient failures
+    return false;
+  }
+  new (&result_) Result<io::RecvBuffer>(std::move(*b));
+  stage_ = Stage::kOver;
+  return true;
+}
+
+bool RecvBufferOperation::Done(void* self) {
+  auto* o = static_cast<RecvBufferOperation*>(self);
+  if (o->stage_ != Stage::kWaiting) return true;
+  if (!o->wait_.Step()) return false;
+  // The attempt is over (its operation completed, and a cancel sent to its worker was taken):
+  // the IoWait is free. Another attempt, if the call needs one, goes out from here, on the
+  // task's worker, as the task's next co_await would.
+  scheduler_internal::Fiber* task = o->wait_.fiber();
+  const std::int64_t r = o->wait_.Finish();
+  o->wait_.~IoWait();
+  o->stage_ = Stage::kNone;
+  if (o->Over(r)) return true;
+  return !o->Launch(task);
+}
+
+}  // namespace net
 
 namespace io {
 

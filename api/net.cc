@@ -340,8 +340,8 @@ Result<io::RecvBuffer> TcpStream::recv_buffer(const WaitOptions& options) {
   return io_internal::RecvBufferOn({fd_, epoch_}, options);
 }
 
-Task<Result<io::RecvBuffer>> TcpStream::async_recv_buffer(WaitOptions options) {
-  return io_internal::AsyncRecvBufferOn({fd_, epoch_}, options);
+RecvBufferOperation TcpStream::async_recv_buffer(WaitOptions options) {
+  return RecvBufferOperation({fd_, epoch_}, options);
 }
 
 Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions& options) {

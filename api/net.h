@@ -17,12 +17,14 @@
 #endif
 
 #include <atomic>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "weft/api/internal/recv_buffer_tries.h"
 #include "weft/api/io.h"
 #include "weft/base/result.h"
 #include "weft/scheduler/task.h"
@@ -60,6 +62,56 @@ class SocketAddress {
 Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t port,
                                            const WaitOptions& options = {});
 
+// RecvBufferOperation: what TcpStream::async_recv_buffer returns. co_await it once, at once
+// (`co_await stream.async_recv_buffer()`), for its Result<io::RecvBuffer>, with
+// recv_buffer's results, deadlines and cancellation. It is not a Task: the call keeps its state
+// in the awaiting coroutine's frame rather than in a frame of its own (an idle connection's task
+// waits in it, so that frame would be most of what the connection costs). Converted to a
+// Task<Result<io::RecvBuffer>> (`Task<...> t = stream.async_recv_buffer()`) it can be kept,
+// spawned or awaited later as any Task, with a frame of its own. From a coroutine that is not a
+// task (run by a fiber or a thread), awaiting it blocks that fiber or thread, as recv_buffer.
+// Awaiting it a second time throws std::logic_error.
+class [[nodiscard]] RecvBufferOperation {
+ public:
+  RecvBufferOperation(const RecvBufferOperation&) = delete;
+  RecvBufferOperation& operator=(const RecvBufferOperation&) = delete;
+  ~RecvBufferOperation();
+
+  bool await_ready();
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> h);
+  Result<io::RecvBuffer> await_resume();
+  operator Task<Result<io::RecvBuffer>>() &&;
+
+ private:
+  friend class TcpStream;
+  RecvBufferOperation(io_internal::Fd at, WaitOptions options)
+      : options_(options), tries_(at), park_(&Done, this) {}
+  // Run: the Task form, a coroutine that awaits an operation of its own.
+  static Task<Result<io::RecvBuffer>> Run(io_internal::Fd at, WaitOptions options);
+  static bool Done(void* self);
+  static void Submit(Reactor& re, IoOp& op, void* self);
+  // Launch: submits attempts until one waits (true) or the call is over (false, result_ made).
+  bool Launch(scheduler_internal::Fiber* task);
+  // Over: the call after an attempt that ended with r: true once it is over (result_ made).
+  bool Over(std::int64_t r);
+  void Destroy();
+
+  // The union's member alive: none; wait_, an attempt in flight; result_, the call's result;
+  // sim_, the Task that runs the call on the simulated network.
+  enum class Stage : std::uint8_t { kNone, kWaiting, kOver, kSim };
+  WaitOptions options_;
+  io_internal::RecvBufferTries tries_;
+  Stage stage_ = Stage::kNone;
+  bool awaited_ = false;
+  int retries_ = 0;  // transient failures absorbed in a row
+  union {
+    scheduler_internal::IoWait wait_;
+    Result<io::RecvBuffer> result_;
+    Task<Result<io::RecvBuffer>> sim_;
+  };
+  sync_internal::AsyncPlainPark park_;
+};
+
 class TcpStream {
  public:
   TcpStream() = default;
@@ -95,7 +147,7 @@ class TcpStream {
   // waits holds no buffer; empty at end of stream.
   Result<io::RecvBuffer> recv_buffer(const WaitOptions& options = {});
   // async_recv_buffer: recv_buffer for a task: a task parked in it holds no buffer either.
-  Task<Result<io::RecvBuffer>> async_recv_buffer(WaitOptions options = {});
+  RecvBufferOperation async_recv_buffer(WaitOptions options = {});
 
   Result<void> shutdown_write();  // sends FIN; reads continue
   // shutdown: both ways: a FIN, and reads (also those waiting) return 0 from now on.

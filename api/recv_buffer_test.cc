@@ -11,8 +11,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -264,6 +267,17 @@ TEST(RecvBufferRingTest, ABufferOutlivesItsRuntime) {
 // ---- From stackless tasks: TcpStream::async_recv_buffer ----
 
 class TaskRecvBufferTest : public ::testing::TestWithParam<unsigned> {};
+
+// Eager: a coroutine that is not a task, run at once by whoever calls it (a fiber, below).
+struct Eager {
+  struct promise_type {
+    Eager get_return_object() { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { std::terminate(); }
+  };
+};
 INSTANTIATE_TEST_SUITE_P(Workers, TaskRecvBufferTest, ::testing::Values(1u, 2u, 4u));
 
 // Task servers echo through async_recv_buffer to fiber clients, every byte checked; the end of
@@ -357,6 +371,106 @@ TEST(TaskRecvBufferRingTest, WaitingTasksHoldNoBuffer) {
   } else {
     EXPECT_EQ(after.fallback - before.fallback, static_cast<std::uint64_t>(n));
   }
+}
+
+// A task parked in async_recv_buffer when the ring has no buffer left for its bytes (all lent
+// and kept) takes them into a buffer of its own: the receive's next attempt, made while the task
+// is still suspended, loses no byte.
+TEST(TaskRecvBufferRingTest, AWaitingTaskFallsBackWhenEveryBufferIsKept) {
+  const int n = 1030;  // > Reactor::kPooledBuffers (1,024)
+  if (testing::RaiseFdLimit() < 2 * n + 256) GTEST_SKIP() << "needs " << 2 * n + 256 << " fds";
+  Runtime rt({.workers = 1});
+  std::vector<Pair> pairs(n);
+  for (const Pair& p : pairs) ASSERT_GE(p.a, 0);
+  const io::RecvBufferStats before = io::recv_buffer_stats();
+  rt.block_on([&] {
+    // The waiter parks first, its receive submitted while the ring still has buffers.
+    Event parked;
+    auto waiter = rt.spawn_task([&]() -> Task<std::string> {
+      net::TcpStream st = net::TcpStream(pairs[0].a);
+      pairs[0].a = -1;
+      parked.set();
+      Result<io::RecvBuffer> b = co_await st.async_recv_buffer();
+      EXPECT_TRUE(b.ok());
+      co_return b.ok() ? std::string(b->view()) : std::string();
+    });
+    ASSERT_TRUE(parked.wait());
+    for (int k = 0; k < 20; ++k) this_fiber::yield();  // let it park in the receive
+    // Then every buffer is taken and kept.
+    std::vector<io::RecvBuffer> kept;
+    for (int i = 1; i < n; ++i) {
+      const std::string m = "k" + std::to_string(i);
+      ASSERT_TRUE(io::send_all(pairs[i].b, m.data(), m.size()).ok());
+      Result<io::RecvBuffer> b = io::recv_buffer(pairs[i].a);
+      ASSERT_TRUE(b.ok());
+      ASSERT_EQ(b->view(), m);
+      kept.push_back(std::move(*b));
+    }
+    const io::RecvBufferStats mid = io::recv_buffer_stats();
+    const std::string m = "the waiter's bytes";
+    ASSERT_TRUE(io::send_all(pairs[0].b, m.data(), m.size()).ok());
+    Result<std::string> got = waiter.join();
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, m);
+    const io::RecvBufferStats after = io::recv_buffer_stats();
+    if (Uring()) {
+      EXPECT_GE(mid.fallback_no_buffers - before.fallback_no_buffers, 1u);  // the kept ones'
+      EXPECT_EQ(after.fallback_no_buffers - mid.fallback_no_buffers, 1u);   // the waiter's
+    }
+    kept.clear();
+  });
+}
+
+// TcpStream::async_recv_buffer's operation: kept as a Task (awaited later, or spawned) it
+// receives as awaited at once; a second await throws; one never awaited receives nothing; from
+// a coroutine that is not a task it blocks the fiber that runs it.
+TEST_P(TaskRecvBufferTest, TheOperationAsATaskAwaitedTwiceNeverAwaitedAndOnAFiber) {
+  Runtime rt({.workers = GetParam()});
+  Pair p;
+  ASSERT_GE(p.a, 0);
+  net::TcpStream st = net::TcpStream(p.a);
+  p.a = -1;
+  auto h = rt.spawn_task([&]() -> Task<> {
+    { net::RecvBufferOperation unused = st.async_recv_buffer(); }  // receives nothing
+    EXPECT_TRUE(io::send_all(p.b, "ab", 2).ok());
+    Task<Result<io::RecvBuffer>> later = st.async_recv_buffer();
+    Result<io::RecvBuffer> b = co_await std::move(later);
+    EXPECT_TRUE(b.ok());
+    if (b.ok()) EXPECT_EQ(b->view(), "ab");
+    net::RecvBufferOperation op = st.async_recv_buffer();
+    EXPECT_TRUE(io::send_all(p.b, "cd", 2).ok());
+    b = co_await op;
+    EXPECT_TRUE(b.ok());
+    if (b.ok()) EXPECT_EQ(b->view(), "cd");
+    bool threw = false;
+    try {
+      (void)co_await op;
+    } catch (const std::logic_error&) {
+      threw = true;
+    }
+    EXPECT_TRUE(threw);
+  });
+  ASSERT_TRUE(h.join().ok());
+  auto spawned = rt.spawn_task(Task<Result<io::RecvBuffer>>(st.async_recv_buffer()));
+  ASSERT_TRUE(io::send_all(p.b, "ef", 2).ok());
+  Result<Result<io::RecvBuffer>> r = spawned.join();
+  ASSERT_TRUE(r.ok() && r->ok());
+  EXPECT_EQ((*r)->view(), "ef");
+  // On a fiber, through a coroutine that is not a task: the fiber blocks in it.
+  rt.block_on([&] {
+    std::string got;
+    auto eager = [&]() -> Eager {
+      Result<io::RecvBuffer> b = co_await st.async_recv_buffer();
+      if (b.ok()) got = std::string(b->view());
+    };
+    auto sender = rt.spawn([&] {
+      for (int k = 0; k < 10; ++k) this_fiber::yield();
+      ASSERT_TRUE(io::send_all(p.b, "gh", 2).ok());
+    });
+    eager();
+    EXPECT_EQ(got, "gh");
+    ASSERT_TRUE(sender.join().ok());
+  });
 }
 
 // A task's waiting async_recv_buffer ends with its deadline, its token, or a close by another

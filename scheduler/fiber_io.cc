@@ -208,6 +208,12 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
   return ByDeadline(req.result, deadline.by_token, deadline.at);
 }
 
+Fiber* RunningTask() {
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  return f != nullptr && IsTask(f) ? f : nullptr;
+}
+
 void IoAwaiter::Start(IoSubmit submit, void* arg, const WaitOptions& options, int fd,
                       std::int64_t epoch, IoEnd end) {
   Worker* w = t_worker;

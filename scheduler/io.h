@@ -101,6 +101,10 @@ class IoWait {
   bool cancel_posted_ = false;
 };
 
+// RunningTask: the task (scheduler/task.h) the calling worker runs, or null when the caller is
+// not a task (a fiber, a plain thread).
+Fiber* RunningTask();
+
 // IoAwaiter: RunIo for a task (scheduler/task.h), which waits without blocking its worker:
 // `std::int64_t r = co_await IoAwaiter(submit, options, what, fd, epoch, end)`, the same
 // results. From a coroutine that is not a task, RunIo itself (blocking the fiber or thread).

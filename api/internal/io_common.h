@@ -15,6 +15,7 @@
 #include <optional>
 #include <system_error>
 
+#include "weft/api/internal/recv_buffer_tries.h"  // Fd
 #include "weft/api/io.h"
 #include "weft/base/fault.h"
 #include "weft/base/result.h"
@@ -24,16 +25,6 @@
 #include "weft/sync/cancellation.h"
 
 namespace weft::io_internal {
-
-// Fd: an fd as a call names it: the number, and its close epoch (scheduler/io.h) when the call
-// started, or when the object that holds it (a TcpStream, a File) opened it. A close that began
-// since ends the call with -ECANCELED before it touches the number, which may be another file's
-// by now.
-struct Fd {
-  int fd;
-  std::uint32_t epoch;
-  static Fd Now(int fd) { return {fd, scheduler_internal::CloseEpoch(fd)}; }
-};
 
 inline std::errc ErrcOf(std::int64_t negative_errno) {
   return static_cast<std::errc>(static_cast<int>(-negative_errno));
@@ -143,7 +134,6 @@ Task<Result<std::size_t>> AsyncWrite(Fd fd, const void* buf, std::size_t len, Wa
                                      std::int64_t offset);
 Task<Result<std::size_t>> AsyncSendMsg(Fd fd, const MsgHdr* msg, int flags, WaitOptions options);
 Task<Result<void>> AsyncReadExact(Fd fd, void* buf, std::size_t len, WaitOptions options);
-Task<Result<io::RecvBuffer>> AsyncRecvBufferOn(Fd fd, WaitOptions options);
 Task<Result<int>> AsyncAccept(Fd fd, WaitOptions options);
 Task<Result<void>> AsyncConnect(int fd, const sockaddr* addr, socklen_t addrlen,
                                 WaitOptions options);

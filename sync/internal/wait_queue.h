@@ -309,7 +309,7 @@ class AsyncPlainPark final : public AsyncParkBase {
   // Begin, End: as AsyncPark's.
   bool Begin(Waiter& waiter, std::coroutine_handle<> h, const char* what, const void* object);
   ParkResult End() {
-    waiter_->note_wait(nullptr, nullptr);
+    if (waiter_ != nullptr) waiter_->note_wait(nullptr, nullptr);  // (null: never began)
     return result_;
   }
 };
