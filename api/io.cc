@@ -13,10 +13,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <system_error>
 #include <utility>
 
@@ -578,6 +580,28 @@ namespace net {
 
 using io_internal::Absorb;
 
+RecvBufferOperation::RecvBufferOperation(io_internal::Fd at, WaitOptions options)
+    : options_(options), tries_(at), park_(&Done, this) {
+  if (sim_internal::IsSimFd(at.fd)) {
+    // The simulated socket the fd names now (OnSimSocket's serial), as the blocking form's.
+    new (&sim_) Task<Result<io::RecvBuffer>>(io_internal::OnSimSocket<Result<io::RecvBuffer>>(
+        at.fd, [at, options](std::uint64_t serial) {
+          return io_internal::SimRecvBuffer(at.fd, options, serial);
+        }));
+    stage_ = Stage::kSim;
+  }
+}
+
+RecvBufferOperation::RecvBufferOperation(RecvBufferOperation&& other)
+    : options_(other.options_), tries_(other.tries_.at()), park_(&Done, this) {
+  if (other.awaited_) throw std::logic_error("weft: a RecvBufferOperation moved once awaited");
+  if (other.stage_ == Stage::kSim) {
+    new (&sim_) Task<Result<io::RecvBuffer>>(std::move(other.sim_));
+    stage_ = Stage::kSim;
+  }
+  other.awaited_ = true;  // moved from: awaiting it throws, as a moved-from Task's await
+}
+
 RecvBufferOperation::~RecvBufferOperation() { Destroy(); }
 
 void RecvBufferOperation::Destroy() {
@@ -602,15 +626,8 @@ void RecvBufferOperation::Destroy() {
 bool RecvBufferOperation::await_ready() {
   if (awaited_) throw std::logic_error("weft: co_await on a RecvBufferOperation already awaited");
   awaited_ = true;
+  if (stage_ == Stage::kSim) return false;
   const io_internal::Fd at = tries_.at();
-  if (sim_internal::IsSimFd(at.fd)) {
-    new (&sim_) Task<Result<io::RecvBuffer>>(io_internal::OnSimSocket<Result<io::RecvBuffer>>(
-        at.fd, [at, options = options_](std::uint64_t serial) {
-          return io_internal::SimRecvBuffer(at.fd, options, serial);
-        }));
-    stage_ = Stage::kSim;
-    return false;
-  }
   scheduler_internal::Fiber* task = scheduler_internal::RunningTask();
   if (task == nullptr) {  // a coroutine on a fiber or thread: the blocking form blocks it
     new (&result_) Result<io::RecvBuffer>(io_internal::RecvBufferOn(at, options_));
@@ -627,6 +644,9 @@ std::coroutine_handle<> RecvBufferOperation::await_suspend(std::coroutine_handle
   if (park_.Begin(wait_.waiter(), h, io_internal::kRecvBufferName, nullptr)) {
     return std::noop_coroutine();
   }
+  // Over at once: the task goes on at h through its worker (a resume nested here would grow
+  // the worker's stack where the compiler does not make the transfer a tail call).
+  if (scheduler_internal::TransferInTask(h)) return std::noop_coroutine();
   return h;
 }
 
@@ -641,6 +661,11 @@ Result<io::RecvBuffer> RecvBufferOperation::await_resume() {
 RecvBufferOperation::operator Task<Result<io::RecvBuffer>>() && {
   if (awaited_) throw std::logic_error("weft: a RecvBufferOperation already awaited made a Task");
   awaited_ = true;
+  if (stage_ == Stage::kSim) {
+    Task<Result<io::RecvBuffer>> sim = std::move(sim_);
+    Destroy();
+    return sim;
+  }
   return Run(tries_.at(), options_);
 }
 
@@ -682,16 +707,20 @@ bool RecvBufferOperation::Over(std::int64_t r) {
 bool RecvBufferOperation::Done(void* self) {
   auto* o = static_cast<RecvBufferOperation*>(self);
   if (o->stage_ != Stage::kWaiting) return true;
-  if (!o->wait_.Step()) return false;
-  // The attempt is over (its operation completed, and a cancel sent to its worker was taken):
-  // the IoWait is free. Another attempt, if the call needs one, goes out from here, on the
-  // task's worker, as the task's next co_await would.
-  scheduler_internal::Fiber* task = o->wait_.fiber();
-  const std::int64_t r = o->wait_.Finish();
-  o->wait_.~IoWait();
-  o->stage_ = Stage::kNone;
-  if (o->Over(r)) return true;
-  return !o->Launch(task);
+  // Step after every launch too, as a wait's first look: a token cancelled after the new
+  // attempt's Start looked at it but before its registration would otherwise go unseen (no
+  // callback runs for it, and nothing else wakes the task to look).
+  while (o->wait_.Step()) {
+    // The attempt is over (its operation completed, and a cancel sent to its worker was
+    // taken): the IoWait is free. Another attempt, if the call needs one, goes out from here,
+    // on the task's worker, as the task's next co_await would.
+    scheduler_internal::Fiber* task = o->wait_.fiber();
+    const std::int64_t r = o->wait_.Finish();
+    o->wait_.~IoWait();
+    o->stage_ = Stage::kNone;
+    if (o->Over(r) || !o->Launch(task)) return true;
+  }
+  return false;
 }
 
 }  // namespace net

@@ -73,6 +73,9 @@ Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t 
 // Awaiting it a second time throws std::logic_error.
 class [[nodiscard]] RecvBufferOperation {
  public:
+  // Movable until awaited (moving one that was throws std::logic_error); awaiting a moved-from
+  // one throws std::logic_error, as a moved-from Task's await.
+  RecvBufferOperation(RecvBufferOperation&& other);
   RecvBufferOperation(const RecvBufferOperation&) = delete;
   RecvBufferOperation& operator=(const RecvBufferOperation&) = delete;
   ~RecvBufferOperation();
@@ -84,8 +87,7 @@ class [[nodiscard]] RecvBufferOperation {
 
  private:
   friend class TcpStream;
-  RecvBufferOperation(io_internal::Fd at, WaitOptions options)
-      : options_(options), tries_(at), park_(&Done, this) {}
+  RecvBufferOperation(io_internal::Fd at, WaitOptions options);
   // Run: the Task form, a coroutine that awaits an operation of its own.
   static Task<Result<io::RecvBuffer>> Run(io_internal::Fd at, WaitOptions options);
   static bool Done(void* self);

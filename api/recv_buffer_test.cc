@@ -422,8 +422,9 @@ TEST(TaskRecvBufferRingTest, AWaitingTaskFallsBackWhenEveryBufferIsKept) {
 }
 
 // TcpStream::async_recv_buffer's operation: kept as a Task (awaited later, or spawned) it
-// receives as awaited at once; a second await throws; one never awaited receives nothing; from
-// a coroutine that is not a task it blocks the fiber that runs it.
+// receives as awaited at once; a second await throws, as does awaiting one moved from; one never
+// awaited receives nothing; from a coroutine that is not a task it blocks the fiber that runs
+// it.
 TEST_P(TaskRecvBufferTest, TheOperationAsATaskAwaitedTwiceNeverAwaitedAndOnAFiber) {
   Runtime rt({.workers = GetParam()});
   Pair p;
@@ -445,6 +446,20 @@ TEST_P(TaskRecvBufferTest, TheOperationAsATaskAwaitedTwiceNeverAwaitedAndOnAFibe
     bool threw = false;
     try {
       (void)co_await op;
+    } catch (const std::logic_error&) {
+      threw = true;
+    }
+    EXPECT_TRUE(threw);
+    // Moved before it is awaited: the new one receives, the moved-from one throws.
+    net::RecvBufferOperation first = st.async_recv_buffer();
+    net::RecvBufferOperation moved = std::move(first);
+    EXPECT_TRUE(io::send_all(p.b, "ij", 2).ok());
+    b = co_await moved;
+    EXPECT_TRUE(b.ok());
+    if (b.ok()) EXPECT_EQ(b->view(), "ij");
+    threw = false;
+    try {
+      (void)co_await first;
     } catch (const std::logic_error&) {
       threw = true;
     }

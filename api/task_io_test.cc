@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <stop_token>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -130,6 +131,43 @@ TEST(TaskIoTest, DeadlinesTokensAndTheEndOfAStream) {
     EXPECT_EQ(co_await served->async_read_exact(buf, sizeof buf), std::errc::connection_aborted);
     n = co_await served->async_read(buf, sizeof buf);
     EXPECT_TRUE(n.ok() && *n == 0);
+  });
+  ASSERT_TRUE(h.join().ok());
+}
+
+// A token that can never be cancelled (a default one, or one of a std::stop_token that cannot
+// stop) is no token: reads that wait with one, from a task and from a fiber, complete.
+TEST(TaskIoTest, ATokenThatCannotBeCancelledIsNoToken) {
+  Runtime rt({.workers = 2});
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  const SocketAddress addr = *listener->local_address();
+  const CancellationToken never;
+  const CancellationToken never_stops{std::stop_token()};
+  ASSERT_FALSE(never.can_be_cancelled());
+  ASSERT_FALSE(never_stops.can_be_cancelled());
+  auto h = rt.spawn_task([&]() -> Task<> {
+    Result<TcpStream> client = co_await TcpStream::async_connect(addr, {.cancel = &never});
+    EXPECT_TRUE(client.ok());
+    Result<TcpStream> served = co_await listener->async_accept({.cancel = &never_stops});
+    EXPECT_TRUE(served.ok());
+    if (!client.ok() || !served.ok()) co_return;
+    auto writer = rt.spawn([&] {
+      for (int k = 0; k < 10; ++k) this_fiber::yield();
+      EXPECT_TRUE(client->write_all("abcd", 4).ok());
+    });
+    char buf[2];
+    EXPECT_TRUE((co_await served->async_read_exact(buf, sizeof buf, {.cancel = &never})).ok());
+    Result<io::RecvBuffer> b = co_await served->async_recv_buffer({.cancel = &never});
+    EXPECT_TRUE(b.ok());
+    EXPECT_TRUE((co_await writer.async_join()).ok());
+    // From a fiber: the blocking forms.
+    auto reader = rt.spawn([&] {
+      EXPECT_TRUE(client->write_all("ef", 2).ok());
+      char in[2];
+      EXPECT_TRUE(served->read_exact(in, sizeof in, {.cancel = &never_stops}).ok());
+    });
+    EXPECT_TRUE((co_await reader.async_join()).ok());
   });
   ASSERT_TRUE(h.join().ok());
 }

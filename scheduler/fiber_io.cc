@@ -70,7 +70,7 @@ Reactor* ThreadReactorOrNull(std::errc* error) {
 // cancel_at, earlier than the call's own) reported as the cancellation it is.
 std::int64_t ByDeadline(std::int64_t r, bool by_token,
                         const std::optional<SyncClock::time_point>& at) {
-  return r == -ETIMEDOUT && by_token && SyncClock::now() >= *at ? -ECANCELED : r;
+  return r == -ETIMEDOUT && by_token && at.has_value() && SyncClock::now() >= *at ? -ECANCELED : r;
 }
 
 // CloseNow: closes fd directly, when it cannot go through a reactor.
@@ -123,7 +123,9 @@ bool IoWait::Start(Fiber* f, IoSubmit submit, void* arg, const WaitOptions& opti
   // The token's callback only wakes the waiter; the waiter forwards the cancel to the owner.
   reg_.fn = [](void* p) { static_cast<Waiter*>(p)->notify(); };
   reg_.arg = &f->waiter;
-  registered_ = token_ != nullptr && sync_internal::Register(StateOf(*token_), &reg_);
+  // (A token without a state, such as a default one, is never cancelled: nothing to register.)
+  sync_internal::CancelState* cs = token_ != nullptr ? StateOf(*token_) : nullptr;
+  registered_ = cs != nullptr && sync_internal::Register(cs, &reg_);
   f->wait_fd.store(fd, std::memory_order_relaxed);
   return true;
 }

@@ -109,7 +109,7 @@ Fiber* RunningTask();
 // `std::int64_t r = co_await IoAwaiter(submit, options, what, fd, epoch, end)`, the same
 // results. From a coroutine that is not a task, RunIo itself (blocking the fiber or thread).
 // The operation starts as the IoAwaiter is made (submit and options are not kept), so it must
-// be awaited at once: `co_await IoAwaiter(...)`, a full expression.
+// be awaited at once: `co_await IoAwaiter(...)`, a full expression. `what` may not be null.
 class IoAwaiter {
  public:
   template <typename F>
