@@ -60,13 +60,16 @@ tmux new-session -d -s console -x 150 -y 40 \
 ok=0
 for _ in $(seq 1 300); do
   tmux capture-pane -p -t console >"$work/screen" 2>/dev/null
-  if grep -q '"busy-loop" held worker' "$work/screen" && grep -q 'recv fd' "$work/screen"; then
+  # The busy fiber's longest run shows once one of its 40 ms runs has ended (the stuck report
+  # comes during its first): wait for all three.
+  if grep -q '"busy-loop" held worker' "$work/screen" && grep -q 'recv fd' "$work/screen" &&
+    grep -q '^LONGEST    fiber [0-9]* "busy-loop"' "$work/screen"; then
     ok=1
     break
   fi
   sleep 0.1
 done
-[ "$ok" = 1 ] || fail "the console never showed the busy fiber and the parked readers"
+[ "$ok" = 1 ] || fail "the console never showed the busy fiber, its longest run and the parked readers"
 grep -q "^weft console  pid $server  2 workers" "$work/screen" || fail "no header"
 grep -Eq '^WORKERS +busy +run/s' "$work/screen" || fail "no workers table"
 grep -Eq '^0 .*(io_uring|epoll)' "$work/screen" || fail "no worker 0 line"
