@@ -257,19 +257,6 @@ Result<void> SendAll(Fd at, const void* buf, std::size_t len, const WaitOptions&
 namespace {
 // The task forms below, on the reactor (the simulated network's fds go through OnSimFiber: the
 // public forms choose, without a frame of their own).
-Task<Result<std::size_t>> AsyncRecvOnReactor(Fd at, void* buf, std::size_t len, int flags,
-                                             WaitOptions options) {
-  const int fd = at.fd;
-  std::int64_t r;
-  int retries = 0;
-  do {
-    r = co_await scheduler_internal::IoAwaiter(
-        [=](Reactor& re, IoOp& op) { re.recv(op, fd, buf, len, flags); }, options, "io recv", fd,
-        at.epoch);
-  } while (Absorbed(ForFlags(flags), r, &retries));
-  co_return Size(r);
-}
-
 Task<Result<std::size_t>> AsyncSendOnReactor(Fd at, const void* buf, std::size_t len, int flags,
                                              WaitOptions options) {
   const int fd = at.fd;
@@ -284,16 +271,6 @@ Task<Result<std::size_t>> AsyncSendOnReactor(Fd at, const void* buf, std::size_t
   co_return Size(r);
 }
 }  // namespace
-
-Task<Result<std::size_t>> AsyncRecv(Fd at, void* buf, std::size_t len, int flags,
-                                    WaitOptions options) {
-  if (sim_internal::IsSimFd(at.fd)) {
-    return OnSimSocket<Result<std::size_t>>(at.fd, [=](std::uint64_t serial) {
-      return SimRecv(at.fd, buf, len, flags, options, serial);
-    });
-  }
-  return AsyncRecvOnReactor(at, buf, len, flags, options);
-}
 
 Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int flags,
                                     WaitOptions options) {
@@ -390,7 +367,7 @@ Task<Result<void>> AsyncSendAll(Fd at, const void* buf, std::size_t len, WaitOpt
 Task<Result<void>> AsyncReadExact(Fd at, void* buf, std::size_t len, WaitOptions options) {
   char* p = static_cast<char*>(buf);
   while (len != 0) {
-    Result<std::size_t> n = co_await AsyncRecv(at, p, len, 0, options);
+    Result<std::size_t> n = co_await IoOperation<RecvCall>(RecvCall(at, p, len), options);
     if (!n.ok()) co_return n.error();
     if (*n == 0) co_return std::errc::connection_aborted;  // the end came first, as ReadExact
     p += *n;
@@ -524,9 +501,7 @@ std::optional<Result<io::RecvBuffer>> RecvBufferTries::After(std::int64_t r) {
   return b;
 }
 
-namespace {
-constexpr const char* kRecvBufferName = "io recv_buffer";
-}  // namespace
+namespace {}  // namespace
 
 namespace {
 // SimRecvBuffer: recv_buffer on the simulated network: a buffer of the call's own.
@@ -547,7 +522,7 @@ Result<io::RecvBuffer> RecvBufferOn(Fd at, const WaitOptions& options) {
   for (;;) {
     const std::int64_t r = RunAbsorbing(
         Absorb::kEagain, at, [&](Reactor& re, IoOp& op) { tries.Submit(re, op); }, options,
-        kRecvBufferName);
+        RecvBufferTries::kName);
     if (std::optional<Result<io::RecvBuffer>> b = tries.After(r)) return std::move(*b);
   }
 }
@@ -576,40 +551,68 @@ Result<void> ReadExact(Fd at, void* buf, std::size_t len, const WaitOptions& opt
 
 }  // namespace io_internal
 
-namespace net {
+namespace io_internal {
 
-using io_internal::Absorb;
+RecvBufferTries::Value RecvBufferTries::Blocking(const WaitOptions& options) const {
+  return RecvBufferOn(at_, options);
+}
 
-RecvBufferOperation::RecvBufferOperation(io_internal::Fd at, WaitOptions options)
-    : options_(options), tries_(at), park_(&Done, this) {
-  if (sim_internal::IsSimFd(at.fd)) {
+Task<RecvBufferTries::Value> RecvBufferTries::Sim(const WaitOptions& options) const {
+  const Fd at = at_;
+  return OnSimSocket<Value>(
+      at.fd, [at, options](std::uint64_t serial) { return SimRecvBuffer(at.fd, options, serial); });
+}
+
+void RecvCall::Submit(Reactor& re, IoOp& op) { re.recv(op, at_.fd, buf_, len_, 0); }
+
+std::optional<RecvCall::Value> RecvCall::After(std::int64_t r) { return Size(r); }
+
+RecvCall::Value RecvCall::Blocking(const WaitOptions& options) const {
+  return Recv(at_, buf_, len_, 0, options);
+}
+
+Task<RecvCall::Value> RecvCall::Sim(const WaitOptions& options) const {
+  const Fd at = at_;
+  void* const buf = buf_;
+  const std::size_t len = len_;
+  return OnSimSocket<Value>(at.fd, [at, buf, len, options](std::uint64_t serial) {
+    return SimRecv(at.fd, buf, len, 0, options, serial);
+  });
+}
+
+template <typename Call>
+IoOperation<Call>::IoOperation(Call call, WaitOptions options)
+    : options_(options), call_(call), park_(&Done, this) {
+  if (sim_internal::IsSimFd(call_.at().fd)) {
     // The simulated socket the fd names now (OnSimSocket's serial), as the blocking form's.
-    new (&sim_) Task<Result<io::RecvBuffer>>(io_internal::OnSimSocket<Result<io::RecvBuffer>>(
-        at.fd, [at, options](std::uint64_t serial) {
-          return io_internal::SimRecvBuffer(at.fd, options, serial);
-        }));
+    new (&sim_) Task<Value>(call_.Sim(options_));
     stage_ = Stage::kSim;
   }
 }
 
-RecvBufferOperation::RecvBufferOperation(RecvBufferOperation&& other)
-    : options_(other.options_), tries_(other.tries_.at()), park_(&Done, this) {
-  if (other.awaited_) throw std::logic_error("weft: a RecvBufferOperation moved once awaited");
+template <typename Call>
+IoOperation<Call>::IoOperation(IoOperation&& other)
+    : options_(other.options_), call_(other.call_), park_(&Done, this) {
+  if (other.awaited_) throw std::logic_error("weft: an I/O operation moved once awaited");
   if (other.stage_ == Stage::kSim) {
-    new (&sim_) Task<Result<io::RecvBuffer>>(std::move(other.sim_));
+    new (&sim_) Task<Value>(std::move(other.sim_));
     stage_ = Stage::kSim;
   }
   other.awaited_ = true;  // moved from: awaiting it throws, as a moved-from Task's await
 }
 
-RecvBufferOperation::~RecvBufferOperation() { Destroy(); }
+template <typename Call>
+IoOperation<Call>::~IoOperation() {
+  Destroy();
+}
 
-void RecvBufferOperation::Destroy() {
+template <typename Call>
+void IoOperation<Call>::Destroy() {
   switch (stage_) {
     case Stage::kWaiting:
       // Its coroutine's frame was destroyed while the call waits (a suspended coroutine's handle
       // destroyed by hand): the reactor would write into freed memory.
-      std::fprintf(stderr, "weft: a RecvBufferOperation destroyed while its receive waits\n");
+      std::fprintf(stderr, "weft: an I/O operation (%s) destroyed while it waits\n", Call::kName);
       std::abort();
     case Stage::kOver:
       result_.~Result();
@@ -623,25 +626,26 @@ void RecvBufferOperation::Destroy() {
   stage_ = Stage::kNone;
 }
 
-bool RecvBufferOperation::await_ready() {
-  if (awaited_) throw std::logic_error("weft: co_await on a RecvBufferOperation already awaited");
+template <typename Call>
+bool IoOperation<Call>::await_ready() {
+  if (awaited_) throw std::logic_error("weft: co_await on an I/O operation already awaited");
   awaited_ = true;
   if (stage_ == Stage::kSim) return false;
-  const io_internal::Fd at = tries_.at();
   scheduler_internal::Fiber* task = scheduler_internal::RunningTask();
   if (task == nullptr) {  // a coroutine on a fiber or thread: the blocking form blocks it
-    new (&result_) Result<io::RecvBuffer>(io_internal::RecvBufferOn(at, options_));
+    new (&result_) Value(call_.Blocking(options_));
     stage_ = Stage::kOver;
     return true;
   }
   return !Launch(task);
 }
 
-std::coroutine_handle<> RecvBufferOperation::await_suspend(std::coroutine_handle<> h) {
+template <typename Call>
+std::coroutine_handle<> IoOperation<Call>::await_suspend(std::coroutine_handle<> h) {
   if (stage_ == Stage::kSim) return std::move(sim_).operator co_await().await_suspend(h);
   // A plain park: each attempt's IoWait forwards the token's and the shutdown's cancellations
   // to its operation and waits for the completion; Done submits the next attempt.
-  if (park_.Begin(wait_.waiter(), h, io_internal::kRecvBufferName, nullptr)) {
+  if (park_.Begin(wait_.waiter(), h, Call::kName, nullptr)) {
     return std::noop_coroutine();
   }
   // Over at once: the task goes on at h through its worker (a resume nested here would grow
@@ -650,39 +654,44 @@ std::coroutine_handle<> RecvBufferOperation::await_suspend(std::coroutine_handle
   return h;
 }
 
-Result<io::RecvBuffer> RecvBufferOperation::await_resume() {
+template <typename Call>
+typename IoOperation<Call>::Value IoOperation<Call>::await_resume() {
   if (stage_ == Stage::kSim) return std::move(sim_).operator co_await().await_resume();
   (void)park_.End();
-  Result<io::RecvBuffer> r = std::move(result_);
+  Value r = std::move(result_);
   Destroy();
   return r;
 }
 
-RecvBufferOperation::operator Task<Result<io::RecvBuffer>>() && {
-  if (awaited_) throw std::logic_error("weft: a RecvBufferOperation already awaited made a Task");
+template <typename Call>
+IoOperation<Call>::operator Task<Value>() && {
+  if (awaited_) throw std::logic_error("weft: an I/O operation already awaited made a Task");
   awaited_ = true;
   if (stage_ == Stage::kSim) {
-    Task<Result<io::RecvBuffer>> sim = std::move(sim_);
+    Task<Value> sim = std::move(sim_);
     Destroy();
     return sim;
   }
-  return Run(tries_.at(), options_);
+  return Run(call_, options_);
 }
 
-Task<Result<io::RecvBuffer>> RecvBufferOperation::Run(io_internal::Fd at, WaitOptions options) {
-  co_return co_await RecvBufferOperation(at, options);
+template <typename Call>
+Task<typename IoOperation<Call>::Value> IoOperation<Call>::Run(Call call, WaitOptions options) {
+  co_return co_await IoOperation(call, options);
 }
 
-void RecvBufferOperation::Submit(Reactor& re, IoOp& op, void* self) {
-  static_cast<RecvBufferOperation*>(self)->tries_.Submit(re, op);
+template <typename Call>
+void IoOperation<Call>::Submit(Reactor& re, IoOp& op, void* self) {
+  static_cast<IoOperation*>(self)->call_.Submit(re, op);
 }
 
-bool RecvBufferOperation::Launch(scheduler_internal::Fiber* task) {
+template <typename Call>
+bool IoOperation<Call>::Launch(scheduler_internal::Fiber* task) {
   for (;;) {
     new (&wait_) scheduler_internal::IoWait();
     stage_ = Stage::kWaiting;
     std::int64_t r = 0;
-    const io_internal::Fd at = tries_.at();
+    const Fd at = call_.at();
     if (wait_.Start(task, &Submit, this, options_, at.fd, at.epoch, /*cancellable=*/true, &r)) {
       return true;
     }
@@ -692,20 +701,22 @@ bool RecvBufferOperation::Launch(scheduler_internal::Fiber* task) {
   }
 }
 
-bool RecvBufferOperation::Over(std::int64_t r) {
-  if (io_internal::Absorbed(Absorb::kEagain, r, &retries_)) return false;
-  std::optional<Result<io::RecvBuffer>> b = tries_.After(r);
+template <typename Call>
+bool IoOperation<Call>::Over(std::int64_t r) {
+  if (Absorbed(Absorb::kEagain, r, &retries_)) return false;
+  std::optional<Value> b = call_.After(r);
   if (!b) {
     retries_ = 0;  // the next way of receiving: its own transient failures
     return false;
   }
-  new (&result_) Result<io::RecvBuffer>(std::move(*b));
+  new (&result_) Value(std::move(*b));
   stage_ = Stage::kOver;
   return true;
 }
 
-bool RecvBufferOperation::Done(void* self) {
-  auto* o = static_cast<RecvBufferOperation*>(self);
+template <typename Call>
+bool IoOperation<Call>::Done(void* self) {
+  auto* o = static_cast<IoOperation*>(self);
   if (o->stage_ != Stage::kWaiting) return true;
   // Step after every launch too, as a wait's first look: a token cancelled after the new
   // attempt's Start looked at it but before its registration would otherwise go unseen (no
@@ -723,7 +734,10 @@ bool RecvBufferOperation::Done(void* self) {
   return false;
 }
 
-}  // namespace net
+template class IoOperation<RecvBufferTries>;
+template class IoOperation<RecvCall>;
+
+}  // namespace io_internal
 
 namespace io {
 

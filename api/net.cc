@@ -341,15 +341,15 @@ Result<io::RecvBuffer> TcpStream::recv_buffer(const WaitOptions& options) {
 }
 
 RecvBufferOperation TcpStream::async_recv_buffer(WaitOptions options) {
-  return RecvBufferOperation({fd_, epoch_}, options);
+  return RecvBufferOperation(io_internal::RecvBufferTries({fd_, epoch_}), options);
 }
 
 Result<void> TcpStream::read_exact(void* buf, std::size_t len, const WaitOptions& options) {
   return io_internal::ReadExact({fd_, epoch_}, buf, len, options);
 }
 
-Task<Result<std::size_t>> TcpStream::async_read(void* buf, std::size_t len, WaitOptions options) {
-  return io_internal::AsyncRecv({fd_, epoch_}, buf, len, 0, options);
+ReadOperation TcpStream::async_read(void* buf, std::size_t len, WaitOptions options) {
+  return ReadOperation(io_internal::RecvCall({fd_, epoch_}, buf, len), options);
 }
 
 Task<Result<std::size_t>> TcpStream::async_write(const void* buf, std::size_t len,

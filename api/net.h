@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "weft/api/internal/recv_buffer_tries.h"
+#include "weft/api/internal/io_operation.h"
 #include "weft/api/io.h"
 #include "weft/base/result.h"
 #include "weft/scheduler/task.h"
@@ -62,57 +62,11 @@ class SocketAddress {
 Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t port,
                                            const WaitOptions& options = {});
 
-// RecvBufferOperation: what TcpStream::async_recv_buffer returns. co_await it once, at once
-// (`co_await stream.async_recv_buffer()`), for its Result<io::RecvBuffer>, with
-// recv_buffer's results, deadlines and cancellation. It is not a Task: the call keeps its state
-// in the awaiting coroutine's frame rather than in a frame of its own (an idle connection's task
-// waits in it, so that frame would be most of what the connection costs). Converted to a
-// Task<Result<io::RecvBuffer>> (`Task<...> t = stream.async_recv_buffer()`) it can be kept,
-// spawned or awaited later as any Task, with a frame of its own. From a coroutine that is not a
-// task (run by a fiber or a thread), awaiting it blocks that fiber or thread, as recv_buffer.
-// Awaiting it a second time throws std::logic_error.
-class [[nodiscard]] RecvBufferOperation {
- public:
-  // Movable until awaited (moving one that was throws std::logic_error); awaiting a moved-from
-  // one throws std::logic_error, as a moved-from Task's await.
-  RecvBufferOperation(RecvBufferOperation&& other);
-  RecvBufferOperation(const RecvBufferOperation&) = delete;
-  RecvBufferOperation& operator=(const RecvBufferOperation&) = delete;
-  ~RecvBufferOperation();
-
-  bool await_ready();
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<> h);
-  Result<io::RecvBuffer> await_resume();
-  operator Task<Result<io::RecvBuffer>>() &&;
-
- private:
-  friend class TcpStream;
-  RecvBufferOperation(io_internal::Fd at, WaitOptions options);
-  // Run: the Task form, a coroutine that awaits an operation of its own.
-  static Task<Result<io::RecvBuffer>> Run(io_internal::Fd at, WaitOptions options);
-  static bool Done(void* self);
-  static void Submit(Reactor& re, IoOp& op, void* self);
-  // Launch: submits attempts until one waits (true) or the call is over (false, result_ made).
-  bool Launch(scheduler_internal::Fiber* task);
-  // Over: the call after an attempt that ended with r: true once it is over (result_ made).
-  bool Over(std::int64_t r);
-  void Destroy();
-
-  // The union's member alive: none; wait_, an attempt in flight; result_, the call's result;
-  // sim_, the Task that runs the call on the simulated network.
-  enum class Stage : std::uint8_t { kNone, kWaiting, kOver, kSim };
-  WaitOptions options_;
-  io_internal::RecvBufferTries tries_;
-  Stage stage_ = Stage::kNone;
-  bool awaited_ = false;
-  int retries_ = 0;  // transient failures absorbed in a row
-  union {
-    scheduler_internal::IoWait wait_;
-    Result<io::RecvBuffer> result_;
-    Task<Result<io::RecvBuffer>> sim_;
-  };
-  sync_internal::AsyncPlainPark park_;
-};
+// The operations a TcpStream's task forms return where the call keeps its state in the
+// awaiting frame (io_internal::IoOperation: co_await one at once, or convert it to a Task):
+// RecvBufferOperation (async_recv_buffer) and ReadOperation (async_read).
+using RecvBufferOperation = io_internal::IoOperation<io_internal::RecvBufferTries>;
+using ReadOperation = io_internal::IoOperation<io_internal::RecvCall>;
 
 class TcpStream {
  public:
@@ -136,11 +90,13 @@ class TcpStream {
   Result<void> read_exact(void* buf, std::size_t len, const WaitOptions& options = {});
   // The forms for a task (scheduler/task.h), which waits without blocking its worker:
   // `Result<std::size_t> n = co_await stream.async_read(buf, len)`. The same results; the
-  // buffer and the stream must outlive the call (awaited at once, they do). On the simulated
-  // network's sockets, the blocking form runs on a fiber of its own while the task waits. A
-  // TcpStream destroyed or closed in a task closes without waiting (the close completes on the
+  // buffer and the stream must outlive the call (awaited at once, they do). async_read and
+  // async_recv_buffer return operations (ReadOperation, RecvBufferOperation: awaitables that keep
+  // the call's state in the awaiting frame and convert to a Task where one is wanted). On the
+  // simulated network's sockets, the blocking form runs on a fiber of its own while the task waits.
+  // A TcpStream destroyed or closed in a task closes without waiting (the close completes on the
   // worker's reactor).
-  Task<Result<std::size_t>> async_read(void* buf, std::size_t len, WaitOptions options = {});
+  ReadOperation async_read(void* buf, std::size_t len, WaitOptions options = {});
   Task<Result<std::size_t>> async_write(const void* buf, std::size_t len, WaitOptions options = {});
   Task<Result<void>> async_write_all(const void* buf, std::size_t len, WaitOptions options = {});
   Task<Result<void>> async_read_exact(void* buf, std::size_t len, WaitOptions options = {});

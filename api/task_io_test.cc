@@ -10,9 +10,13 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <coroutine>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <stdexcept>
 #include <stop_token>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -30,6 +34,7 @@ namespace weft {
 namespace {
 
 using namespace std::chrono_literals;
+using net::ReadOperation;
 using net::SocketAddress;
 using net::TcpListener;
 using net::TcpStream;
@@ -133,6 +138,80 @@ TEST(TaskIoTest, DeadlinesTokensAndTheEndOfAStream) {
     EXPECT_TRUE(n.ok() && *n == 0);
   });
   ASSERT_TRUE(h.join().ok());
+}
+
+// Eager: a coroutine that is not a task, run at once by whoever calls it (a fiber, below).
+struct Eager {
+  struct promise_type {
+    Eager get_return_object() { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { std::terminate(); }
+  };
+};
+
+// async_read's operation: kept as a Task (awaited later, or spawned) it reads as awaited at
+// once; a second await throws, as does awaiting one moved from; one never awaited reads
+// nothing; from a coroutine that is not a task it blocks the fiber that runs it.
+TEST(TaskIoTest, TheReadOperationAsATaskAwaitedTwiceMovedNeverAwaitedAndOnAFiber) {
+  Runtime rt({.workers = 2});
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  Result<TcpStream> client = TcpStream::connect(*listener->local_address());
+  ASSERT_TRUE(client.ok());
+  Result<TcpStream> served = listener->accept();
+  ASSERT_TRUE(served.ok());
+  TcpStream& st = *served;
+  auto expect_logic_error = [](auto& op) -> Task<bool> {
+    try {
+      (void)co_await op;
+    } catch (const std::logic_error&) {
+      co_return true;
+    }
+    co_return false;
+  };
+  auto h = rt.spawn_task([&]() -> Task<> {
+    char buf[8];
+    { ReadOperation unused = st.async_read(buf, 2); }  // reads nothing
+    EXPECT_TRUE(client->write_all("ab", 2).ok());
+    Task<Result<std::size_t>> later = st.async_read(buf, 2);
+    Result<std::size_t> n = co_await std::move(later);
+    EXPECT_TRUE(n.ok() && *n == 2 && std::string(buf, 2) == "ab");
+    ReadOperation op = st.async_read(buf, 2);
+    EXPECT_TRUE(client->write_all("cd", 2).ok());
+    n = co_await op;
+    EXPECT_TRUE(n.ok() && *n == 2 && std::string(buf, 2) == "cd");
+    EXPECT_TRUE(co_await expect_logic_error(op));
+    ReadOperation first = st.async_read(buf, 2);
+    ReadOperation moved = std::move(first);
+    EXPECT_TRUE(client->write_all("ef", 2).ok());
+    n = co_await moved;
+    EXPECT_TRUE(n.ok() && *n == 2 && std::string(buf, 2) == "ef");
+    EXPECT_TRUE(co_await expect_logic_error(first));
+  });
+  ASSERT_TRUE(h.join().ok());
+  char buf[8];
+  auto spawned = rt.spawn_task(Task<Result<std::size_t>>(st.async_read(buf, 2)));
+  ASSERT_TRUE(client->write_all("gh", 2).ok());
+  Result<Result<std::size_t>> r = spawned.join();
+  ASSERT_TRUE(r.ok() && r->ok() && **r == 2);
+  EXPECT_EQ(std::string(buf, 2), "gh");
+  rt.block_on([&] {
+    std::size_t got = 0;
+    auto eager = [&]() -> Eager {
+      Result<std::size_t> n = co_await st.async_read(buf, 2);
+      if (n.ok()) got = *n;
+    };
+    auto sender = rt.spawn([&] {
+      for (int k = 0; k < 10; ++k) this_fiber::yield();
+      EXPECT_TRUE(client->write_all("ij", 2).ok());
+    });
+    eager();
+    EXPECT_EQ(got, 2u);
+    EXPECT_EQ(std::string(buf, 2), "ij");
+    ASSERT_TRUE(sender.join().ok());
+  });
 }
 
 // A token that can never be cancelled (a default one, or one of a std::stop_token that cannot

@@ -15,7 +15,7 @@
 #include <optional>
 #include <system_error>
 
-#include "weft/api/internal/recv_buffer_tries.h"  // Fd
+#include "weft/api/internal/io_operation.h"  // Fd
 #include "weft/api/io.h"
 #include "weft/base/fault.h"
 #include "weft/base/result.h"
@@ -121,8 +121,6 @@ Result<int> Accept(Fd fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions&
 // The task forms (scheduler/task.h) of the calls above, through scheduler_internal::IoAwaiter;
 // in api/io.cc. On the simulated network's fds, whose calls block, the blocking form runs on a
 // fiber of its own while the task waits.
-Task<Result<std::size_t>> AsyncRecv(Fd fd, void* buf, std::size_t len, int flags,
-                                    WaitOptions options);
 Task<Result<std::size_t>> AsyncSend(Fd fd, const void* buf, std::size_t len, int flags,
                                     WaitOptions options);
 Task<Result<void>> AsyncSendAll(Fd fd, const void* buf, std::size_t len, WaitOptions options);
