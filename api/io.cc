@@ -501,8 +501,6 @@ std::optional<Result<io::RecvBuffer>> RecvBufferTries::After(std::int64_t r) {
   return b;
 }
 
-namespace {}  // namespace
-
 namespace {
 // SimRecvBuffer: recv_buffer on the simulated network: a buffer of the call's own.
 Result<io::RecvBuffer> SimRecvBuffer(int fd, const WaitOptions& options, std::uint64_t serial) {

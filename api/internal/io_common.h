@@ -67,7 +67,8 @@ std::int64_t RunAbsorbing(Absorb what, Fd fd, const Submit& submit, const WaitOp
 }
 // A task's form is the same loop around co_await scheduler_internal::IoAwaiter(...), written
 // out in each task call (a shared coroutine would add a frame, about 700 bytes, to every
-// operation that waits).
+// operation that waits), or an IoOperation (api/internal/io_operation.h), which keeps the loop's
+// state in the awaiting frame.
 
 #ifndef _WIN32
 // TryDirect: call(), a non-blocking system call (ssize_t and errno), for a call that seldom has
@@ -118,9 +119,9 @@ Result<void> ReadExact(Fd fd, void* buf, std::size_t len, const WaitOptions& opt
 Result<io::RecvBuffer> RecvBufferOn(Fd fd, const WaitOptions& options);
 Result<int> Accept(Fd fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options);
 
-// The task forms (scheduler/task.h) of the calls above, through scheduler_internal::IoAwaiter;
-// in api/io.cc. On the simulated network's fds, whose calls block, the blocking form runs on a
-// fiber of its own while the task waits.
+// The task forms (scheduler/task.h) of the calls above, through scheduler_internal::IoAwaiter
+// (the receives into a buffer: IoOperation); in api/io.cc. On the simulated network's fds, whose
+// calls block, the blocking form runs on a fiber of its own while the task waits.
 Task<Result<std::size_t>> AsyncSend(Fd fd, const void* buf, std::size_t len, int flags,
                                     WaitOptions options);
 Task<Result<void>> AsyncSendAll(Fd fd, const void* buf, std::size_t len, WaitOptions options);

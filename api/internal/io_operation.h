@@ -36,9 +36,11 @@ struct Fd {
 };
 
 // A call an IoOperation makes (its Call): at(), the fd; Submit, the next attempt's operation;
-// After, the call's result once an attempt ended with r (an EINTR or EAGAIN already absorbed),
-// or nullopt to make another; Blocking, the whole call as the blocking form makes it; Sim, the
-// call on the simulated network; kName, what a dump of parked tasks calls the wait.
+// After, the call's result once an attempt ended with r (an EINTR or EAGAIN already absorbed, up
+// to kTransientRetries in a row: the rule of a receive that waits; a call with MSG_DONTWAIT, or
+// an accept, would need its own), or nullopt to make another; Blocking, the whole call as the
+// blocking form makes it; Sim, the call on the simulated network; kName, what a dump of parked
+// tasks calls the wait.
 
 // RecvBufferTries: one recv_buffer call's attempts, for its blocking form too. Through the
 // worker's ring while it has one and lends buffers; once it says it cannot (ENOBUFS: all lent;
@@ -93,6 +95,7 @@ template <typename Call>
 class [[nodiscard]] IoOperation {
  public:
   using Value = typename Call::Value;
+  // Made by the calls that return one (TcpStream's), for the Calls instantiated in api/io.cc.
   IoOperation(Call call, WaitOptions options);
   // Movable until awaited (moving one that was throws std::logic_error); awaiting a moved-from
   // one throws std::logic_error, as a moved-from Task's await.
