@@ -28,6 +28,7 @@
 #include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/scheduler/task.h"
+#include "weft/scheduler/testing/eager.h"
 #include "weft/sync/cancellation.h"
 #include "weft/sync/coordination.h"
 
@@ -57,6 +58,21 @@ struct Pair {
     if (b >= 0) (void)io::close(b);
   }
 };
+
+// KeepBuffers: for each pair from `from` on, sends prefix + its index and receives it with
+// recv_buffer into *kept, which keeps the buffer: past the ring's 1,024 buffers, receives fall
+// back.
+void KeepBuffers(std::vector<Pair>& pairs, std::size_t from, const char* prefix,
+                 std::vector<io::RecvBuffer>* kept) {
+  for (std::size_t i = from; i < pairs.size(); ++i) {
+    const std::string m = prefix + std::to_string(i);
+    ASSERT_TRUE(io::send_all(pairs[i].b, m.data(), m.size()).ok());
+    Result<io::RecvBuffer> b = io::recv_buffer(pairs[i].a);
+    ASSERT_TRUE(b.ok());
+    ASSERT_EQ(b->view(), m);
+    kept->push_back(std::move(*b));
+  }
+}
 
 class RecvBufferTest : public testing::DualModeTest {
  protected:
@@ -207,14 +223,8 @@ TEST(RecvBufferRingTest, WaitersHoldNoBufferAndAnEmptyRingFallsBack) {
     }
     // Round 2: every buffer kept: past 1,024 the ring is empty and receives fall back.
     std::vector<io::RecvBuffer> kept;
-    for (int i = 0; i < n; ++i) {
-      const std::string m = "x" + std::to_string(i);
-      ASSERT_TRUE(io::send_all(pairs[i].b, m.data(), m.size()).ok());
-      Result<io::RecvBuffer> b = io::recv_buffer(pairs[i].a);
-      ASSERT_TRUE(b.ok());
-      ASSERT_EQ(b->view(), m);
-      kept.push_back(std::move(*b));
-    }
+    KeepBuffers(pairs, 0, "x", &kept);
+    if (::testing::Test::HasFatalFailure()) return;
     const io::RecvBufferStats after = io::recv_buffer_stats();
     if (Uring()) EXPECT_GE(after.fallback_no_buffers - mid.fallback_no_buffers, 1u);
     kept.clear();
@@ -267,17 +277,7 @@ TEST(RecvBufferRingTest, ABufferOutlivesItsRuntime) {
 // ---- From stackless tasks: TcpStream::async_recv_buffer ----
 
 class TaskRecvBufferTest : public ::testing::TestWithParam<unsigned> {};
-
-// Eager: a coroutine that is not a task, run at once by whoever calls it (a fiber, below).
-struct Eager {
-  struct promise_type {
-    Eager get_return_object() { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() {}
-    void unhandled_exception() { std::terminate(); }
-  };
-};
+using testing::Eager;  // a coroutine that is not a task (a fiber runs it, below)
 INSTANTIATE_TEST_SUITE_P(Workers, TaskRecvBufferTest, ::testing::Values(1u, 2u, 4u));
 
 // Task servers echo through async_recv_buffer to fiber clients, every byte checked; the end of
@@ -398,14 +398,8 @@ TEST(TaskRecvBufferRingTest, AWaitingTaskFallsBackWhenEveryBufferIsKept) {
     for (int k = 0; k < 20; ++k) this_fiber::yield();  // let it park in the receive
     // Then every buffer is taken and kept.
     std::vector<io::RecvBuffer> kept;
-    for (int i = 1; i < n; ++i) {
-      const std::string m = "k" + std::to_string(i);
-      ASSERT_TRUE(io::send_all(pairs[i].b, m.data(), m.size()).ok());
-      Result<io::RecvBuffer> b = io::recv_buffer(pairs[i].a);
-      ASSERT_TRUE(b.ok());
-      ASSERT_EQ(b->view(), m);
-      kept.push_back(std::move(*b));
-    }
+    KeepBuffers(pairs, 1, "k", &kept);
+    if (::testing::Test::HasFatalFailure()) return;
     const io::RecvBufferStats mid = io::recv_buffer_stats();
     const std::string m = "the waiter's bytes";
     ASSERT_TRUE(io::send_all(pairs[0].b, m.data(), m.size()).ok());

@@ -27,6 +27,7 @@
 #include "weft/reactor/reactor.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/scheduler/task.h"
+#include "weft/scheduler/testing/eager.h"
 #include "weft/sync/cancellation.h"
 #include "weft/sync/coordination.h"
 
@@ -140,16 +141,7 @@ TEST(TaskIoTest, DeadlinesTokensAndTheEndOfAStream) {
   ASSERT_TRUE(h.join().ok());
 }
 
-// Eager: a coroutine that is not a task, run at once by whoever calls it (a fiber, below).
-struct Eager {
-  struct promise_type {
-    Eager get_return_object() { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() {}
-    void unhandled_exception() { std::terminate(); }
-  };
-};
+using testing::Eager;  // a coroutine that is not a task (a fiber runs it, below)
 
 // async_read's operation: kept as a Task (awaited later, or spawned) it reads as awaited at
 // once; a second await throws, as does awaiting one moved from; one never awaited reads

@@ -13,6 +13,7 @@
 #include "weft/model/model.h"
 #include "weft/model/testing.h"
 #include "weft/scheduler/task_group.h"
+#include "weft/scheduler/testing/eager.h"
 #include "weft/sync/coordination.h"
 
 namespace weft {
@@ -43,15 +44,7 @@ void Finish(GroupCore& core, GroupChild* child) {
 // Eager: a coroutine run at once by the thread that calls it, as a task's joins are awaited:
 // off a worker, JoinAwaiter blocks the thread, going through the same steps a task takes (each
 // wake-up asks Done, which takes, or queues the node again when another join took first).
-struct Eager {
-  struct promise_type {
-    Eager get_return_object() { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() {}
-    void unhandled_exception() { std::terminate(); }
-  };
-};
+using testing::Eager;
 Eager AwaitNext(GroupCore& core, Result<Finished>* out) {
   GroupCore::JoinAwaiter join(&core, {}, /*all=*/false);
   co_await join;

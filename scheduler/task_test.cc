@@ -23,6 +23,7 @@
 #include "weft/base/fault.h"
 #include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
+#include "weft/scheduler/testing/eager.h"
 #include "weft/sync/cancellation.h"
 #include "weft/sync/channel.h"
 #include "weft/sync/coordination.h"
@@ -59,17 +60,9 @@ Task<std::string> CatchesFromAChild() {
   co_return "not thrown";
 }
 
-// Eager: a coroutine that is not a task, run at once by whoever calls it (a fiber, in the tests
-// below): weft's awaitables block the fiber that runs it.
-struct Eager {
-  struct promise_type {
-    Eager get_return_object() { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() {}
-    void unhandled_exception() { std::terminate(); }
-  };
-};
+// Eager: a coroutine that is not a task (a fiber runs it, in the tests below): weft's
+// awaitables block the fiber that runs it.
+using testing::Eager;
 
 TEST(TaskTest, SpawnedTaskIsJoinedFromAThread) {
   Runtime rt({.workers = 2});
