@@ -547,10 +547,6 @@ Result<void> ReadExact(Fd at, void* buf, std::size_t len, const WaitOptions& opt
   return {};
 }
 
-}  // namespace io_internal
-
-namespace io_internal {
-
 RecvBufferTries::Value RecvBufferTries::Blocking(const WaitOptions& options) const {
   return RecvBufferOn(at_, options);
 }

@@ -35,22 +35,7 @@ namespace {
 using namespace std::chrono_literals;
 using net::TcpStream;
 
-// Pair: a connected pair of non-blocking stream sockets (AF_UNIX), closed through weft.
-struct Pair {
-  int a = -1, b = -1;
-  Pair() {
-    int fds[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0) {
-      a = fds[0];
-      b = fds[1];
-    }
-  }
-  Pair(Pair&& other) noexcept : a(std::exchange(other.a, -1)), b(std::exchange(other.b, -1)) {}
-  ~Pair() {
-    if (a >= 0) (void)io::close(a);
-    if (b >= 0) (void)io::close(b);
-  }
-};
+using Pair = testing::SocketPair;
 
 // Byte k of stream `slot`: every stream carries its own sequence, so a byte read from another
 // file, lost or read twice shows.

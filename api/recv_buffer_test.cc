@@ -43,21 +43,7 @@ bool Uring() {
   return e == nullptr || std::string(e) != "epoll";
 }
 
-// Pair: a connected pair of non-blocking stream sockets (AF_UNIX), closed through weft.
-struct Pair {
-  int a = -1, b = -1;
-  Pair() {
-    int fds[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0) {
-      a = fds[0];
-      b = fds[1];
-    }
-  }
-  ~Pair() {
-    if (a >= 0) (void)io::close(a);
-    if (b >= 0) (void)io::close(b);
-  }
-};
+using Pair = testing::SocketPair;
 
 // KeepBuffers: for each pair from `from` on, sends prefix + its index and receives it with
 // recv_buffer into *kept, which keeps the buffer: past the ring's 1,024 buffers, receives fall

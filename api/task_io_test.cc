@@ -41,6 +41,19 @@ using net::TcpListener;
 using net::TcpStream;
 using testing::StressScale;
 
+// Connect: a connected loopback pair, made with the blocking calls: *client and the *served end
+// its listener accepted.
+void Connect(TcpStream* client, TcpStream* served) {
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  Result<TcpStream> c = TcpStream::connect(*listener->local_address());
+  ASSERT_TRUE(c.ok());
+  Result<TcpStream> s = listener->accept();
+  ASSERT_TRUE(s.ok());
+  *client = std::move(*c);
+  *served = std::move(*s);
+}
+
 Task<> EchoTask(TcpStream st) {
   char buf[256];
   for (;;) {
@@ -148,13 +161,8 @@ using testing::Eager;  // a coroutine that is not a task (a fiber runs it, below
 // nothing; from a coroutine that is not a task it blocks the fiber that runs it.
 TEST(TaskIoTest, TheReadOperationAsATaskAwaitedTwiceMovedNeverAwaitedAndOnAFiber) {
   Runtime rt({.workers = 2});
-  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
-  ASSERT_TRUE(listener.ok());
-  Result<TcpStream> client = TcpStream::connect(*listener->local_address());
-  ASSERT_TRUE(client.ok());
-  Result<TcpStream> served = listener->accept();
-  ASSERT_TRUE(served.ok());
-  TcpStream& st = *served;
+  TcpStream client, st;
+  ASSERT_NO_FATAL_FAILURE(Connect(&client, &st));
   auto expect_logic_error = [](auto& op) -> Task<bool> {
     try {
       (void)co_await op;
@@ -166,18 +174,18 @@ TEST(TaskIoTest, TheReadOperationAsATaskAwaitedTwiceMovedNeverAwaitedAndOnAFiber
   auto h = rt.spawn_task([&]() -> Task<> {
     char buf[8];
     { ReadOperation unused = st.async_read(buf, 2); }  // reads nothing
-    EXPECT_TRUE(client->write_all("ab", 2).ok());
+    EXPECT_TRUE(client.write_all("ab", 2).ok());
     Task<Result<std::size_t>> later = st.async_read(buf, 2);
     Result<std::size_t> n = co_await std::move(later);
     EXPECT_TRUE(n.ok() && *n == 2 && std::string(buf, 2) == "ab");
     ReadOperation op = st.async_read(buf, 2);
-    EXPECT_TRUE(client->write_all("cd", 2).ok());
+    EXPECT_TRUE(client.write_all("cd", 2).ok());
     n = co_await op;
     EXPECT_TRUE(n.ok() && *n == 2 && std::string(buf, 2) == "cd");
     EXPECT_TRUE(co_await expect_logic_error(op));
     ReadOperation first = st.async_read(buf, 2);
     ReadOperation moved = std::move(first);
-    EXPECT_TRUE(client->write_all("ef", 2).ok());
+    EXPECT_TRUE(client.write_all("ef", 2).ok());
     n = co_await moved;
     EXPECT_TRUE(n.ok() && *n == 2 && std::string(buf, 2) == "ef");
     EXPECT_TRUE(co_await expect_logic_error(first));
@@ -185,7 +193,7 @@ TEST(TaskIoTest, TheReadOperationAsATaskAwaitedTwiceMovedNeverAwaitedAndOnAFiber
   ASSERT_TRUE(h.join().ok());
   char buf[8];
   auto spawned = rt.spawn_task(Task<Result<std::size_t>>(st.async_read(buf, 2)));
-  ASSERT_TRUE(client->write_all("gh", 2).ok());
+  ASSERT_TRUE(client.write_all("gh", 2).ok());
   Result<Result<std::size_t>> r = spawned.join();
   ASSERT_TRUE(r.ok() && r->ok() && **r == 2);
   EXPECT_EQ(std::string(buf, 2), "gh");
@@ -197,7 +205,7 @@ TEST(TaskIoTest, TheReadOperationAsATaskAwaitedTwiceMovedNeverAwaitedAndOnAFiber
     };
     auto sender = rt.spawn([&] {
       for (int k = 0; k < 10; ++k) this_fiber::yield();
-      EXPECT_TRUE(client->write_all("ij", 2).ok());
+      EXPECT_TRUE(client.write_all("ij", 2).ok());
     });
     eager();
     EXPECT_EQ(got, 2u);
@@ -354,13 +362,9 @@ TEST(TaskIoTest, ShutdownEndsParkedAcceptsAndReads) {
 // is freed with the worker (ASan would report it leaked) and the other reactor's operation still
 // ends, and the fd is closed, when that reactor acknowledges.
 TEST(TaskIoTest, ATaskCloseStillWaitingWhenTheRuntimeGoes) {
-  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
-  ASSERT_TRUE(listener.ok());
-  Result<TcpStream> client = TcpStream::connect(*listener->local_address());
-  ASSERT_TRUE(client.ok());
-  Result<TcpStream> served = listener->accept();
-  ASSERT_TRUE(served.ok());
-  const int fd = served->fd();
+  TcpStream client, served;
+  ASSERT_NO_FATAL_FAILURE(Connect(&client, &served));
+  const int fd = served.fd();
   // Another reactor (this thread's, polled only below) with a receive pending on fd.
   Result<std::unique_ptr<Reactor>> other = Reactor::create();
   ASSERT_TRUE(other.ok());
@@ -381,7 +385,7 @@ TEST(TaskIoTest, ATaskCloseStillWaitingWhenTheRuntimeGoes) {
   {
     Runtime rt({.workers = 1});
     ASSERT_TRUE(rt.spawn_task([&]() -> Task<> {
-                    EXPECT_TRUE(served->close().ok());  // a task: does not wait
+                    EXPECT_TRUE(served.close().ok());  // a task: does not wait
                     co_return;
                   })
                     .join()

@@ -1,8 +1,8 @@
 // api/testing/dual_mode.h: for weft's own tests of calls that work both on fibers and on plain
 // threads: a fixture parameterised by Mode that runs a test body on a fiber of its runtime or
 // on the test's thread, with a concurrent execution of the same kind; and OpenFds (Linux), the
-// count of the process's open file descriptors, for leak checks, and RaiseFdLimit (Linux). Bazel
-// target:
+// count of the process's open file descriptors, for leak checks, RaiseFdLimit and SocketPair
+// (Linux). Bazel target:
 // //api:dual_mode_testing (testonly).
 
 #ifndef WEFT_API_TESTING_DUAL_MODE_H_
@@ -11,6 +11,7 @@
 #ifdef __linux__
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #endif
 
 #include <functional>
@@ -20,6 +21,7 @@
 #include <utility>
 
 #include "gtest/gtest.h"
+#include "weft/api/io.h"
 #include "weft/scheduler/runtime.h"
 
 namespace weft::testing {
@@ -88,6 +90,26 @@ inline rlim_t RaiseFdLimit() {
   }
   return r.rlim_cur;
 }
+
+// SocketPair: a connected pair of non-blocking stream sockets (AF_UNIX), closed through weft
+// (io::close) unless taken (set to -1). a < 0 if the pair could not be made.
+struct SocketPair {
+  int a = -1, b = -1;
+  SocketPair() {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0) {
+      a = fds[0];
+      b = fds[1];
+    }
+  }
+  SocketPair(SocketPair&& other) noexcept
+      : a(std::exchange(other.a, -1)), b(std::exchange(other.b, -1)) {}
+  SocketPair& operator=(SocketPair&&) = delete;
+  ~SocketPair() {
+    if (a >= 0) (void)io::close(a);
+    if (b >= 0) (void)io::close(b);
+  }
+};
 
 // OpenFds: how many file descriptors the process has open now (one more while counting).
 inline int OpenFds() {
