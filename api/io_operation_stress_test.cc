@@ -96,12 +96,12 @@ Task<Result<std::size_t>> ReceiveOnce(TcpStream& st, std::size_t slot, Reader& r
 }
 
 class IoOperationStress : public ::testing::TestWithParam<unsigned> {};
-INSTANTIATE_TEST_SUITE_P(Workers, IoOperationStress, ::testing::Values(1u, 2u, 4u));
+INSTANTIATE_TEST_SUITE_P(Workers, IoOperationStress, ::testing::Values(1u, 2u, 4u, 8u));
 
 // Hundreds of tasks read their streams through the three forms while writers send each its
 // sequence; a closer closes the streams in random order at random moments and at once opens
-// two socket pairs holding bytes, which take the freed numbers. Each read ends with
-// operation_canceled or bad_file_descriptor, and no task reads a byte that is not its own.
+// two socket pairs holding bytes, which take the freed numbers. On 1 to 8 workers. Each read ends
+// with operation_canceled or bad_file_descriptor, and no task reads a byte that is not its own.
 TEST_P(IoOperationStress, ClosedStreamsNeverReadTheNumbersNextFile) {
   const int n = 100 * testing::StressScale();
   if (testing::RaiseFdLimit() < 6 * n + 256) GTEST_SKIP() << "needs " << 6 * n + 256 << " fds";

@@ -11,9 +11,11 @@
 #include <cerrno>
 #include <chrono>
 #include <coroutine>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -212,6 +214,76 @@ TEST(TaskIoTest, TheReadOperationAsATaskAwaitedTwiceMovedNeverAwaitedAndOnAFiber
     EXPECT_EQ(std::string(buf, 2), "ij");
     ASSERT_TRUE(sender.join().ok());
   });
+}
+
+// Bad input and absurd sizes: async_read and async_recv_buffer give what read and recv_buffer
+// give (a null buffer, a length of 0 or of SIZE_MAX, a closed stream), and the stream serves
+// on. A Task made from an operation when no memory is left throws std::bad_alloc.
+TEST(TaskIoTest, BadInputAbsurdSizesAndNoMemoryAsTheBlockingForms) {
+  Runtime rt({.workers = 2});
+  TcpStream client, st;
+  ASSERT_NO_FATAL_FAILURE(Connect(&client, &st));
+  char buf[8];
+  struct Case {
+    void* buf;
+    std::size_t len;
+  };
+  const Case cases[] = {{nullptr, 4}, {buf, 0}, {nullptr, 0}, {buf, SIZE_MAX}};
+  for (const Case& c : cases) {
+    ASSERT_TRUE(client.write_all("ab", 2).ok());
+    // The blocking form's answer first (it takes the bytes when it succeeds: send them again).
+    Result<std::size_t> blocking = st.read(c.buf, c.len);
+    if (blocking.ok() && *blocking > 0) ASSERT_TRUE(client.write_all("ab", 2).ok());
+    Result<std::size_t> from_task = rt.spawn_task([&]() -> Task<Result<std::size_t>> {
+                                        co_return co_await st.async_read(c.buf, c.len);
+                                      })
+                                        .join()
+                                        .value();
+    EXPECT_EQ(from_task.ok(), blocking.ok()) << "len " << c.len;
+    if (from_task.ok() && blocking.ok()) {
+      EXPECT_EQ(*from_task, *blocking) << "len " << c.len;
+    } else if (!from_task.ok() && !blocking.ok()) {
+      EXPECT_EQ(from_task.error(), blocking.error()) << "len " << c.len;
+    }
+    // Whatever is left is read, so each case starts from an empty stream.
+    while (io::recv(st.fd(), buf, sizeof buf, MSG_DONTWAIT).ok()) {
+    }
+  }
+  // No memory for the Task's frame: the conversion throws, and the stream reads on.
+  ASSERT_TRUE(client.write_all("cd", 2).ok());
+  auto h = rt.spawn_task([&]() -> Task<> {
+    scheduler_internal::g_fail_spawn_states.store(1);
+    bool threw = false;
+    try {
+      Task<Result<std::size_t>> t = st.async_read(buf, 2);
+      (void)t;
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    scheduler_internal::g_fail_spawn_states.store(0);
+    EXPECT_TRUE(threw);
+    Result<std::size_t> n = co_await st.async_read(buf, 2);
+    EXPECT_TRUE(n.ok() && *n == 2 && std::string(buf, 2) == "cd");
+  });
+  ASSERT_TRUE(h.join().ok());
+  // A closed stream: the same error from both forms.
+  ASSERT_TRUE(st.close().ok());
+  Result<std::size_t> blocking = st.read(buf, 2);
+  Result<std::size_t> from_task = rt.spawn_task([&]() -> Task<Result<std::size_t>> {
+                                      co_return co_await st.async_read(buf, 2);
+                                    })
+                                      .join()
+                                      .value();
+  ASSERT_FALSE(blocking.ok());
+  ASSERT_FALSE(from_task.ok());
+  EXPECT_EQ(from_task.error(), blocking.error());
+  Result<io::RecvBuffer> b = rt.spawn_task([&]() -> Task<Result<io::RecvBuffer>> {
+                                 co_return co_await st.async_recv_buffer();
+                               })
+                                 .join()
+                                 .value();
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.error(), st.recv_buffer().error());
 }
 
 // A token that can never be cancelled (a default one, or one of a std::stop_token that cannot
