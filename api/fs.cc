@@ -49,6 +49,20 @@ bool BadPath(const std::string& path) {
   return path.empty() || path.find('\0') != std::string::npos;
 }
 
+bool StillOurs(int fd, std::uint32_t epoch) { return scheduler_internal::CloseEpoch(fd) == epoch; }
+
+// ThroughReactor: whether reads and writes go to the caller's reactor. io_uring does file
+// operations itself; epoll cannot wait for a disk, so they run on the blocking threads there. On
+// Windows a File's handle is opened overlapped, and IOCP reads and writes it (ReadFile and
+// WriteFile at the offset, in the OVERLAPPED); no blocking thread waits for the disk.
+bool ThroughReactor() {
+#ifdef _WIN32
+  return true;
+#else
+  return scheduler_internal::FileIoThroughReactor();
+#endif
+}
+
 #ifndef _WIN32
 std::errc Errno() { return static_cast<std::errc>(errno); }
 
@@ -77,8 +91,6 @@ Result<std::int64_t> Blocking(F f) {
   if (r < 0) return static_cast<std::errc>(error);
   return r;
 }
-
-bool StillOurs(int fd, std::uint32_t epoch) { return scheduler_internal::CloseEpoch(fd) == epoch; }
 
 // BlockingOn: Blocking for a call on fd, the File's (epoch: its close epoch at open): one that
 // waited for a blocking thread while the File was closed never reaches the number's next file
@@ -156,60 +168,7 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
   return f;
 }
 
-// Each call takes fd_ once, and checks after its system call that the number still names the
-// file this File opened (its close epoch, scheduler/io.h, is the one noted at open): a File
-// closed by another fiber meanwhile, its number perhaps reused by another file, never hands
-// back that file's bytes (operation_canceled instead). A write cannot be taken back: closing a
-// File while another fiber writes through it is the caller's race (api/fs.h).
 namespace {
-// Clamp: len so that offset + len stays within the largest offset (the kernel refuses more).
-std::size_t Clamp(std::size_t len, std::uint64_t offset) {
-  return static_cast<std::size_t>(std::min<std::uint64_t>(len, kMaxOffset - offset));
-}
-}  // namespace
-
-namespace {
-// ReadStart: read_at's checks and its first try: the call's result, or nullopt (*len clamped)
-// when the read goes on, through the ring (io_internal::Read) or on a blocking thread
-// (BlockingRead), after which the caller checks StillOurs. Shared with async_read_at.
-std::optional<Result<std::size_t>> ReadStart(int fd, std::uint32_t epoch, void* buf,
-                                             std::size_t* len, std::uint64_t offset,
-                                             const WaitOptions& options) {
-  if (BadIoRequest(buf, *len) || offset > kMaxOffset) {
-    return Result<std::size_t>(std::errc::invalid_argument);
-  }
-  if (fd < 0) return Result<std::size_t>(std::errc::bad_file_descriptor);
-  if (Result<void> r = Ready(options); !r.ok()) return Result<std::size_t>(r.error());
-  *len = Clamp(*len, offset);
-  if (*len == 0) return Result<std::size_t>(std::size_t{0});
-  // First, what the page cache holds, without waiting: preadv2 with RWF_NOWAIT never waits for
-  // the disk (EAGAIN instead), so it is safe on a worker. A read the cache serves then costs one
-  // system call, not a park and a completion (W10 in docs/bench.md). A fiber past its budget of
-  // direct turns goes through the reactor, as a send does, so the others of its worker run.
-  // (Up to 128 KiB: a larger read is a long copy, which would hold the worker for long across
-  // a budget of direct turns; through the ring it costs about the same.)
-  if (*len > kMaxDirectRead || !scheduler_internal::TakeDirectIoTurn()) return std::nullopt;
-  Result<std::size_t> out = std::size_t{0};
-  {
-    // An FdUse (scheduler/io.h): a close that began since the open refuses it; one that begins
-    // during the read waits for it.
-    scheduler_internal::FdUse use(fd, epoch);
-    if (use.refused()) return Result<std::size_t>(std::errc::operation_canceled);
-    iovec v{buf, ClampIoLength(*len)};
-    ssize_t n = ::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT);
-    if (n < 0 && errno == ESPIPE) n = ::preadv2(fd, &v, 1, -1, RWF_NOWAIT);  // a pipe: no offset
-    if (n >= 0) {
-      out = static_cast<std::size_t>(n);
-    } else if (errno != EAGAIN && errno != EOPNOTSUPP && errno != EINTR) {
-      out = Errno();
-    } else {
-      return std::nullopt;  // EAGAIN: not (all) cached; EOPNOTSUPP: no RWF_NOWAIT here
-    }
-  }
-  if (!StillOurs(fd, epoch)) return Result<std::size_t>(std::errc::operation_canceled);
-  return out;
-}
-
 Result<std::size_t> BlockingRead(int fd, std::uint32_t epoch, bool regular, void* buf,
                                  std::size_t len, std::uint64_t offset) {
   return AsSize(BlockingOn(fd, epoch, regular, [&] {
@@ -217,22 +176,6 @@ Result<std::size_t> BlockingRead(int fd, std::uint32_t epoch, bool regular, void
     if (r < 0 && errno == ESPIPE) r = ::read(fd, buf, ClampIoLength(len));  // as io_uring
     return static_cast<std::int64_t>(r);
   }));
-}
-
-// WriteStart: write_at's checks: the call's result, or nullopt (*len clamped) when the write
-// goes on, through the ring or on a blocking thread (BlockingWrite).
-std::optional<Result<std::size_t>> WriteStart(int fd, std::uint32_t epoch, const void* buf,
-                                              std::size_t* len, std::uint64_t offset,
-                                              const WaitOptions& options) {
-  if (BadIoRequest(buf, *len) || offset > kMaxOffset) {
-    return Result<std::size_t>(std::errc::invalid_argument);
-  }
-  if (fd < 0) return Result<std::size_t>(std::errc::bad_file_descriptor);
-  if (Result<void> r = Ready(options); !r.ok()) return Result<std::size_t>(r.error());
-  if (!StillOurs(fd, epoch)) return Result<std::size_t>(std::errc::operation_canceled);
-  if (*len > 0 && offset == kMaxOffset) return Result<std::size_t>(std::errc::file_too_large);
-  *len = Clamp(*len, offset);
-  return std::nullopt;
 }
 
 Result<std::size_t> BlockingWrite(int fd, std::uint32_t epoch, bool regular, const void* buf,
@@ -243,73 +186,10 @@ Result<std::size_t> BlockingWrite(int fd, std::uint32_t epoch, bool regular, con
     return static_cast<std::int64_t>(r);
   }));
 }
-}  // namespace
 
-Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offset,
-                                  const WaitOptions& options) {
-  const int fd = fd_;
-  if (std::optional<Result<std::size_t>> r = ReadStart(fd, epoch_, buf, &len, offset, options)) {
-    return *r;
-  }
-  Result<std::size_t> out =
-      scheduler_internal::FileIoThroughReactor()
-          ? io_internal::Read({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset))
-          : BlockingRead(fd, epoch_, regular_, buf, len, offset);
-  if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
-  return out;
-}
+// AsPosix: the result as it is (POSIX's own errors).
+Result<std::size_t> AsPosix(const Result<std::size_t>& r) { return r; }
 
-Task<Result<std::size_t>> File::async_read_at(void* buf, std::size_t len, std::uint64_t offset,
-                                              WaitOptions options) {
-  const int fd = fd_;
-  if (std::optional<Result<std::size_t>> r = ReadStart(fd, epoch_, buf, &len, offset, options)) {
-    co_return *r;
-  }
-  Result<std::size_t> out = std::size_t{0};
-  if (scheduler_internal::FileIoThroughReactor()) {
-    out = co_await io_internal::AsyncRead({fd, epoch_}, buf, len, options,
-                                          static_cast<std::int64_t>(offset));
-  } else {
-    out = co_await this_task::call_blocking(
-        [&] { return BlockingRead(fd, epoch_, regular_, buf, len, offset); });
-  }
-  if (!StillOurs(fd, epoch_)) co_return std::errc::operation_canceled;
-  co_return out;
-}
-
-Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64_t offset,
-                                   const WaitOptions& options) {
-  const int fd = fd_;
-  if (std::optional<Result<std::size_t>> r = WriteStart(fd, epoch_, buf, &len, offset, options)) {
-    return *r;
-  }
-  Result<std::size_t> out =
-      scheduler_internal::FileIoThroughReactor()
-          ? io_internal::Write({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset))
-          : BlockingWrite(fd, epoch_, regular_, buf, len, offset);
-  if (!out.ok() && !StillOurs(fd, epoch_)) return std::errc::operation_canceled;
-  return out;
-}
-
-Task<Result<std::size_t>> File::async_write_at(const void* buf, std::size_t len,
-                                               std::uint64_t offset, WaitOptions options) {
-  const int fd = fd_;
-  if (std::optional<Result<std::size_t>> r = WriteStart(fd, epoch_, buf, &len, offset, options)) {
-    co_return *r;
-  }
-  Result<std::size_t> out = std::size_t{0};
-  if (scheduler_internal::FileIoThroughReactor()) {
-    out = co_await io_internal::AsyncWrite({fd, epoch_}, buf, len, options,
-                                           static_cast<std::int64_t>(offset));
-  } else {
-    out = co_await this_task::call_blocking(
-        [&] { return BlockingWrite(fd, epoch_, regular_, buf, len, offset); });
-  }
-  if (!out.ok() && !StillOurs(fd, epoch_)) co_return std::errc::operation_canceled;
-  co_return out;
-}
-
-namespace {
 Result<void> Sync(int fd, std::uint32_t epoch, bool regular, bool datasync,
                   const WaitOptions& options) {
   if (fd < 0) return std::errc::bad_file_descriptor;
@@ -369,18 +249,46 @@ Result<void> File::close() {
   return io::close(fd);  // ends the fd's operations in every reactor first
 }
 
-#else  // _WIN32: every call on a blocking thread, on a handle opened for synchronous I/O
+#else  // _WIN32: reads and writes through IOCP on an overlapped handle; the rest on a blocking
+       // thread
 
 namespace {
 HANDLE H(int fd) { return reinterpret_cast<HANDLE>(static_cast<std::intptr_t>(fd)); }
-// At: the OVERLAPPED that gives a synchronous ReadFile or WriteFile its offset.
-OVERLAPPED At(std::uint64_t offset) {
-  OVERLAPPED at{};
-  at.Offset = static_cast<DWORD>(offset & 0xffffffff);
-  at.OffsetHigh = static_cast<DWORD>(offset >> 32);
-  return at;
-}
 std::errc LastError() { return static_cast<std::errc>(base_internal::ErrnoOf(GetLastError())); }
+
+// Never called: on Windows every read and write goes through IOCP (ThroughReactor).
+Result<std::size_t> BlockingRead(int, std::uint32_t, bool, void*, std::size_t, std::uint64_t) {
+  return std::errc::not_supported;
+}
+Result<std::size_t> BlockingWrite(int, std::uint32_t, bool, const void*, std::size_t,
+                                  std::uint64_t) {
+  return std::errc::not_supported;
+}
+
+// AsPosix: a read's or write's result as POSIX reports it: a handle not opened for that access
+// fails with ERROR_ACCESS_DENIED (EACCES), where read(2) and write(2) say EBADF.
+Result<std::size_t> AsPosix(const Result<std::size_t>& r) {
+  if (!r.ok() && r.error() == std::errc::permission_denied) return std::errc::bad_file_descriptor;
+  return r;
+}
+
+// OnHandle: ok() (a Win32 call's success) on a blocking thread, as one FdUse of the File's
+// handle (scheduler/io.h): a close that began since the open refuses it (operation_canceled),
+// and one that begins meanwhile waits for it (a flush or a metadata read: a disk access).
+template <typename F>
+Result<void> OnHandle(int fd, std::uint32_t epoch, F ok) {
+  std::errc error{};
+  call_blocking([&] {
+    scheduler_internal::FdUse use(fd, epoch);
+    if (use.refused()) {
+      error = std::errc::operation_canceled;
+    } else if (!ok()) {
+      error = LastError();
+    }
+  });
+  if (error != std::errc{}) return error;
+  return {};
+}
 }  // namespace
 
 Result<File> File::open(const std::string& path, const OpenOptions& o, const WaitOptions& wait) {
@@ -396,6 +304,7 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
                       wide_len);
   DWORD access = 0;
   if (o.read) access |= GENERIC_READ;
+  // FILE_APPEND_DATA without FILE_WRITE_DATA: every write goes to the end, whatever its offset.
   if (o.write) access |= o.append ? FILE_APPEND_DATA : GENERIC_WRITE;
   DWORD disposition = OPEN_EXISTING;
   if (o.create && o.exclusive) {
@@ -409,90 +318,35 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
   }
   HANDLE h = INVALID_HANDLE_VALUE;
   std::errc error{};
+  // Overlapped: its reads and writes are IOCP operations of the calling worker's reactor.
   call_blocking([&] {
     h = CreateFileW(wide.c_str(), access, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
-                    nullptr, disposition, FILE_ATTRIBUTE_NORMAL, nullptr);
+                    nullptr, disposition, FILE_ATTRIBUTE_NORMAL | FILE_FLAG_OVERLAPPED, nullptr);
     if (h == INVALID_HANDLE_VALUE) error = LastError();
   });
   if (h == INVALID_HANDLE_VALUE) return error;
-  return File(static_cast<int>(reinterpret_cast<std::intptr_t>(h)));
-}
-
-Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offset,
-                                  const WaitOptions& options) {
-  if (BadIoRequest(buf, len) || offset > kMaxOffset) return std::errc::invalid_argument;
-  if (fd_ < 0) return std::errc::bad_file_descriptor;
-  if (Result<void> r = Ready(options); !r.ok()) return r.error();
-  DWORD got = 0;
-  std::errc error{};
-  call_blocking([&] {
-    OVERLAPPED at = At(offset);
-    if (!ReadFile(H(fd_), buf, static_cast<DWORD>(ClampIoLength(len)), &got, &at)) {
-      const DWORD e = GetLastError();
-      if (e == ERROR_HANDLE_EOF) {
-        got = 0;  // at or past the end
-      } else if (e == ERROR_ACCESS_DENIED) {
-        error = std::errc::bad_file_descriptor;  // not open for reading, as POSIX says it
-      } else {
-        error = static_cast<std::errc>(base_internal::ErrnoOf(e));
-      }
-    }
-  });
-  if (error != std::errc{}) return error;
-  return static_cast<std::size_t>(got);
-}
-
-// The task forms: the calls above (each a call_blocking) on a blocking thread.
-Task<Result<std::size_t>> File::async_read_at(void* buf, std::size_t len, std::uint64_t offset,
-                                              WaitOptions options) {
-  co_return co_await this_task::call_blocking([&] { return read_at(buf, len, offset, options); });
-}
-
-Task<Result<std::size_t>> File::async_write_at(const void* buf, std::size_t len,
-                                               std::uint64_t offset, WaitOptions options) {
-  co_return co_await this_task::call_blocking([&] { return write_at(buf, len, offset, options); });
-}
-
-Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64_t offset,
-                                   const WaitOptions& options) {
-  if (BadIoRequest(buf, len) || offset > kMaxOffset) return std::errc::invalid_argument;
-  if (fd_ < 0) return std::errc::bad_file_descriptor;
-  if (Result<void> r = Ready(options); !r.ok()) return r.error();
-  DWORD put = 0;
-  std::errc error{};
-  call_blocking([&] {
-    OVERLAPPED at = At(offset);
-    if (!WriteFile(H(fd_), buf, static_cast<DWORD>(ClampIoLength(len)), &put, &at)) {
-      const DWORD e = GetLastError();
-      error = e == ERROR_ACCESS_DENIED ? std::errc::bad_file_descriptor  // not open for writing
-                                       : static_cast<std::errc>(base_internal::ErrnoOf(e));
-    }
-  });
-  if (error != std::errc{}) return error;
-  return static_cast<std::size_t>(put);
+  File f(static_cast<int>(reinterpret_cast<std::intptr_t>(h)));
+  f.epoch_ = scheduler_internal::CloseEpoch(f.fd_);
+  f.regular_ = GetFileType(h) == FILE_TYPE_DISK;
+  return f;
 }
 
 Result<void> File::sync(const WaitOptions& options) {
-  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  const int fd = fd_;
+  if (fd < 0) return std::errc::bad_file_descriptor;
   if (Result<void> r = Ready(options); !r.ok()) return r.error();
-  std::errc error{};
-  call_blocking([&] {
-    if (!FlushFileBuffers(H(fd_))) error = LastError();
-  });
-  if (error != std::errc{}) return error;
-  return {};
+  return OnHandle(fd, epoch_, [&] { return FlushFileBuffers(H(fd)) != 0; });
 }
 Result<void> File::sync_data(const WaitOptions& options) { return sync(options); }
 
 Result<FileStat> File::stat(const WaitOptions& options) {
-  if (fd_ < 0) return std::errc::bad_file_descriptor;
+  const int fd = fd_;
+  if (fd < 0) return std::errc::bad_file_descriptor;
   if (Result<void> r = Ready(options); !r.ok()) return r.error();
   BY_HANDLE_FILE_INFORMATION info{};
-  std::errc error{};
-  call_blocking([&] {
-    if (!GetFileInformationByHandle(H(fd_), &info)) error = LastError();
-  });
-  if (error != std::errc{}) return error;
+  Result<void> r =
+      OnHandle(fd, epoch_, [&] { return GetFileInformationByHandle(H(fd), &info) != 0; });
+  if (!r.ok()) return r.error();
   FileStat out;
   out.size = (static_cast<std::uint64_t>(info.nFileSizeHigh) << 32) | info.nFileSizeLow;
   out.directory = (info.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY) != 0;
@@ -500,14 +354,153 @@ Result<FileStat> File::stat(const WaitOptions& options) {
   return out;
 }
 
+// close: as a socket's: the handle's operations in every reactor end (CancelIoEx) before it is
+// closed, so none reaches a handle that takes its number next.
 Result<void> File::close() {
   const int fd = fd_.exchange(-1);
   if (fd < 0) return {};
-  if (!CloseHandle(H(fd))) return LastError();
+  scheduler_internal::CloseFd(fd);
   return {};
 }
 
 #endif
+
+// Each call takes fd_ once, and checks after its system call that the number still names the
+// file this File opened (its close epoch, scheduler/io.h, is the one noted at open): a File
+// closed by another fiber meanwhile, its number perhaps reused by another file, never hands
+// back that file's bytes (operation_canceled instead). A write cannot be taken back: closing a
+// File while another fiber writes through it is the caller's race (api/fs.h).
+namespace {
+// Clamp: len so that offset + len stays within the largest offset (the kernel refuses more).
+std::size_t Clamp(std::size_t len, std::uint64_t offset) {
+  return static_cast<std::size_t>(std::min<std::uint64_t>(len, kMaxOffset - offset));
+}
+
+// ReadStart: read_at's checks and its first try: the call's result, or nullopt (*len clamped)
+// when the read goes on, through the reactor (io_internal::Read) or on a blocking thread
+// (BlockingRead), after which the caller checks StillOurs. Shared with async_read_at.
+std::optional<Result<std::size_t>> ReadStart(int fd, std::uint32_t epoch, void* buf,
+                                             std::size_t* len, std::uint64_t offset,
+                                             const WaitOptions& options) {
+  if (BadIoRequest(buf, *len) || offset > kMaxOffset) {
+    return Result<std::size_t>(std::errc::invalid_argument);
+  }
+  if (fd < 0) return Result<std::size_t>(std::errc::bad_file_descriptor);
+  if (Result<void> r = Ready(options); !r.ok()) return Result<std::size_t>(r.error());
+  *len = Clamp(*len, offset);
+  if (*len == 0) return Result<std::size_t>(std::size_t{0});
+#ifdef _WIN32
+  return std::nullopt;  // an overlapped handle: every read goes through IOCP
+#else
+  // First, what the page cache holds, without waiting: preadv2 with RWF_NOWAIT never waits for
+  // the disk (EAGAIN instead), so it is safe on a worker. A read the cache serves then costs one
+  // system call, not a park and a completion (W10 in docs/bench.md). A fiber past its budget of
+  // direct turns goes through the reactor, as a send does, so the others of its worker run.
+  // (Up to 128 KiB: a larger read is a long copy, which would hold the worker for long across
+  // a budget of direct turns; through the ring it costs about the same.)
+  if (*len > kMaxDirectRead || !scheduler_internal::TakeDirectIoTurn()) return std::nullopt;
+  Result<std::size_t> out = std::size_t{0};
+  {
+    // An FdUse (scheduler/io.h): a close that began since the open refuses it; one that begins
+    // during the read waits for it.
+    scheduler_internal::FdUse use(fd, epoch);
+    if (use.refused()) return Result<std::size_t>(std::errc::operation_canceled);
+    iovec v{buf, ClampIoLength(*len)};
+    ssize_t n = ::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT);
+    if (n < 0 && errno == ESPIPE) n = ::preadv2(fd, &v, 1, -1, RWF_NOWAIT);  // a pipe: no offset
+    if (n >= 0) {
+      out = static_cast<std::size_t>(n);
+    } else if (errno != EAGAIN && errno != EOPNOTSUPP && errno != EINTR) {
+      out = Errno();
+    } else {
+      return std::nullopt;  // EAGAIN: not (all) cached; EOPNOTSUPP: no RWF_NOWAIT here
+    }
+  }
+  if (!StillOurs(fd, epoch)) return Result<std::size_t>(std::errc::operation_canceled);
+  return out;
+#endif
+}
+
+// WriteStart: write_at's checks: the call's result, or nullopt (*len clamped) when the write
+// goes on, through the reactor or on a blocking thread (BlockingWrite).
+std::optional<Result<std::size_t>> WriteStart(int fd, std::uint32_t epoch, const void* buf,
+                                              std::size_t* len, std::uint64_t offset,
+                                              const WaitOptions& options) {
+  if (BadIoRequest(buf, *len) || offset > kMaxOffset) {
+    return Result<std::size_t>(std::errc::invalid_argument);
+  }
+  if (fd < 0) return Result<std::size_t>(std::errc::bad_file_descriptor);
+  if (Result<void> r = Ready(options); !r.ok()) return Result<std::size_t>(r.error());
+  if (!StillOurs(fd, epoch)) return Result<std::size_t>(std::errc::operation_canceled);
+  if (*len > 0 && offset == kMaxOffset) return Result<std::size_t>(std::errc::file_too_large);
+  *len = Clamp(*len, offset);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offset,
+                                  const WaitOptions& options) {
+  const int fd = fd_;
+  if (std::optional<Result<std::size_t>> r = ReadStart(fd, epoch_, buf, &len, offset, options)) {
+    return *r;
+  }
+  Result<std::size_t> out = ThroughReactor() ? io_internal::Read({fd, epoch_}, buf, len, options,
+                                                                 static_cast<std::int64_t>(offset))
+                                             : BlockingRead(fd, epoch_, regular_, buf, len, offset);
+  if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
+  return AsPosix(out);
+}
+
+Task<Result<std::size_t>> File::async_read_at(void* buf, std::size_t len, std::uint64_t offset,
+                                              WaitOptions options) {
+  const int fd = fd_;
+  if (std::optional<Result<std::size_t>> r = ReadStart(fd, epoch_, buf, &len, offset, options)) {
+    co_return *r;
+  }
+  Result<std::size_t> out = std::size_t{0};
+  if (ThroughReactor()) {
+    out = co_await io_internal::AsyncRead({fd, epoch_}, buf, len, options,
+                                          static_cast<std::int64_t>(offset));
+  } else {
+    out = co_await this_task::call_blocking(
+        [&] { return BlockingRead(fd, epoch_, regular_, buf, len, offset); });
+  }
+  if (!StillOurs(fd, epoch_)) co_return std::errc::operation_canceled;
+  co_return AsPosix(out);
+}
+
+Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64_t offset,
+                                   const WaitOptions& options) {
+  const int fd = fd_;
+  if (std::optional<Result<std::size_t>> r = WriteStart(fd, epoch_, buf, &len, offset, options)) {
+    return *r;
+  }
+  Result<std::size_t> out =
+      ThroughReactor()
+          ? io_internal::Write({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset))
+          : BlockingWrite(fd, epoch_, regular_, buf, len, offset);
+  if (!out.ok() && !StillOurs(fd, epoch_)) return std::errc::operation_canceled;
+  return AsPosix(out);
+}
+
+Task<Result<std::size_t>> File::async_write_at(const void* buf, std::size_t len,
+                                               std::uint64_t offset, WaitOptions options) {
+  const int fd = fd_;
+  if (std::optional<Result<std::size_t>> r = WriteStart(fd, epoch_, buf, &len, offset, options)) {
+    co_return *r;
+  }
+  Result<std::size_t> out = std::size_t{0};
+  if (ThroughReactor()) {
+    out = co_await io_internal::AsyncWrite({fd, epoch_}, buf, len, options,
+                                           static_cast<std::int64_t>(offset));
+  } else {
+    out = co_await this_task::call_blocking(
+        [&] { return BlockingWrite(fd, epoch_, regular_, buf, len, offset); });
+  }
+  if (!out.ok() && !StillOurs(fd, epoch_)) co_return std::errc::operation_canceled;
+  co_return AsPosix(out);
+}
 
 Result<std::size_t> File::read_full_at(void* buf, std::size_t len, std::uint64_t offset,
                                        const WaitOptions& options) {

@@ -1,6 +1,7 @@
-// api/io_edge_test.cc: edge cases of the datagram and file calls:
-// /proc files, FIFOs, the largest offsets, batches, IPv6, a File or socket closed while others
-// use it (never another file's bytes), MSG_DONTWAIT, shutdown mid-call.
+// api/io_edge_test.cc: edge cases of the datagram and file calls on Linux:
+// /proc files, FIFOs, batches, IPv6, a socket closed while others use it (never another
+// socket's datagrams), MSG_DONTWAIT, shutdown mid-call. (A File closed while others use it, the
+// largest offsets and append are api/fs_test.cc's, which runs on Windows too.)
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -61,41 +62,6 @@ TEST_P(AdvTest, ReadFileOfAProcFileReturnsItsContent) {
     Result<std::string> s = fs::read_file("/proc/self/status");
     ASSERT_TRUE(s.ok()) << s.error_code().message();
     EXPECT_NE(s->find("Name:"), std::string::npos) << "got " << s->size() << " bytes";
-  });
-}
-
-TEST_P(AdvTest, ReadAtAtTheLargestOffsetIsEndOfFile) {
-  const std::string path = TmpPath("huge");
-  Run([&] {
-    Result<fs::File> f = fs::File::open(path, {.write = true, .create = true});
-    ASSERT_TRUE(f.ok());
-    ASSERT_TRUE(f->write_all_at("abc", 3, 0).ok());
-    char c[2];
-    Result<std::size_t> r = f->read_at(c, 1, (std::uint64_t{1} << 62));
-    EXPECT_TRUE(r.ok() && *r == 0u) << (r.ok() ? "n" : r.error_code().message());
-    r = f->read_at(c, 2, INT64_MAX);
-    EXPECT_TRUE(r.ok() && *r == 0u) << (r.ok() ? std::to_string(*r) : r.error_code().message());
-  });
-}
-
-TEST_P(AdvTest, AppendIgnoresTheOffset) {
-  const std::string path = TmpPath("append");
-  Run([&] {
-    {
-      Result<fs::File> f = fs::File::open(path, {.write = true, .create = true});
-      ASSERT_TRUE(f.ok());
-      ASSERT_TRUE(f->write_all_at("0123456789", 10, 0).ok());
-    }
-    Result<fs::File> f = fs::File::open(path, {.read = true, .write = true, .append = true});
-    ASSERT_TRUE(f.ok());
-    ASSERT_EQ(*f->write_at("AB", 2, 0), 2u);
-    // a big one too (through the ring on io_uring)
-    std::string big(300000, 'z');
-    ASSERT_TRUE(f->write_all_at(big.data(), big.size(), 3).ok());
-    EXPECT_EQ(f->stat()->size, 10u + 2u + big.size());
-    char buf[12];
-    ASSERT_EQ(*f->read_full_at(buf, 12, 0), 12u);
-    EXPECT_EQ(std::string(buf, 12), "0123456789AB");
   });
 }
 
@@ -328,62 +294,6 @@ TEST_P(AdvTest, ReadFileOfAFifoWaitsForTheWriter) {
   });
 }
 
-// Many executions read one File while another closes it and opens other files, which take the
-// freed number: a read must return the first file's bytes or an error, never another file's.
-TEST_P(AdvTest, ReadersOfAFileClosedMeanwhileNeverReadTheNextFileWithItsNumber) {
-  const std::string xpath = TmpPath("x"), ypath = TmpPath("y");
-  const int rounds = std::getenv("ADV_ROUNDS") ? std::atoi(std::getenv("ADV_ROUNDS")) : 200;
-  Run([&] {
-    {
-      Result<fs::File> x = fs::File::open(xpath, {.write = true, .create = true});
-      Result<fs::File> y = fs::File::open(ypath, {.write = true, .create = true});
-      ASSERT_TRUE(x.ok() && y.ok());
-      ASSERT_TRUE(x->write_all_at(std::string(4096, 'X').data(), 4096, 0).ok());
-      ASSERT_TRUE(y->write_all_at(std::string(4096, 'Y').data(), 4096, 0).ok());
-    }
-    std::atomic<long> wrong{0}, good{0}, errors{0};
-    for (int round = 0; round < rounds; ++round) {
-      Result<fs::File> fx = fs::File::open(xpath);
-      ASSERT_TRUE(fx.ok());
-      fs::File* shared = &*fx;
-      std::atomic<bool> go{false};
-      std::vector<Other> readers;
-      for (int k = 0; k < 3; ++k) {
-        readers.push_back(Concurrently([&] {
-          while (!go.load()) {
-          }
-          char buf[64];
-          for (;;) {
-            Result<std::size_t> n = shared->read_at(buf, sizeof buf, 0);
-            if (!n.ok()) {
-              errors.fetch_add(1);
-              return;
-            }
-            for (std::size_t i = 0; i < *n; ++i) {
-              if (buf[i] != 'X') {
-                wrong.fetch_add(1);
-                return;
-              }
-            }
-            good.fetch_add(1);
-          }
-        }));
-      }
-      go = true;
-      (void)this_fiber::sleep_for(std::chrono::microseconds(200 + round % 300));
-      ASSERT_TRUE(shared->close().ok());
-      std::vector<fs::File> ys;
-      for (int i = 0; i < 4; ++i) {
-        Result<fs::File> y = fs::File::open(ypath);
-        ASSERT_TRUE(y.ok());
-        ys.push_back(std::move(*y));
-      }
-      for (auto& r : readers) r.join();
-    }
-    EXPECT_EQ(wrong.load(), 0) << "reads of the other file; good " << good.load();
-  });
-}
-
 // io.h: EAGAIN is absorbed "unless the caller asked not to wait (MSG_DONTWAIT)".
 TEST_P(AdvTest, RecvmsgWithDontwaitOnAnEmptySocketSaysEagainAtOnce) {
   Run([&] {
@@ -476,50 +386,6 @@ TEST(FdUseTest, ACloseWaitsForAUseUnderWayAndRefusesLaterOnes) {
   closer.join();
   EXPECT_TRUE(closed.load());
   ::close(p[1]);
-}
-
-// Writers on a regular File closed meanwhile, its number then reused by another file: no write
-// reaches the other file (on io_uring, and on the blocking threads under epoll, where each call
-// is an FdUse that the close waits for).
-TEST(AdvFileClose, WritersOnAFileClosedMeanwhileNeverWriteTheNextFile) {
-  const int rounds = std::getenv("ADV_ROUNDS") ? std::atoi(std::getenv("ADV_ROUNDS")) : 40;
-  Runtime rt({.workers = 2});
-  rt.block_on([&] {
-    for (int round = 0; round < rounds; ++round) {
-      const std::string a_path = TmpPath("fa" + std::to_string(round));
-      const std::string b_path = TmpPath("fb" + std::to_string(round));
-      Result<fs::File> a =
-          fs::File::open(a_path, {.write = true, .create = true, .truncate = true});
-      ASSERT_TRUE(a.ok());
-      std::atomic<bool> stop{false};
-      std::vector<JoinHandle<void>> writers;
-      for (int k = 0; k < 3; ++k) {
-        writers.push_back(rt.spawn([&] {
-          const char w[64] = {'W'};
-          while (!stop.load()) {
-            if (!a->write_at(w, sizeof w, 0).ok()) return;
-          }
-        }));
-      }
-      (void)this_fiber::sleep_for(std::chrono::microseconds(50 + round * 7));
-      ASSERT_TRUE(a->close().ok());
-      Result<fs::File> b =
-          fs::File::open(b_path, {.read = true, .write = true, .create = true, .truncate = true});
-      ASSERT_TRUE(b.ok());
-      const std::string clean(64, 'B');
-      ASSERT_TRUE(b->write_all_at(clean.data(), clean.size(), 0).ok());
-      (void)this_fiber::sleep_for(std::chrono::microseconds(200));
-      stop = true;
-      for (auto& w : writers) (void)w.join();
-      std::string got(64, '\0');
-      ASSERT_TRUE(b->read_full_at(got.data(), got.size(), 0).ok());
-      EXPECT_EQ(got, clean) << "a write on the closed file reached the next one (round " << round
-                            << ")";
-      (void)b->close();
-      ::unlink(a_path.c_str());
-      ::unlink(b_path.c_str());
-    }
-  });
 }
 
 // A socket closed by its destructor while its runtime shuts down (the fiber unwinds): the close

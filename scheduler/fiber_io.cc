@@ -76,7 +76,10 @@ std::int64_t ByDeadline(std::int64_t r, bool by_token,
 // CloseNow: closes fd directly, when it cannot go through a reactor.
 void CloseNow(int fd) {
 #ifdef _WIN32
-  ::closesocket(NativeSocket(fd));  // api fds are sockets
+  // A socket, or another handle (fs::File's): closesocket refuses those with WSAENOTSOCK.
+  if (::closesocket(NativeSocket(fd)) != 0 && ::WSAGetLastError() == WSAENOTSOCK) {
+    ::CloseHandle(reinterpret_cast<HANDLE>(NativeSocket(fd)));
+  }
 #else
   ::close(fd);
 #endif

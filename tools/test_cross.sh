@@ -27,7 +27,7 @@ for p in "${platforms[@]}"; do
     windows)
       tools/apt_install.sh g++-mingw-w64-x86-64-posix wine wine64 ||
         { echo "test_cross: needs g++-mingw-w64-x86-64-posix, wine and wine64" >&2; exit 1; }
-      default="//base/... //context/... //deque/... //timer/... //alloc/... //sync/... //reactor/... //scheduler/... //api:io_test //api:signals_test //api:sim_test //api:udp_test"
+      default="//base/... //context/... //deque/... //timer/... //alloc/... //sync/... //reactor/... //scheduler/... //api:fs_test //api:io_test //api:signals_test //api:sim_test //api:udp_test"
       ;;
     *)
       echo "usage: tools/test_cross.sh [aarch64|windows]..." >&2
