@@ -313,10 +313,9 @@ TEST_P(AdvTest, RecvmsgWithDontwaitOnAnEmptySocketSaysEagainAtOnce) {
 }
 
 // The same for datagrams: senders on one UdpSocket while another execution closes it and opens
-// new sockets (which take the number): no datagram may leave from another socket.
-// DISABLED: a known gap. A send's first, direct try (a non-blocking sendmsg outside the reactor)
-// is not covered by the close protocol: a close by another fiber in the window between the
-// fd's load and the system call lets that datagram leave from the socket that took the number
+// new sockets (which take the number): no datagram may leave from another socket. A send's
+// first, direct try (a non-blocking sendmsg outside the reactor) is an FdUse of the socket's fd
+// like every submission (scheduler/io.h): a close waits for one under way and refuses later ones
 // (docs/api.md, "Rules and limits").
 TEST_P(AdvTest, SendersOnASocketClosedMeanwhileNeverSendFromTheNextSocket) {
   const int rounds = std::getenv("ADV_ROUNDS") ? std::atoi(std::getenv("ADV_ROUNDS")) : 200;
