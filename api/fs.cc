@@ -52,12 +52,11 @@ bool BadPath(const std::string& path) {
 bool StillOurs(int fd, std::uint32_t epoch) { return scheduler_internal::CloseEpoch(fd) == epoch; }
 
 // ThroughReactor: whether reads and writes go to the caller's reactor. io_uring does file
-// operations itself; epoll cannot wait for a disk, so they run on the blocking threads there. On
-// Windows a File's handle is opened overlapped, and IOCP reads and writes it (ReadFile and
-// WriteFile at the offset, in the OVERLAPPED); no blocking thread waits for the disk.
+// operations itself; epoll cannot wait for a disk, and on Windows a File's handle is a
+// synchronous one (docs/api.md says why), so they run on the blocking threads there.
 bool ThroughReactor() {
 #ifdef _WIN32
-  return true;
+  return false;
 #else
   return scheduler_internal::FileIoThroughReactor();
 #endif
@@ -249,38 +248,25 @@ Result<void> File::close() {
   return io::close(fd);  // ends the fd's operations in every reactor first
 }
 
-#else  // _WIN32: reads and writes through IOCP on an overlapped handle; the rest on a blocking
-       // thread
+#else  // _WIN32: every call on a blocking thread, on a handle opened for synchronous I/O
 
 namespace {
 HANDLE H(int fd) { return reinterpret_cast<HANDLE>(static_cast<std::intptr_t>(fd)); }
 std::errc LastError() { return static_cast<std::errc>(base_internal::ErrnoOf(GetLastError())); }
 
-// Never called: on Windows every read and write goes through IOCP (ThroughReactor).
-Result<std::size_t> BlockingRead(int, std::uint32_t, bool, void*, std::size_t, std::uint64_t) {
-  return std::errc::not_supported;
-}
-Result<std::size_t> BlockingWrite(int, std::uint32_t, bool, const void*, std::size_t,
-                                  std::uint64_t) {
-  return std::errc::not_supported;
-}
-
-// AsPosix: a read's or write's result as POSIX reports it: a handle not opened for that access
-// fails with ERROR_ACCESS_DENIED (EACCES), where read(2) and write(2) say EBADF.
-Result<std::size_t> AsPosix(const Result<std::size_t>& r) {
-  if (!r.ok() && r.error() == std::errc::permission_denied) return std::errc::bad_file_descriptor;
-  return r;
-}
-
-// OnHandle: ok() (a Win32 call's success) on a blocking thread, as one FdUse of the File's
-// handle (scheduler/io.h): a close that began since the open refuses it (operation_canceled),
-// and one that begins meanwhile waits for it (a flush or a metadata read: a disk access).
+// OnHandle: ok() (a Win32 call's success; GetLastError says why not) on a blocking thread, for
+// the File's handle (epoch: its close epoch at open), as the Linux calls' BlockingOn: on a
+// regular file as one FdUse (scheduler/io.h), which a close that began since the open refuses
+// (operation_canceled) and one that begins meanwhile waits for (a disk access); elsewhere (a
+// pipe, whose call may wait for ever) with the epoch checked before the call, and by the caller
+// after it.
 template <typename F>
-Result<void> OnHandle(int fd, std::uint32_t epoch, F ok) {
+Result<void> OnHandle(int fd, std::uint32_t epoch, bool regular, F ok) {
   std::errc error{};
   call_blocking([&] {
-    scheduler_internal::FdUse use(fd, epoch);
-    if (use.refused()) {
+    std::optional<scheduler_internal::FdUse> use;
+    if (regular) use.emplace(fd, epoch);
+    if ((use && use->refused()) || (!use && !StillOurs(fd, epoch))) {
       error = std::errc::operation_canceled;
     } else if (!ok()) {
       error = LastError();
@@ -288,6 +274,46 @@ Result<void> OnHandle(int fd, std::uint32_t epoch, F ok) {
   });
   if (error != std::errc{}) return error;
   return {};
+}
+
+// At: the OVERLAPPED that gives a synchronous ReadFile or WriteFile its offset.
+OVERLAPPED At(std::uint64_t offset) {
+  OVERLAPPED at{};
+  at.Offset = static_cast<DWORD>(offset & 0xffffffff);
+  at.OffsetHigh = static_cast<DWORD>(offset >> 32);
+  return at;
+}
+
+Result<std::size_t> BlockingRead(int fd, std::uint32_t epoch, bool regular, void* buf,
+                                 std::size_t len, std::uint64_t offset) {
+  DWORD got = 0;
+  Result<void> r = OnHandle(fd, epoch, regular, [&] {
+    OVERLAPPED at = At(offset);
+    if (ReadFile(H(fd), buf, static_cast<DWORD>(ClampIoLength(len)), &got, &at)) return true;
+    if (GetLastError() != ERROR_HANDLE_EOF) return false;
+    got = 0;  // at or past the end
+    return true;
+  });
+  if (!r.ok()) return r.error();
+  return static_cast<std::size_t>(got);
+}
+
+Result<std::size_t> BlockingWrite(int fd, std::uint32_t epoch, bool regular, const void* buf,
+                                  std::size_t len, std::uint64_t offset) {
+  DWORD put = 0;
+  Result<void> r = OnHandle(fd, epoch, regular, [&] {
+    OVERLAPPED at = At(offset);
+    return WriteFile(H(fd), buf, static_cast<DWORD>(ClampIoLength(len)), &put, &at) != 0;
+  });
+  if (!r.ok()) return r.error();
+  return static_cast<std::size_t>(put);
+}
+
+// AsPosix: a read's or write's result as POSIX reports it: a handle not opened for that access
+// fails with ERROR_ACCESS_DENIED (EACCES), where read(2) and write(2) say EBADF.
+Result<std::size_t> AsPosix(const Result<std::size_t>& r) {
+  if (!r.ok() && r.error() == std::errc::permission_denied) return std::errc::bad_file_descriptor;
+  return r;
 }
 }  // namespace
 
@@ -318,10 +344,9 @@ Result<File> File::open(const std::string& path, const OpenOptions& o, const Wai
   }
   HANDLE h = INVALID_HANDLE_VALUE;
   std::errc error{};
-  // Overlapped: its reads and writes are IOCP operations of the calling worker's reactor.
   call_blocking([&] {
     h = CreateFileW(wide.c_str(), access, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
-                    nullptr, disposition, FILE_ATTRIBUTE_NORMAL | FILE_FLAG_OVERLAPPED, nullptr);
+                    nullptr, disposition, FILE_ATTRIBUTE_NORMAL, nullptr);
     if (h == INVALID_HANDLE_VALUE) error = LastError();
   });
   if (h == INVALID_HANDLE_VALUE) return error;
@@ -335,7 +360,9 @@ Result<void> File::sync(const WaitOptions& options) {
   const int fd = fd_;
   if (fd < 0) return std::errc::bad_file_descriptor;
   if (Result<void> r = Ready(options); !r.ok()) return r.error();
-  return OnHandle(fd, epoch_, [&] { return FlushFileBuffers(H(fd)) != 0; });
+  Result<void> r = OnHandle(fd, epoch_, regular_, [&] { return FlushFileBuffers(H(fd)) != 0; });
+  if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
+  return r;
 }
 Result<void> File::sync_data(const WaitOptions& options) { return sync(options); }
 
@@ -345,7 +372,8 @@ Result<FileStat> File::stat(const WaitOptions& options) {
   if (Result<void> r = Ready(options); !r.ok()) return r.error();
   BY_HANDLE_FILE_INFORMATION info{};
   Result<void> r =
-      OnHandle(fd, epoch_, [&] { return GetFileInformationByHandle(H(fd), &info) != 0; });
+      OnHandle(fd, epoch_, regular_, [&] { return GetFileInformationByHandle(H(fd), &info) != 0; });
+  if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
   if (!r.ok()) return r.error();
   FileStat out;
   out.size = (static_cast<std::uint64_t>(info.nFileSizeHigh) << 32) | info.nFileSizeLow;
@@ -354,8 +382,9 @@ Result<FileStat> File::stat(const WaitOptions& options) {
   return out;
 }
 
-// close: as a socket's: the handle's operations in every reactor end (CancelIoEx) before it is
-// closed, so none reaches a handle that takes its number next.
+// close: through the close protocol (scheduler/io.h's CloseFd), as on Linux: calls that began
+// since refuse the handle, and a close waits for a regular file's calls under way, so none
+// reaches a file that takes the handle's number next.
 Result<void> File::close() {
   const int fd = fd_.exchange(-1);
   if (fd < 0) return {};
@@ -390,7 +419,7 @@ std::optional<Result<std::size_t>> ReadStart(int fd, std::uint32_t epoch, void* 
   *len = Clamp(*len, offset);
   if (*len == 0) return Result<std::size_t>(std::size_t{0});
 #ifdef _WIN32
-  return std::nullopt;  // an overlapped handle: every read goes through IOCP
+  return std::nullopt;  // no read that never waits for the disk: a blocking thread's read
 #else
   // First, what the page cache holds, without waiting: preadv2 with RWF_NOWAIT never waits for
   // the disk (EAGAIN instead), so it is safe on a worker. A read the cache serves then costs one

@@ -1,14 +1,12 @@
 // api/fs.h: files for fibers. With io_uring each call is one asynchronous operation of the
 // calling worker's ring (IORING_OP_OPENAT, READ, WRITE, FSYNC, STATX): the fiber parks and its
-// worker runs the others. With epoll each call runs on the runtime's blocking threads
-// (call_blocking): a worker never waits for a disk. On Windows a File's handle is overlapped:
-// reads and writes are IOCP operations of the worker's reactor (ReadFile and WriteFile at the
-// offset), and open, sync and stat run on the blocking threads. On a plain thread the calls
-// block it. docs/api.md has the guide.
+// worker runs the others. With epoll, and on Windows, each call runs on the runtime's blocking
+// threads (call_blocking): a worker never waits for a disk. On a plain thread the calls block
+// it. docs/api.md has the guide.
 //
 // Defines: weft::fs::OpenOptions, weft::fs::FileStat, weft::fs::File, weft::fs::read_file.
 //
-// Every call takes WaitOptions. Through the reactor a deadline or cancellation cancels the
+// Every call takes WaitOptions. Through io_uring a deadline or cancellation cancels the
 // operation (std::errc::timed_out / operation_canceled); on a blocking thread they are checked
 // before the system call starts, and the call then runs to its end. Errors are the system's
 // (no_such_file_or_directory, permission_denied, ...). A simulated runtime touches no real file:
@@ -47,13 +45,13 @@ struct FileStat {
 // File: an open file; closed by its destructor. Reads and writes take an offset and never move
 // a file position, so fibers may share one File. A call racing with close() on the same File
 // never returns another file's bytes (operation_canceled), and on a regular file never reaches a
-// file that took the number meanwhile. On a pipe, FIFO or device with epoll (a blocking
-// thread's read or write), a call may wait for ever, so a close does not wait for it: a write
-// racing with the close may then reach the number's next file, and a read may consume its bytes
-// before it fails operation_canceled. Do not close such a File while other fibers still use it. Nor
-// does the runtime's shutdown end such a call (a blocking thread's system call cannot be
-// cancelled): ~Runtime waits for it, as for any call_blocking. On a pipe or FIFO the offset is
-// ignored, as the reactor ignores it (io_uring's rule).
+// file that took the number meanwhile. On a pipe, FIFO or device without io_uring, a call may
+// wait for ever, so a close does not wait for it: a write racing with the close may then reach
+// the number's next file, and a read may consume its bytes before it fails operation_canceled.
+// Do not close such a File while other fibers still use it. Nor does the runtime's shutdown end
+// such a call (a blocking thread's system call cannot be cancelled): ~Runtime waits for it, as
+// for any call_blocking.
+// On a pipe or FIFO the offset is ignored, as the reactor ignores it (io_uring's rule).
 class File {
  public:
   File() = default;
@@ -83,10 +81,10 @@ class File {
   Result<void> write_all_at(const void* buf, std::size_t len, std::uint64_t offset,
                             const WaitOptions& options = {});
   // The forms for a task (scheduler/task.h): `co_await file.async_read_at(buf, len, offset)`,
-  // the same results. With io_uring and IOCP they wait on the worker's reactor (and on Linux a
-  // read the page cache serves takes one system call, as read_at's); with epoll they run on a
-  // blocking thread (this_task::call_blocking), which also serves a task's open, sync and stat.
-  // The buffer and the File must outlive the call (awaited at once, they do).
+  // the same results. With io_uring they wait on the worker's ring (and a read the page cache
+  // serves takes one system call, as read_at's); elsewhere they run on a blocking thread
+  // (this_task::call_blocking), which also serves a task's open, sync and stat. The buffer and
+  // the File must outlive the call (awaited at once, they do).
   Task<Result<std::size_t>> async_read_at(void* buf, std::size_t len, std::uint64_t offset,
                                           WaitOptions options = {});
   Task<Result<std::size_t>> async_write_at(const void* buf, std::size_t len, std::uint64_t offset,
@@ -99,7 +97,7 @@ class File {
   Result<FileStat> stat(const WaitOptions& options = {});
 
   bool is_open() const { return fd_ >= 0; }
-  int fd() const { return fd_; }  // on Windows, the HANDLE (overlapped), cast
+  int fd() const { return fd_; }  // on Windows, the HANDLE, cast
   Result<void> close();           // idempotent
 
  private:

@@ -76,9 +76,13 @@ std::int64_t ByDeadline(std::int64_t r, bool by_token,
 // CloseNow: closes fd directly, when it cannot go through a reactor.
 void CloseNow(int fd) {
 #ifdef _WIN32
-  // A socket, or another handle (fs::File's): closesocket refuses those with WSAENOTSOCK.
-  if (::closesocket(NativeSocket(fd)) != 0 && ::WSAGetLastError() == WSAENOTSOCK) {
-    ::CloseHandle(reinterpret_cast<HANDLE>(NativeSocket(fd)));
+  // A socket, or another handle (fs::File's), which closesocket refuses: WSAENOTSOCK, or
+  // WSANOTINITIALISED when the process never started Winsock.
+  if (::closesocket(NativeSocket(fd)) != 0) {
+    const int e = ::WSAGetLastError();
+    if (e == WSAENOTSOCK || e == WSANOTINITIALISED) {
+      ::CloseHandle(reinterpret_cast<HANDLE>(NativeSocket(fd)));
+    }
   }
 #else
   ::close(fd);
