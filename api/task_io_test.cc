@@ -1,10 +1,12 @@
 // TCP from stackless tasks (scheduler/task.h, the async_ calls of api/net.h): an echo between
-// tasks and fibers with every byte checked on 1, 2 and 4 workers, deadlines and tokens, a stream
-// closed by another task while one reads it (and its fd number reused at once), a stream closed
-// by its own task's destructor, and shutdown with tasks parked in accept and read.
+// tasks and fibers with every byte checked on 1, 2 and 4 workers, deadlines and tokens, writes
+// larger than the socket takes, a stream closed by another task while one reads or writes it
+// (and its fd number reused at once), a stream closed by its own task's destructor, and shutdown
+// with tasks parked in accept and read.
 // WEFT_STRESS_SCALE=N multiplies the round trips.
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -41,6 +43,8 @@ using net::ReadOperation;
 using net::SocketAddress;
 using net::TcpListener;
 using net::TcpStream;
+using net::WriteAllOperation;
+using net::WriteOperation;
 using testing::StressScale;
 
 // Connect: a connected loopback pair, made with the blocking calls: *client and the *served end
@@ -66,6 +70,33 @@ Task<> EchoTask(TcpStream st) {
 }
 
 class TaskIoTest : public ::testing::TestWithParam<unsigned> {};
+
+// ReuseTheNumber: after a stream with fd `number` was closed, connections through listener until
+// one takes that number (the close completes on the reactor); then bytes both ways on it: each
+// end gets exactly the other's, so an operation of the closed stream still parked neither took
+// the new connection's bytes nor sent bytes into it. True if so, or if the number went elsewhere.
+Task<bool> ReuseTheNumber(TcpListener& listener, SocketAddress addr, int number) {
+  for (int tries = 0; tries < 50; ++tries) {
+    Result<TcpStream> again = co_await TcpStream::async_connect(addr);
+    if (!again.ok()) co_return false;
+    Result<TcpStream> other = co_await listener.async_accept();
+    if (!other.ok()) co_return false;
+    if (other->fd() == number) {
+      char buf[4];
+      if (!(co_await again->async_write_all("new", 3)).ok() ||
+          !(co_await other->async_read_exact(buf, 3)).ok() || std::memcmp(buf, "new", 3) != 0) {
+        co_return false;
+      }
+      if (!(co_await other->async_write_all("back", 4)).ok() ||
+          !(co_await again->async_read_exact(buf, 4)).ok() || std::memcmp(buf, "back", 4) != 0) {
+        co_return false;
+      }
+      co_return ::recv(again->fd(), buf, 1, MSG_DONTWAIT) < 0;  // and nothing more
+    }
+    co_await this_task::sleep_for(1ms);
+  }
+  co_return true;  // the number went elsewhere: nothing to check
+}
 INSTANTIATE_TEST_SUITE_P(Workers, TaskIoTest, ::testing::Values(1u, 2u, 4u));
 
 // Task servers, clients half tasks and half fibers: every byte comes back to its sender.
@@ -158,6 +189,18 @@ TEST(TaskIoTest, DeadlinesTokensAndTheEndOfAStream) {
 
 using testing::Eager;  // a coroutine that is not a task (a fiber runs it, below)
 
+// ThrowsLogicError: whether awaiting op throws std::logic_error (an operation awaited before, or
+// moved from).
+template <typename Op>
+Task<bool> ThrowsLogicError(Op& op) {
+  try {
+    (void)co_await op;
+  } catch (const std::logic_error&) {
+    co_return true;
+  }
+  co_return false;
+}
+
 // async_read's operation: kept as a Task (awaited later, or spawned) it reads as awaited at
 // once; a second await throws, as does awaiting one moved from; one never awaited reads
 // nothing; from a coroutine that is not a task it blocks the fiber that runs it.
@@ -165,14 +208,6 @@ TEST(TaskIoTest, TheReadOperationAsATaskAwaitedTwiceMovedNeverAwaitedAndOnAFiber
   Runtime rt({.workers = 2});
   TcpStream client, st;
   ASSERT_NO_FATAL_FAILURE(Connect(&client, &st));
-  auto expect_logic_error = [](auto& op) -> Task<bool> {
-    try {
-      (void)co_await op;
-    } catch (const std::logic_error&) {
-      co_return true;
-    }
-    co_return false;
-  };
   auto h = rt.spawn_task([&]() -> Task<> {
     char buf[8];
     { ReadOperation unused = st.async_read(buf, 2); }  // reads nothing
@@ -184,13 +219,13 @@ TEST(TaskIoTest, TheReadOperationAsATaskAwaitedTwiceMovedNeverAwaitedAndOnAFiber
     EXPECT_TRUE(client.write_all("cd", 2).ok());
     n = co_await op;
     EXPECT_TRUE(n.ok() && *n == 2 && std::string(buf, 2) == "cd");
-    EXPECT_TRUE(co_await expect_logic_error(op));
+    EXPECT_TRUE(co_await ThrowsLogicError(op));
     ReadOperation first = st.async_read(buf, 2);
     ReadOperation moved = std::move(first);
     EXPECT_TRUE(client.write_all("ef", 2).ok());
     n = co_await moved;
     EXPECT_TRUE(n.ok() && *n == 2 && std::string(buf, 2) == "ef");
-    EXPECT_TRUE(co_await expect_logic_error(first));
+    EXPECT_TRUE(co_await ThrowsLogicError(first));
   });
   ASSERT_TRUE(h.join().ok());
   char buf[8];
@@ -286,6 +321,157 @@ TEST(TaskIoTest, BadInputAbsurdSizesAndNoMemoryAsTheBlockingForms) {
   EXPECT_EQ(b.error(), st.recv_buffer().error());
 }
 
+// Pattern: n bytes that show their own offsets.
+std::string Pattern(std::size_t n) {
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 7 + i / 251) % 256);
+  return s;
+}
+
+// Writes larger than the socket takes at once: write_all goes on through the reactor from where
+// its direct sends left it, and every byte arrives once, in order, while a fiber reads slowly;
+// one that cannot finish ends at its deadline or its token, each a write that had sent some.
+TEST_P(TaskIoTest, WritesLargerThanTheSocketTakesGoOnThroughTheReactor) {
+  Runtime rt({.workers = GetParam()});
+  TcpStream client, st;
+  ASSERT_NO_FATAL_FAILURE(Connect(&client, &st));
+  const std::string data = Pattern(std::size_t{8} << 20);
+  auto reader = rt.spawn([&] {
+    std::string got(data.size(), '\0');
+    for (std::size_t at = 0; at < got.size();) {
+      this_fiber::yield();  // slowly: the writer's socket fills
+      Result<std::size_t> n =
+          client.read(got.data() + at, std::min<std::size_t>(64 << 10, got.size() - at));
+      ASSERT_TRUE(n.ok() && *n > 0);
+      at += *n;
+    }
+    EXPECT_TRUE(got == data) << "the bytes arrived changed";
+  });
+  auto writer = rt.spawn_task([&]() -> Task<bool> {
+    co_return (co_await st.async_write_all(data.data(), data.size())).ok();
+  });
+  EXPECT_TRUE(*writer.join());
+  ASSERT_TRUE(reader.join().ok());
+  // Nobody reads now: the deadline, then the token, ends a write that cannot finish.
+  auto stuck = rt.spawn_task([&]() -> Task<> {
+    Result<void> r = co_await st.async_write_all(data.data(), data.size(),
+                                                 {.deadline = SyncClock::now() + 20ms});
+    EXPECT_EQ(r.error(), std::errc::timed_out);
+    CancellationSource source;
+    CancellationToken token = source.token();
+    source.cancel_after(5ms);
+    r = co_await st.async_write_all(data.data(), data.size(), {.cancel = &token});
+    EXPECT_EQ(r.error(), std::errc::operation_canceled);
+  });
+  ASSERT_TRUE(stuck.join().ok());
+}
+
+// async_write's and async_write_all's operations: one never awaited writes nothing; kept as a
+// Task (awaited later, or spawned) each writes as awaited at once; a second await throws, as does
+// awaiting one moved from; from a coroutine that is not a task they block the fiber that runs
+// it. Bad input and a closed stream give what write and write_all give.
+TEST(TaskIoTest, TheWriteOperationsAsTasksMovedNeverAwaitedOnAFiberAndOnBadInput) {
+  Runtime rt({.workers = 2});
+  TcpStream client, st;
+  ASSERT_NO_FATAL_FAILURE(Connect(&client, &st));
+  auto h = rt.spawn_task([&]() -> Task<> {
+    { WriteAllOperation unused = st.async_write_all("zz", 2); }  // writes nothing
+    { WriteOperation unused = st.async_write("zz", 2); }
+    Task<Result<std::size_t>> later = st.async_write("ab", 2);
+    EXPECT_EQ(*co_await std::move(later), 2u);
+    WriteAllOperation op = st.async_write_all("cd", 2);
+    EXPECT_TRUE((co_await op).ok());
+    EXPECT_TRUE(co_await ThrowsLogicError(op));
+    WriteAllOperation first = st.async_write_all("ef", 2);
+    WriteAllOperation moved = std::move(first);
+    EXPECT_TRUE((co_await moved).ok());
+    EXPECT_TRUE(co_await ThrowsLogicError(first));
+  });
+  ASSERT_TRUE(h.join().ok());
+  auto spawned = rt.spawn_task(Task<Result<void>>(st.async_write_all("gh", 2)));
+  ASSERT_TRUE(spawned.join().ok());
+  rt.block_on([&] {
+    auto eager = [&]() -> Eager { EXPECT_TRUE((co_await st.async_write_all("ij", 2)).ok()); };
+    eager();
+  });
+  char got[10];
+  ASSERT_TRUE(client.read_exact(got, sizeof got).ok());
+  EXPECT_EQ(std::string(got, sizeof got), "abcdefghij");  // and no "zz"
+  char more;
+  EXPECT_FALSE(io::recv(client.fd(), &more, 1, MSG_DONTWAIT).ok());
+  // Bad input: the same answers as the blocking forms.
+  char buf[8] = {};
+  struct Case {
+    const void* buf;
+    std::size_t len;
+  };
+  const Case cases[] = {{nullptr, 4}, {buf, 0}, {nullptr, 0}, {buf, SIZE_MAX}};
+  for (const Case& c : cases) {
+    Result<std::size_t> blocking = st.write(c.buf, c.len);
+    Result<void> blocking_all = st.write_all(c.buf, c.len);
+    auto [from_task, from_task_all] =
+        rt.spawn_task([&]() -> Task<std::pair<Result<std::size_t>, Result<void>>> {
+            Result<std::size_t> n = co_await st.async_write(c.buf, c.len);
+            Result<void> all = co_await st.async_write_all(c.buf, c.len);
+            co_return std::pair{n, all};
+          })
+            .join()
+            .value();
+    EXPECT_EQ(from_task.ok(), blocking.ok()) << "len " << c.len;
+    if (from_task.ok() && blocking.ok()) EXPECT_EQ(*from_task, *blocking);
+    if (!from_task.ok() && !blocking.ok()) EXPECT_EQ(from_task.error(), blocking.error());
+    EXPECT_EQ(from_task_all.ok(), blocking_all.ok()) << "len " << c.len;
+    if (!from_task_all.ok() && !blocking_all.ok()) {
+      EXPECT_EQ(from_task_all.error(), blocking_all.error());
+    }
+  }
+  ASSERT_TRUE(st.close().ok());
+  Result<void> blocking = st.write_all("x", 1);
+  Result<void> from_task =
+      rt.spawn_task([&]() -> Task<Result<void>> { co_return co_await st.async_write_all("x", 1); })
+          .join()
+          .value();
+  ASSERT_FALSE(blocking.ok());
+  ASSERT_FALSE(from_task.ok());
+  EXPECT_EQ(from_task.error(), blocking.error());
+}
+
+// A task parked in a write_all (its peer reads nothing) while another task closes the stream: the
+// write ends with operation_canceled, and none of its bytes reach a connection that takes the
+// same fd number at once.
+TEST_P(TaskIoTest, ACloseFromAnotherTaskEndsAParkedWriteAndTheNumberIsReused) {
+  Runtime rt({.workers = GetParam()});
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  const SocketAddress addr = *listener->local_address();
+  const std::string data = Pattern(std::size_t{16} << 20);
+  for (int round = 0; round < 5 * StressScale(); ++round) {
+    Result<TcpStream> client = TcpStream::connect(addr);
+    ASSERT_TRUE(client.ok());
+    Result<TcpStream> served = listener->accept();
+    ASSERT_TRUE(served.ok());
+    const int number = served->fd();
+    Event writing;
+    auto writer = rt.spawn_task([&]() -> Task<int> {  // the error's value (0: none)
+      writing.set();
+      Result<void> r = co_await served->async_write_all(data.data(), data.size());
+      co_return r.ok() ? 0 : static_cast<int>(r.error());
+    });
+    auto closer = rt.spawn_task([&]() -> Task<bool> {
+      EXPECT_TRUE(co_await writing.async_wait());
+      co_await this_task::sleep_for(2ms);  // parked in the write by now, most often
+      EXPECT_TRUE(served->close().ok());
+      co_return co_await ReuseTheNumber(*listener, addr, number);
+    });
+    Result<int> wrote = writer.join();
+    ASSERT_TRUE(wrote.ok());
+    // A write that had not started before the close may also find the fd closed; one that had
+    // sent everything before it (a large socket buffer) is over.
+    EXPECT_TRUE(*wrote == ECANCELED || *wrote == EBADF || *wrote == 0) << std::strerror(*wrote);
+    EXPECT_TRUE(*closer.join());
+  }
+}
+
 // A token that can never be cancelled (a default one, or one of a std::stop_token that cannot
 // stop) is no token: reads that wait with one, from a task and from a fiber, complete.
 TEST(TaskIoTest, ATokenThatCannotBeCancelledIsNoToken) {
@@ -347,22 +533,7 @@ TEST_P(TaskIoTest, ACloseFromAnotherTaskEndsAParkedReadAndTheNumberIsReused) {
       EXPECT_TRUE(co_await parked.async_wait());
       co_await this_task::sleep_for(1ms);  // most often parked in the read by now
       EXPECT_TRUE(served->close().ok());
-      // Connections until one takes the closed number (the close completes on the reactor).
-      for (int tries = 0; tries < 50; ++tries) {
-        Result<TcpStream> again = co_await TcpStream::async_connect(addr);
-        if (!again.ok()) co_return false;
-        Result<TcpStream> other = co_await listener->async_accept();
-        if (!other.ok()) co_return false;
-        if (other->fd() == number) {
-          // Bytes for the new connection: they must not reach the old reader.
-          if (!(co_await again->async_write_all("new", 3)).ok()) co_return false;
-          char buf[3];
-          co_return (co_await other->async_read_exact(buf, 3)).ok() &&
-              std::memcmp(buf, "new", 3) == 0;
-        }
-        co_await this_task::sleep_for(1ms);
-      }
-      co_return true;  // the number went elsewhere: nothing to check
+      co_return co_await ReuseTheNumber(*listener, addr, number);
     });
     Result<int> read = reader.join();
     ASSERT_TRUE(read.ok());
