@@ -6,6 +6,7 @@
 // The stuck fibers here spin until they are reported (bounded by a generous cap that only turns
 // a regression into a failure), so no assertion depends on how fast the machine is.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include "weft/sync/coordination.h"
 
 #if !defined(_WIN32)
+#include <sched.h>
 #include <unistd.h>
 #endif
 
@@ -112,6 +114,47 @@ TEST(Monitor, ABlockingCallOutsideCallBlockingIsReported) {
   });
   EXPECT_EQ(reports.count(), 1u);
 }
+
+#if defined(__linux__)
+// PinToOneCpu: the calling thread runs only on `cpu` from now on.
+void PinToOneCpu(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof set, &set), 0);
+}
+
+// A fiber that computes on a machine oversubscribed by other threads is still reported, once
+// its thread has had the threshold's worth of CPU during the run. Here its worker's thread
+// shares one CPU with three spinning threads, so it gets about a quarter of it over any 50 ms
+// (the threshold): judged by its share of the CPU alone, it was never reported.
+TEST(Monitor, AFiberThatComputesOnAnOversubscribedMachineIsReported) {
+  cpu_set_t allowed;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed)) ++cpu;
+  ASSERT_LT(cpu, CPU_SETSIZE);
+  Reports reports;
+  Runtime rt({.workers = 1, .stuck_threshold = 50ms, .on_stuck = reports.callback()});
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> hogs;
+  for (int i = 0; i < 3; ++i) {
+    hogs.emplace_back([&] {
+      PinToOneCpu(cpu);
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+  Result<bool> reported = rt.spawn([&] {
+                              PinToOneCpu(cpu);  // the worker's thread, beside the hogs
+                              return reports.SpinUntil(1);
+                            }).join();
+  stop = true;
+  for (auto& t : hogs) t.join();
+  ASSERT_TRUE(reported.ok());
+  EXPECT_TRUE(*reported) << "a computing fiber was never reported";
+}
+#endif
 
 TEST(Monitor, EachRunIsReportedAndEveryStuckWorkerToo) {
   Reports reports;
