@@ -586,6 +586,7 @@ SendAllCall::Value SendAllCall::Blocking(const WaitOptions& options) const {
 }
 
 Task<SendAllCall::Value> SendAllCall::Sim(const WaitOptions& options) const {
+  if (left_ == 0) return Ready<Value>(Value());  // touches no socket, as SendAll's loop
   const Fd at = at_;
   const char* const buf = next_;
   const std::size_t len = left_;

@@ -1214,6 +1214,16 @@ TEST(SimNetwork, ASocketKeptPastItsSimulationIsUnknownInTheNext) {
   Runtime b(Sim(107));
   b.block_on([&] {
     Pair p = Connected();
+    // A write of nothing touches no socket, in both forms; a write of something is refused.
+    char c = 0;
+    EXPECT_TRUE(stale.write_all(&c, 0).ok());
+    Result<void> none = b.spawn_task([&]() -> Task<Result<void>> {
+                           co_return co_await stale.async_write_all(&c, 0);
+                         })
+                            .join()
+                            .value();
+    EXPECT_TRUE(none.ok()) << none.error_code().message();
+    EXPECT_EQ(stale.write_all(&c, 1).error(), std::errc::bad_file_descriptor);
     EXPECT_EQ(stale.close().error(), std::errc::bad_file_descriptor);
     EXPECT_TRUE(p.client.write_all("ok", 2).ok());
   });

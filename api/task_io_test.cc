@@ -335,6 +335,11 @@ TEST_P(TaskIoTest, WritesLargerThanTheSocketTakesGoOnThroughTheReactor) {
   Runtime rt({.workers = GetParam()});
   TcpStream client, st;
   ASSERT_NO_FATAL_FAILURE(Connect(&client, &st));
+  // Small socket buffers, fixed (the kernel's autotuning would let the peer's queue grow to
+  // tens of MiB, and the "stuck" writes below would fit).
+  const int small = 64 << 10;
+  ASSERT_EQ(::setsockopt(client.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+  ASSERT_EQ(::setsockopt(st.fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
   const std::string data = Pattern(std::size_t{8} << 20);
   auto reader = rt.spawn([&] {
     std::string got(data.size(), '\0');
