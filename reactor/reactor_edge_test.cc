@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "weft/base/stress_scale.h"
 #include "weft/reactor/reactor.h"
 
 namespace weft {
@@ -104,7 +105,9 @@ TEST_P(AdvReactor, SeveralIovecsTruncationAndEmptyDatagrams) {
   reactor_->recvmsg(r3, b, &e2);
   RunUntil([&] { return r3.done(); });
   EXPECT_EQ(r3.last, 0);
-  EXPECT_NE(e2.msg_flags & kMsgTruncated, 0);  // "xyz" into nothing
+  // "xyz" into nothing. (qemu-user's recvmsg drops MSG_TRUNC when there are no buffers: the
+  // aarch64 configuration runs under it.)
+  if (!testing::Emulated()) EXPECT_NE(e2.msg_flags & kMsgTruncated, 0);
   EXPECT_EQ(r1.completions + r2.completions + r3.completions, 3);
 }
 
