@@ -254,8 +254,33 @@ Result<void> SendAll(Fd at, const void* buf, std::size_t len, const WaitOptions&
                   len);
 }
 
+namespace {
 // The task forms below, on the reactor (the simulated network's fds go through OnSimFiber: the
 // public forms choose, without a frame of their own).
+Task<Result<std::size_t>> AsyncSendOnReactor(Fd at, const void* buf, std::size_t len, int flags,
+                                             WaitOptions options) {
+  const int fd = at.fd;
+  if (std::optional<Result<std::size_t>> r = SendDirect(at, buf, len, flags, options)) co_return *r;
+  std::int64_t r;
+  int retries = 0;
+  do {
+    r = co_await scheduler_internal::IoAwaiter(
+        [=](Reactor& re, IoOp& op) { re.send(op, fd, buf, len, flags | kNoSignal); }, options,
+        "io send", fd, at.epoch);
+  } while (Absorbed(ForFlags(flags), r, &retries));
+  co_return Size(r);
+}
+}  // namespace
+
+Task<Result<std::size_t>> AsyncSend(Fd at, const void* buf, std::size_t len, int flags,
+                                    WaitOptions options) {
+  if (sim_internal::IsSimFd(at.fd)) {
+    return OnSimSocket<Result<std::size_t>>(at.fd, [=](std::uint64_t serial) {
+      return SimSend(at.fd, buf, len, flags, options, serial);
+    });
+  }
+  return AsyncSendOnReactor(at, buf, len, flags, options);
+}
 
 Task<Result<std::size_t>> AsyncRead(Fd at, void* buf, std::size_t len, WaitOptions options,
                                     std::int64_t offset) {
@@ -325,6 +350,18 @@ Task<Result<std::size_t>> AsyncSendMsg(Fd at, const MsgHdr* msg, int flags, Wait
     });
   }
   return AsyncSendMsgOnReactor(at, msg, flags, options);
+}
+
+Task<Result<void>> AsyncSendAll(Fd at, const void* buf, std::size_t len, WaitOptions options) {
+  const char* p = static_cast<const char*>(buf);
+  while (len != 0) {
+    Result<std::size_t> n = co_await AsyncSend(at, p, len, 0, options);
+    if (!n.ok()) co_return n.error();
+    if (*n == 0) co_return std::errc::io_error;  // a write that makes no progress
+    p += *n;
+    len -= *n;
+  }
+  co_return Result<void>();
 }
 
 Task<Result<void>> AsyncReadExact(Fd at, void* buf, std::size_t len, WaitOptions options) {
@@ -537,66 +574,6 @@ Task<RecvCall::Value> RecvCall::Sim(const WaitOptions& options) const {
   });
 }
 
-std::optional<SendCall::Value> SendCall::Direct(const WaitOptions& options) {
-  return SendDirect(at_, buf_, len_, 0, options);
-}
-
-void SendCall::Submit(Reactor& re, IoOp& op) { re.send(op, at_.fd, buf_, len_, kNoSignal); }
-
-std::optional<SendCall::Value> SendCall::After(std::int64_t r) { return Size(r); }
-
-SendCall::Value SendCall::Blocking(const WaitOptions& options) const {
-  return Send(at_, buf_, len_, 0, options);
-}
-
-Task<SendCall::Value> SendCall::Sim(const WaitOptions& options) const {
-  const Fd at = at_;
-  const void* const buf = buf_;
-  const std::size_t len = len_;
-  return OnSimSocket<Value>(at.fd, [at, buf, len, options](std::uint64_t serial) {
-    return SimSend(at.fd, buf, len, 0, options, serial);
-  });
-}
-
-std::optional<SendAllCall::Value> SendAllCall::Direct(const WaitOptions& options) {
-  while (left_ != 0) {
-    std::optional<Result<std::size_t>> n = SendDirect(at_, next_, left_, 0, options);
-    if (!n) return std::nullopt;  // the rest through the reactor
-    if (std::optional<Value> over = After(n->ok() ? static_cast<std::int64_t>(**n)
-                                                  : -static_cast<std::int64_t>(n->error()))) {
-      return over;
-    }
-  }
-  return Value();  // nothing to send
-}
-
-void SendAllCall::Submit(Reactor& re, IoOp& op) { re.send(op, at_.fd, next_, left_, kNoSignal); }
-
-std::optional<SendAllCall::Value> SendAllCall::After(std::int64_t r) {
-  if (r < 0) return ErrcOf(r);
-  if (r == 0) return std::errc::io_error;  // a send that makes no progress, as SendAll's
-  next_ += r;
-  left_ -= static_cast<std::size_t>(r);
-  if (left_ == 0) return Value();
-  return std::nullopt;
-}
-
-SendAllCall::Value SendAllCall::Blocking(const WaitOptions& options) const {
-  return SendAll(at_, next_, left_, options);
-}
-
-Task<SendAllCall::Value> SendAllCall::Sim(const WaitOptions& options) const {
-  if (left_ == 0) return Ready<Value>(Value());  // touches no socket, as SendAll's loop
-  const Fd at = at_;
-  const char* const buf = next_;
-  const std::size_t len = left_;
-  return OnSimSocket<Value>(at.fd, [at, buf, len, options](std::uint64_t serial) {
-    return WriteAll(
-        [&](const char* p, std::size_t n) { return SimSend(at.fd, p, n, 0, options, serial); }, buf,
-        len);
-  });
-}
-
 template <typename Call>
 IoOperation<Call>::IoOperation(Call call, WaitOptions options)
     : options_(options), call_(call), park_(&Done, this) {
@@ -651,11 +628,6 @@ bool IoOperation<Call>::await_ready() {
   scheduler_internal::Fiber* task = scheduler_internal::RunningTask();
   if (task == nullptr) {  // a coroutine on a fiber or thread: the blocking form blocks it
     new (&result_) Value(call_.Blocking(options_));
-    stage_ = Stage::kOver;
-    return true;
-  }
-  if (std::optional<Value> v = call_.Direct(options_)) {  // over without the reactor
-    new (&result_) Value(std::move(*v));
     stage_ = Stage::kOver;
     return true;
   }
@@ -758,8 +730,6 @@ bool IoOperation<Call>::Done(void* self) {
 
 template class IoOperation<RecvBufferTries>;
 template class IoOperation<RecvCall>;
-template class IoOperation<SendCall>;
-template class IoOperation<SendAllCall>;
 
 }  // namespace io_internal
 

@@ -352,13 +352,14 @@ ReadOperation TcpStream::async_read(void* buf, std::size_t len, WaitOptions opti
   return ReadOperation(io_internal::RecvCall({fd_, epoch_}, buf, len), options);
 }
 
-WriteOperation TcpStream::async_write(const void* buf, std::size_t len, WaitOptions options) {
-  return WriteOperation(io_internal::SendCall({fd_, epoch_}, buf, len), options);
+Task<Result<std::size_t>> TcpStream::async_write(const void* buf, std::size_t len,
+                                                 WaitOptions options) {
+  return io_internal::AsyncSend({fd_, epoch_}, buf, len, 0, options);
 }
 
-WriteAllOperation TcpStream::async_write_all(const void* buf, std::size_t len,
-                                             WaitOptions options) {
-  return WriteAllOperation(io_internal::SendAllCall({fd_, epoch_}, buf, len), options);
+Task<Result<void>> TcpStream::async_write_all(const void* buf, std::size_t len,
+                                              WaitOptions options) {
+  return io_internal::AsyncSendAll({fd_, epoch_}, buf, len, options);
 }
 
 Task<Result<void>> TcpStream::async_read_exact(void* buf, std::size_t len, WaitOptions options) {

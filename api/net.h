@@ -64,12 +64,9 @@ Result<std::vector<SocketAddress>> resolve(std::string_view host, std::uint16_t 
 
 // The operations a TcpStream's task forms return where the call keeps its state in the
 // awaiting frame (io_internal::IoOperation: co_await one at once, or convert it to a Task):
-// RecvBufferOperation (async_recv_buffer), ReadOperation (async_read), WriteOperation
-// (async_write) and WriteAllOperation (async_write_all).
+// RecvBufferOperation (async_recv_buffer) and ReadOperation (async_read).
 using RecvBufferOperation = io_internal::IoOperation<io_internal::RecvBufferTries>;
 using ReadOperation = io_internal::IoOperation<io_internal::RecvCall>;
-using WriteOperation = io_internal::IoOperation<io_internal::SendCall>;
-using WriteAllOperation = io_internal::IoOperation<io_internal::SendAllCall>;
 
 class TcpStream {
  public:
@@ -93,16 +90,15 @@ class TcpStream {
   Result<void> read_exact(void* buf, std::size_t len, const WaitOptions& options = {});
   // The forms for a task (scheduler/task.h), which waits without blocking its worker:
   // `Result<std::size_t> n = co_await stream.async_read(buf, len)`. The same results; the
-  // buffer and the stream must outlive the call (awaited at once, they do). async_read,
-  // async_write, async_write_all and async_recv_buffer return operations (awaitables that keep
-  // the call's state in the awaiting frame and convert to a Task where one is wanted): a write
-  // the socket takes at once ends without a frame or a park. On the simulated network's
-  // sockets, the blocking form runs on a fiber of its own while the task waits.
+  // buffer and the stream must outlive the call (awaited at once, they do). async_read and
+  // async_recv_buffer return operations (ReadOperation, RecvBufferOperation: awaitables that keep
+  // the call's state in the awaiting frame and convert to a Task where one is wanted). On the
+  // simulated network's sockets, the blocking form runs on a fiber of its own while the task waits.
   // A TcpStream destroyed or closed in a task closes without waiting (the close completes on the
   // worker's reactor).
   ReadOperation async_read(void* buf, std::size_t len, WaitOptions options = {});
-  WriteOperation async_write(const void* buf, std::size_t len, WaitOptions options = {});
-  WriteAllOperation async_write_all(const void* buf, std::size_t len, WaitOptions options = {});
+  Task<Result<std::size_t>> async_write(const void* buf, std::size_t len, WaitOptions options = {});
+  Task<Result<void>> async_write_all(const void* buf, std::size_t len, WaitOptions options = {});
   Task<Result<void>> async_read_exact(void* buf, std::size_t len, WaitOptions options = {});
   static Task<Result<TcpStream>> async_connect(SocketAddress addr, WaitOptions options = {});
   // recv_buffer: up to 4 KiB in a buffer the runtime lends (io::recv_buffer): a connection that

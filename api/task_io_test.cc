@@ -43,8 +43,6 @@ using net::ReadOperation;
 using net::SocketAddress;
 using net::TcpListener;
 using net::TcpStream;
-using net::WriteAllOperation;
-using net::WriteOperation;
 using testing::StressScale;
 
 // Connect: a connected loopback pair, made with the blocking calls: *client and the *served end
@@ -190,11 +188,11 @@ TEST(TaskIoTest, DeadlinesTokensAndTheEndOfAStream) {
 using testing::Eager;  // a coroutine that is not a task (a fiber runs it, below)
 
 // ThrowsLogicError: whether awaiting op throws std::logic_error (an operation awaited before, or
-// moved from).
+// an operation or Task moved from).
 template <typename Op>
 Task<bool> ThrowsLogicError(Op& op) {
   try {
-    (void)co_await op;
+    (void)co_await std::move(op);
   } catch (const std::logic_error&) {
     co_return true;
   }
@@ -371,25 +369,23 @@ TEST_P(TaskIoTest, WritesLargerThanTheSocketTakesGoOnThroughTheReactor) {
   ASSERT_TRUE(stuck.join().ok());
 }
 
-// async_write's and async_write_all's operations: one never awaited writes nothing; kept as a
-// Task (awaited later, or spawned) each writes as awaited at once; a second await throws, as does
-// awaiting one moved from; from a coroutine that is not a task they block the fiber that runs
-// it. Bad input and a closed stream give what write and write_all give.
-TEST(TaskIoTest, TheWriteOperationsAsTasksMovedNeverAwaitedOnAFiberAndOnBadInput) {
+// async_write's and async_write_all's Tasks: one never awaited writes nothing; kept (awaited
+// later, or spawned) each writes as awaited at once; awaiting one moved from throws; from a
+// coroutine that is not a task they block the fiber that runs it. Bad input and a closed stream
+// give what write and write_all give.
+TEST(TaskIoTest, TheWriteTasksNeverAwaitedMovedOnAFiberAndOnBadInput) {
   Runtime rt({.workers = 2});
   TcpStream client, st;
   ASSERT_NO_FATAL_FAILURE(Connect(&client, &st));
   auto h = rt.spawn_task([&]() -> Task<> {
-    { WriteAllOperation unused = st.async_write_all("zz", 2); }  // writes nothing
-    { WriteOperation unused = st.async_write("zz", 2); }
+    { Task<Result<void>> unused = st.async_write_all("zz", 2); }  // writes nothing
+    { Task<Result<std::size_t>> unused = st.async_write("zz", 2); }
     Task<Result<std::size_t>> later = st.async_write("ab", 2);
     EXPECT_EQ(*co_await std::move(later), 2u);
-    WriteAllOperation op = st.async_write_all("cd", 2);
-    EXPECT_TRUE((co_await op).ok());
-    EXPECT_TRUE(co_await ThrowsLogicError(op));
-    WriteAllOperation first = st.async_write_all("ef", 2);
-    WriteAllOperation moved = std::move(first);
-    EXPECT_TRUE((co_await moved).ok());
+    EXPECT_TRUE((co_await st.async_write_all("cd", 2)).ok());
+    Task<Result<void>> first = st.async_write_all("ef", 2);
+    Task<Result<void>> moved = std::move(first);
+    EXPECT_TRUE((co_await std::move(moved)).ok());
     EXPECT_TRUE(co_await ThrowsLogicError(first));
   });
   ASSERT_TRUE(h.join().ok());

@@ -120,9 +120,11 @@ Result<io::RecvBuffer> RecvBufferOn(Fd fd, const WaitOptions& options);
 Result<int> Accept(Fd fd, sockaddr* addr, socklen_t* addrlen, const WaitOptions& options);
 
 // The task forms (scheduler/task.h) of the calls above, through scheduler_internal::IoAwaiter
-// (a stream's receives and sends: IoOperation, api/internal/io_operation.h); in api/io.cc. On the
-// simulated network's fds, whose calls block, the blocking form runs on a fiber of its own while
-// the task waits.
+// (the receives into a buffer: IoOperation); in api/io.cc. On the simulated network's fds, whose
+// calls block, the blocking form runs on a fiber of its own while the task waits.
+Task<Result<std::size_t>> AsyncSend(Fd fd, const void* buf, std::size_t len, int flags,
+                                    WaitOptions options);
+Task<Result<void>> AsyncSendAll(Fd fd, const void* buf, std::size_t len, WaitOptions options);
 Task<Result<std::size_t>> AsyncRecvMsg(Fd fd, MsgHdr* msg, int flags, WaitOptions options);
 // AsyncRead / AsyncWrite: Read / Write for a task, on real fds only (fs::File's).
 Task<Result<std::size_t>> AsyncRead(Fd fd, void* buf, std::size_t len, WaitOptions options,

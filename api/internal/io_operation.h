@@ -1,12 +1,10 @@
 // api/internal/io_operation.h: a task's I/O call as an awaitable that keeps its state in the
 // awaiting coroutine's frame (IoOperation), and the calls made so: a receive into a buffer the
-// runtime lends (RecvBufferTries: TcpStream::async_recv_buffer), one into the caller's buffer
-// (RecvCall: TcpStream::async_read), a send (SendCall: async_write) and a send of all the bytes
-// (SendAllCall: async_write_all). The members are defined in api/io.cc, for these calls.
+// runtime lends (RecvBufferTries: TcpStream::async_recv_buffer) and one into the caller's buffer
+// (RecvCall: TcpStream::async_read). The members are defined in api/io.cc, for these two calls.
 //
 // Defines: weft::io_internal::Fd, weft::io_internal::RecvBufferTries,
-// weft::io_internal::RecvCall, weft::io_internal::SendCall, weft::io_internal::SendAllCall,
-// weft::io_internal::IoOperation.
+// weft::io_internal::RecvCall, weft::io_internal::IoOperation.
 
 #ifndef WEFT_API_INTERNAL_IO_OPERATION_H_
 #define WEFT_API_INTERNAL_IO_OPERATION_H_
@@ -37,14 +35,12 @@ struct Fd {
   static Fd Now(int fd) { return {fd, scheduler_internal::CloseEpoch(fd)}; }
 };
 
-// A call an IoOperation makes (its Call): at(), the fd; Direct, its first try without the
-// reactor (a non-blocking system call, within the task's budget of direct turns): the call's
-// result, or nullopt to go on through the reactor (from where Direct left it: a send of all the
-// bytes may have sent some); Submit, the next attempt's operation; After, the call's result once
-// an attempt ended with r (an EINTR or EAGAIN already absorbed, up to kTransientRetries in a row:
-// the rule of a receive or send that waits; a call with MSG_DONTWAIT, or an accept, would need
-// its own), or nullopt to make another; Blocking, the whole call as the blocking form makes it;
-// Sim, the call on the simulated network; kName, what a dump of parked tasks calls the wait.
+// A call an IoOperation makes (its Call): at(), the fd; Submit, the next attempt's operation;
+// After, the call's result once an attempt ended with r (an EINTR or EAGAIN already absorbed, up
+// to kTransientRetries in a row: the rule of a receive that waits; a call with MSG_DONTWAIT, or
+// an accept, would need its own), or nullopt to make another; Blocking, the whole call as the
+// blocking form makes it; Sim, the call on the simulated network; kName, what a dump of parked
+// tasks calls the wait.
 
 // RecvBufferTries: one recv_buffer call's attempts, for its blocking form too. Through the
 // worker's ring while it has one and lends buffers; once it says it cannot (ENOBUFS: all lent;
@@ -55,7 +51,6 @@ class RecvBufferTries {
   static constexpr const char* kName = "io recv_buffer";
   explicit RecvBufferTries(Fd at) : at_(at) {}
   Fd at() const { return at_; }
-  std::optional<Value> Direct(const WaitOptions&) { return std::nullopt; }  // a receive waits
   void Submit(Reactor& re, IoOp& op);
   std::optional<Value> After(std::int64_t r);
   Value Blocking(const WaitOptions& options) const;
@@ -76,7 +71,6 @@ class RecvCall {
   static constexpr const char* kName = "io recv";
   RecvCall(Fd at, void* buf, std::size_t len) : at_(at), buf_(buf), len_(len) {}
   Fd at() const { return at_; }
-  std::optional<Value> Direct(const WaitOptions&) { return std::nullopt; }  // a receive waits
   void Submit(Reactor& re, IoOp& op);
   std::optional<Value> After(std::int64_t r);
   Value Blocking(const WaitOptions& options) const;
@@ -86,48 +80,6 @@ class RecvCall {
   Fd at_;
   void* buf_;
   std::size_t len_;
-};
-
-// SendCall: a stream send of up to len bytes from buf; first tried directly, as a send seldom
-// waits.
-class SendCall {
- public:
-  using Value = Result<std::size_t>;
-  static constexpr const char* kName = "io send";
-  SendCall(Fd at, const void* buf, std::size_t len) : at_(at), buf_(buf), len_(len) {}
-  Fd at() const { return at_; }
-  std::optional<Value> Direct(const WaitOptions& options);
-  void Submit(Reactor& re, IoOp& op);
-  std::optional<Value> After(std::int64_t r);
-  Value Blocking(const WaitOptions& options) const;
-  Task<Value> Sim(const WaitOptions& options) const;
-
- private:
-  Fd at_;
-  const void* buf_;
-  std::size_t len_;
-};
-
-// SendAllCall: sends until all len bytes from buf are sent: direct sends while the socket takes
-// them, then one through the reactor for the rest at a time. A send that moves no byte is
-// io_error, as SendAll's.
-class SendAllCall {
- public:
-  using Value = Result<void>;
-  static constexpr const char* kName = "io send";
-  SendAllCall(Fd at, const void* buf, std::size_t len)
-      : at_(at), next_(static_cast<const char*>(buf)), left_(len) {}
-  Fd at() const { return at_; }
-  std::optional<Value> Direct(const WaitOptions& options);
-  void Submit(Reactor& re, IoOp& op);
-  std::optional<Value> After(std::int64_t r);
-  Value Blocking(const WaitOptions& options) const;
-  Task<Value> Sim(const WaitOptions& options) const;
-
- private:
-  Fd at_;
-  const char* next_;  // the first byte not sent yet
-  std::size_t left_;  // how many are left
 };
 
 // IoOperation<Call>: what a task's I/O call returns where its state lives in the awaiting
@@ -186,8 +138,6 @@ class [[nodiscard]] IoOperation {
 
 extern template class IoOperation<RecvBufferTries>;
 extern template class IoOperation<RecvCall>;
-extern template class IoOperation<SendCall>;
-extern template class IoOperation<SendAllCall>;
 
 }  // namespace weft::io_internal
 
