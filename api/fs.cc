@@ -53,7 +53,7 @@ bool StillOurs(int fd, std::uint32_t epoch) { return scheduler_internal::CloseEp
 
 // ThroughReactor: whether reads and writes go to the caller's reactor. io_uring does file
 // operations itself; epoll cannot wait for a disk, and on Windows a File's handle is a
-// synchronous one (docs/api.md says why), so they run on the blocking threads there.
+// synchronous one (docs/platforms.md says why), so they run on the blocking threads there.
 bool ThroughReactor() {
 #ifdef _WIN32
   return false;

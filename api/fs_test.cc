@@ -399,8 +399,9 @@ TEST_P(FsTaskTest, BadInputAndEndedWaitsAreErrors) {
 }
 
 // Writers on a regular File closed meanwhile, its number then reused by another file: no write
-// reaches the other file (on io_uring and IOCP, where the close ends the operations first, and
-// on the blocking threads under epoll, where each call is an FdUse that the close waits for).
+// reaches the other file (on io_uring, where the close ends the operations first, and on the
+// blocking threads under epoll and on Windows, where each call is an FdUse that the close waits
+// for).
 TEST(FsClose, WritersOnAFileClosedMeanwhileNeverWriteTheNextFile) {
   const int rounds = std::getenv("ADV_ROUNDS") ? std::atoi(std::getenv("ADV_ROUNDS")) : 40;
   Runtime rt({.workers = 2});
