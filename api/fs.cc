@@ -51,15 +51,19 @@ bool BadPath(const std::string& path) {
 
 bool StillOurs(int fd, std::uint32_t epoch) { return scheduler_internal::CloseEpoch(fd) == epoch; }
 
-// ThroughReactor: whether reads and writes go to the caller's reactor. io_uring does file
-// operations itself; epoll cannot wait for a disk, and on Windows a File's handle is a
-// synchronous one (docs/platforms.md says why), so they run on the blocking threads there.
-bool ThroughReactor() {
-#ifdef _WIN32
-  return false;
-#else
-  return scheduler_internal::FileIoThroughReactor();
-#endif
+// OnFile: f() for a File's blocking-thread call on fd (epoch: its close epoch at open), or
+// nullopt, without calling f, once a close began since the open: a call that waited for a
+// blocking thread while the File was closed never reaches the number's next file. On a regular
+// file the call is an FdUse (scheduler/io.h): a close waits for it, which is short (a disk
+// access). A pipe's or FIFO's call may wait for ever, so a close must not wait for it: there the
+// epoch is checked before the call, and callers check StillOurs again after it; a close in
+// between is the caller's race (api/fs.h).
+template <typename F>
+auto OnFile(int fd, std::uint32_t epoch, bool regular, F f) -> std::optional<decltype(f())> {
+  std::optional<scheduler_internal::FdUse> use;
+  if (regular) use.emplace(fd, epoch);
+  if (use ? use->refused() : !StillOurs(fd, epoch)) return std::nullopt;
+  return f();
 }
 
 #ifndef _WIN32
@@ -91,28 +95,14 @@ Result<std::int64_t> Blocking(F f) {
   return r;
 }
 
-// BlockingOn: Blocking for a call on fd, the File's (epoch: its close epoch at open): one that
-// waited for a blocking thread while the File was closed never reaches the number's next file
-// (ECANCELED). On a regular file the call is an FdUse (scheduler/io.h): a close waits for it,
-// which is short (a disk access). A pipe's or FIFO's call may wait for ever, so a close must not
-// wait for it: there the epoch is checked before the call, and callers check StillOurs again
-// after it; a close in between is the caller's race (api/fs.h).
+// BlockingOn: Blocking for a call on fd, the File's, under OnFile's rules (ECANCELED once a
+// close began since the open).
 template <typename F>
 Result<std::int64_t> BlockingOn(int fd, std::uint32_t epoch, bool regular, F f) {
   return Blocking([&] {
-    if (regular) {
-      scheduler_internal::FdUse use(fd, epoch);
-      if (use.refused()) {
-        errno = ECANCELED;
-        return std::int64_t{-1};
-      }
-      return f();
-    }
-    if (!StillOurs(fd, epoch)) {
-      errno = ECANCELED;
-      return std::int64_t{-1};
-    }
-    return f();
+    if (std::optional<std::int64_t> r = OnFile(fd, epoch, regular, f)) return *r;
+    errno = ECANCELED;
+    return std::int64_t{-1};
   });
 }
 
@@ -186,9 +176,6 @@ Result<std::size_t> BlockingWrite(int fd, std::uint32_t epoch, bool regular, con
   }));
 }
 
-// AsPosix: the result as it is (POSIX's own errors).
-Result<std::size_t> AsPosix(const Result<std::size_t>& r) { return r; }
-
 Result<void> Sync(int fd, std::uint32_t epoch, bool regular, bool datasync,
                   const WaitOptions& options) {
   if (fd < 0) return std::errc::bad_file_descriptor;
@@ -255,20 +242,14 @@ HANDLE H(int fd) { return reinterpret_cast<HANDLE>(static_cast<std::intptr_t>(fd
 std::errc LastError() { return static_cast<std::errc>(base_internal::ErrnoOf(GetLastError())); }
 
 // OnHandle: ok() (a Win32 call's success; GetLastError says why not) on a blocking thread, for
-// the File's handle (epoch: its close epoch at open), as the Linux calls' BlockingOn: on a
-// regular file as one FdUse (scheduler/io.h), which a close that began since the open refuses
-// (operation_canceled) and one that begins meanwhile waits for (a disk access); elsewhere (a
-// pipe, whose call may wait for ever) with the epoch checked before the call, and by the caller
-// after it.
+// the File's handle, under OnFile's rules (operation_canceled once a close began since the open).
 template <typename F>
 Result<void> OnHandle(int fd, std::uint32_t epoch, bool regular, F ok) {
   std::errc error{};
   call_blocking([&] {
-    std::optional<scheduler_internal::FdUse> use;
-    if (regular) use.emplace(fd, epoch);
-    if ((use && use->refused()) || (!use && !StillOurs(fd, epoch))) {
+    if (std::optional<bool> done = OnFile(fd, epoch, regular, ok); !done) {
       error = std::errc::operation_canceled;
-    } else if (!ok()) {
+    } else if (!*done) {
       error = LastError();
     }
   });
@@ -284,6 +265,12 @@ OVERLAPPED At(std::uint64_t offset) {
   return at;
 }
 
+// AsPosix: a read's or write's failure as POSIX reports it: a handle not opened for that access
+// fails with ERROR_ACCESS_DENIED (EACCES), where read(2) and write(2) say EBADF.
+std::errc AsPosix(std::errc e) {
+  return e == std::errc::permission_denied ? std::errc::bad_file_descriptor : e;
+}
+
 Result<std::size_t> BlockingRead(int fd, std::uint32_t epoch, bool regular, void* buf,
                                  std::size_t len, std::uint64_t offset) {
   DWORD got = 0;
@@ -294,7 +281,7 @@ Result<std::size_t> BlockingRead(int fd, std::uint32_t epoch, bool regular, void
     got = 0;  // at or past the end
     return true;
   });
-  if (!r.ok()) return r.error();
+  if (!r.ok()) return AsPosix(r.error());
   return static_cast<std::size_t>(got);
 }
 
@@ -305,15 +292,8 @@ Result<std::size_t> BlockingWrite(int fd, std::uint32_t epoch, bool regular, con
     OVERLAPPED at = At(offset);
     return WriteFile(H(fd), buf, static_cast<DWORD>(ClampIoLength(len)), &put, &at) != 0;
   });
-  if (!r.ok()) return r.error();
+  if (!r.ok()) return AsPosix(r.error());
   return static_cast<std::size_t>(put);
-}
-
-// AsPosix: a read's or write's result as POSIX reports it: a handle not opened for that access
-// fails with ERROR_ACCESS_DENIED (EACCES), where read(2) and write(2) say EBADF.
-Result<std::size_t> AsPosix(const Result<std::size_t>& r) {
-  if (!r.ok() && r.error() == std::errc::permission_denied) return std::errc::bad_file_descriptor;
-  return r;
 }
 }  // namespace
 
@@ -419,7 +399,9 @@ std::optional<Result<std::size_t>> ReadStart(int fd, std::uint32_t epoch, void* 
   *len = Clamp(*len, offset);
   if (*len == 0) return Result<std::size_t>(std::size_t{0});
 #ifdef _WIN32
-  return std::nullopt;  // no read that never waits for the disk: a blocking thread's read
+  // No read that never waits for the disk: a blocking thread's read (a File's handle is
+  // synchronous there; docs/platforms.md says why).
+  return std::nullopt;
 #else
   // First, what the page cache holds, without waiting: preadv2 with RWF_NOWAIT never waits for
   // the disk (EAGAIN instead), so it is safe on a worker. A read the cache serves then costs one
@@ -474,11 +456,12 @@ Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offs
   if (std::optional<Result<std::size_t>> r = ReadStart(fd, epoch_, buf, &len, offset, options)) {
     return *r;
   }
-  Result<std::size_t> out = ThroughReactor() ? io_internal::Read({fd, epoch_}, buf, len, options,
-                                                                 static_cast<std::int64_t>(offset))
-                                             : BlockingRead(fd, epoch_, regular_, buf, len, offset);
+  Result<std::size_t> out =
+      scheduler_internal::FileIoThroughReactor()
+          ? io_internal::Read({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset))
+          : BlockingRead(fd, epoch_, regular_, buf, len, offset);
   if (!StillOurs(fd, epoch_)) return std::errc::operation_canceled;
-  return AsPosix(out);
+  return out;
 }
 
 Task<Result<std::size_t>> File::async_read_at(void* buf, std::size_t len, std::uint64_t offset,
@@ -488,7 +471,7 @@ Task<Result<std::size_t>> File::async_read_at(void* buf, std::size_t len, std::u
     co_return *r;
   }
   Result<std::size_t> out = std::size_t{0};
-  if (ThroughReactor()) {
+  if (scheduler_internal::FileIoThroughReactor()) {
     out = co_await io_internal::AsyncRead({fd, epoch_}, buf, len, options,
                                           static_cast<std::int64_t>(offset));
   } else {
@@ -496,7 +479,7 @@ Task<Result<std::size_t>> File::async_read_at(void* buf, std::size_t len, std::u
         [&] { return BlockingRead(fd, epoch_, regular_, buf, len, offset); });
   }
   if (!StillOurs(fd, epoch_)) co_return std::errc::operation_canceled;
-  co_return AsPosix(out);
+  co_return out;
 }
 
 Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64_t offset,
@@ -506,11 +489,11 @@ Result<std::size_t> File::write_at(const void* buf, std::size_t len, std::uint64
     return *r;
   }
   Result<std::size_t> out =
-      ThroughReactor()
+      scheduler_internal::FileIoThroughReactor()
           ? io_internal::Write({fd, epoch_}, buf, len, options, static_cast<std::int64_t>(offset))
           : BlockingWrite(fd, epoch_, regular_, buf, len, offset);
   if (!out.ok() && !StillOurs(fd, epoch_)) return std::errc::operation_canceled;
-  return AsPosix(out);
+  return out;
 }
 
 Task<Result<std::size_t>> File::async_write_at(const void* buf, std::size_t len,
@@ -520,7 +503,7 @@ Task<Result<std::size_t>> File::async_write_at(const void* buf, std::size_t len,
     co_return *r;
   }
   Result<std::size_t> out = std::size_t{0};
-  if (ThroughReactor()) {
+  if (scheduler_internal::FileIoThroughReactor()) {
     out = co_await io_internal::AsyncWrite({fd, epoch_}, buf, len, options,
                                            static_cast<std::int64_t>(offset));
   } else {
@@ -528,7 +511,7 @@ Task<Result<std::size_t>> File::async_write_at(const void* buf, std::size_t len,
         [&] { return BlockingWrite(fd, epoch_, regular_, buf, len, offset); });
   }
   if (!out.ok() && !StillOurs(fd, epoch_)) co_return std::errc::operation_canceled;
-  co_return AsPosix(out);
+  co_return out;
 }
 
 Result<std::size_t> File::read_full_at(void* buf, std::size_t len, std::uint64_t offset,
