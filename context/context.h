@@ -6,8 +6,9 @@
 // ThreadSanitizer.
 //
 // Defines: weft::Context, weft::StackSpan, weft::Transfer, weft::ContextEntry, weft::OnTopFn and
-// the functions make_context, jump_context, jump_context_last, jump_context_ontop, exit_context,
-// discard_context, current_context, prefetch_context, set_context_name, context_name.
+// the functions make_context, jump_context, jump_context_last, jump_context_inline,
+// jump_context_ontop, exit_context, discard_context, current_context, prefetch_context,
+// set_context_name, context_name.
 //
 // Backends (chosen at build time, see docs/context.md): hand-written assembly for x86-64 SysV
 // ELF; ucontext elsewhere or with --define=weft_context=ucontext. Stacks with guard pages and
@@ -84,6 +85,18 @@ inline Transfer jump_context(Context to, void* data = nullptr) noexcept;
 // the resuming switch delivers is dropped. Same preconditions as jump_context. (Under ASan, where
 // the resumed side must finish the sanitizer's switch, it is a plain jump_context.)
 inline void jump_context_last(Context to, void* data = nullptr) noexcept;
+
+// jump_context_inline: jump_context compiled into the caller as an asm statement instead of a
+// call into the assembly. The compiler is told that every register but the stack and frame
+// pointers is clobbered, so it saves only what is live at the call site; and the FP control
+// words (MXCSR and the x87 control word) are not carried: the resumed side runs with those of
+// the thread that switched, as it would after a plain function call. About a third of
+// jump_context's cost where little is live (docs/context.md, "The inline switch"). Use it where
+// switches are hot and no context changes the rounding mode or exception masks (fesetround,
+// feenableexcept) across a switch; either switch resumes a context the other suspended, and
+// jump_context_ontop and exit_context target either. Same preconditions as jump_context. x86-64
+// System V (Linux) with the asm backend; elsewhere it is jump_context.
+inline Transfer jump_context_inline(Context to, void* data = nullptr) noexcept;
 
 // jump_context_ontop: as jump_context, but once the caller is suspended, fn({caller, data}) runs
 // on `to`'s stack, and `to` resumes with fn's result. The way to park: fn publishes the caller's

@@ -1,6 +1,8 @@
 // Context-switch benchmarks, with their baselines in the same binary:
 //   BM_JumpContext      weft::jump_context round trip (two switches), the public API
-//   BM_RawJump          the backend's weft_context_jump alone (no record bookkeeping): the floor
+//   BM_JumpContextInline  the same round trip by jump_context_inline (both sides)
+//   BM_JumpContextMixed   one side inline, the other jump_context: each resumes the other's frame
+//   BM_RawJump          the backend's weft_context_jump alone (no record bookkeeping)
 //   BM_SwapContext      POSIX swapcontext round trip: the baseline to beat
 //   BM_MakeAndFinish    make_context + first switch + exit_context on a pooled stack
 // Each reports `ns_per_switch` (per one-way switch).
@@ -59,6 +61,32 @@ void BM_JumpContext(benchmark::State& state) {
   discard_context(fiber);
 }
 BENCHMARK(BM_JumpContext);
+
+void BM_JumpContextInline(benchmark::State& state) {
+  Stack stack = BenchStack();
+  Context fiber = *make_context(stack.span(), [](Transfer t) {
+    for (;;) t = jump_context_inline(t.from);
+  });
+  for (auto _ : state) {
+    fiber = jump_context_inline(fiber).from;
+  }
+  SetSwitchCounter(state, 2);
+  discard_context(fiber);
+}
+BENCHMARK(BM_JumpContextInline);
+
+void BM_JumpContextMixed(benchmark::State& state) {
+  Stack stack = BenchStack();
+  Context fiber = *make_context(stack.span(), [](Transfer t) {
+    for (;;) t = jump_context(t.from);
+  });
+  for (auto _ : state) {
+    fiber = jump_context_inline(fiber).from;
+  }
+  SetSwitchCounter(state, 2);
+  discard_context(fiber);
+}
+BENCHMARK(BM_JumpContextMixed);
 
 // The raw fiber bounces back forever, storing its fresh handle in g_raw_fiber each time.
 void* g_raw_main;

@@ -11,6 +11,9 @@
 #include "weft/context/internal/raw.h"
 #include "weft/context/internal/record.h"
 #include "weft/context/internal/sanitizers.h"
+#if defined(WEFT_CONTEXT_INLINE_X86_64_SYSV)
+#include "weft/context/internal/inline_x86_64_sysv.h"
+#endif
 
 namespace weft::context_internal {
 
@@ -78,6 +81,20 @@ inline void jump_context_last(Context to, void* data) noexcept {
     void* sp = BeginSwitch(self, to, /*exiting=*/false);
     weft_context_jump(sp, &self->sp, self, data);
   }
+}
+
+inline Transfer jump_context_inline(Context to, void* data) noexcept {
+#if defined(WEFT_CONTEXT_INLINE_X86_64_SYSV)
+  using namespace context_internal;
+  ContextRecord* self = Current();
+  void* sp = BeginSwitch(self, to, /*exiting=*/false);
+  WeftRawTransfer r = InlineJump(sp, &self->sp, self, data);
+  auto* from = static_cast<ContextRecord*>(r.tag);
+  Arrive(self, from);
+  return Transfer{from, r.data};
+#else
+  return jump_context(to, data);
+#endif
 }
 
 inline Transfer jump_context_ontop(Context to, void* data, OnTopFn fn) noexcept {

@@ -20,6 +20,22 @@
  *
  * These are exactly the SysV callee-saved registers plus the two FP control words the ABI says
  * are callee-saved. The signal mask is not saved (a non-goal: that is what makes it fast).
+ *
+ * A context suspended by the inline switch (jump_context_inline: inline_x86_64_sysv.h) keeps a
+ * smaller frame, and its handle carries WEFT_INLINE_TAG in its low bit (a full frame's
+ * handle is 16-byte aligned, so the bit is free). Below the 128-byte red zone of the code it
+ * suspended in, which may hold that code's live values:
+ *
+ *   offset  size  content
+ *   ------  ----  -----------------------------------------------------------
+ *    0x00     8   resume address (inside the inline switch)
+ *    0x08     8   rbp
+ *    0x10   128   the suspended code's red zone, untouched
+ *    0x90         = the suspended code's rsp
+ *
+ * The other registers are the compiler's business: the inline switch tells it that every one
+ * but rsp and rbp is clobbered, so it keeps in them only what it saves itself. The FP control
+ * words are not in it: a context resumed from an inline frame runs with the resumer's.
  */
 #ifndef WEFT_CONTEXT_INTERNAL_FRAME_X86_64_SYSV_H_
 #define WEFT_CONTEXT_INTERNAL_FRAME_X86_64_SYSV_H_
@@ -34,6 +50,11 @@
 #define WEFT_FRAME_RBP 0x30
 #define WEFT_FRAME_RIP 0x38
 #define WEFT_FRAME_SIZE 0x40
+
+#define WEFT_INLINE_TAG 1
+#define WEFT_INLINE_FRAME_RIP 0x00
+#define WEFT_INLINE_FRAME_RBP 0x08
+#define WEFT_INLINE_FRAME_SIZE 0x90
 
 #ifndef __ASSEMBLER__
 #include <cstddef>
