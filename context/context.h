@@ -87,16 +87,21 @@ inline Transfer jump_context(Context to, void* data = nullptr) noexcept;
 inline void jump_context_last(Context to, void* data = nullptr) noexcept;
 
 // jump_context_inline: jump_context compiled into the caller as an asm statement instead of a
-// call into the assembly. The compiler is told that every register but the stack and frame
-// pointers is clobbered, so it saves only what is live at the call site; and the FP control
-// words (MXCSR and the x87 control word) are not carried: the resumed side runs with those of
-// the thread that switched, as it would after a plain function call. About a third of
-// jump_context's cost where little is live (docs/context.md, "The inline switch"). Use it where
-// switches are hot and no context changes the rounding mode or exception masks (fesetround,
-// feenableexcept) across a switch; either switch resumes a context the other suspended, and
-// jump_context_ontop and exit_context target either. Same preconditions as jump_context. x86-64
-// System V (Linux) with the asm backend; elsewhere it is jump_context.
-inline Transfer jump_context_inline(Context to, void* data = nullptr) noexcept;
+// call into the assembly. The compiler is told that every register but rsp, rbp and rbx is
+// clobbered, so it saves only what is live at the call site; and the FP control words (MXCSR
+// and the x87 control word) are not carried: a context it suspends runs on, once resumed, with
+// those of the context that resumed it, as after a plain function call. About a third of
+// jump_context's cost where little is live (docs/context.md, "The inline switch"); but a switch
+// inside a function that then returns to its caller pays for that return's misprediction,
+// which jump_context_last avoids. Use it where switches are hot, in the loop that switches, and
+// no context changes the rounding mode or exception masks (fesetround, feenableexcept). Either
+// switch resumes a context the other suspended, and jump_context_ontop and exit_context target
+// either. Same preconditions as jump_context. With GCC, a function built for AVX-512 only by a
+// target attribute must not call it (GCC cannot be told that xmm16-31 are clobbered outside
+// such a translation unit). x86-64 System V (Linux) with the asm backend; elsewhere it is
+// jump_context.
+[[gnu::always_inline]] inline Transfer jump_context_inline(Context to,
+                                                           void* data = nullptr) noexcept;
 
 // jump_context_ontop: as jump_context, but once the caller is suspended, fn({caller, data}) runs
 // on `to`'s stack, and `to` resumes with fn's result. The way to park: fn publishes the caller's

@@ -150,6 +150,41 @@ TEST_P(Pairing, JumpContextLastResumesEitherKind) {
   Switch(main_inline, c, nullptr);  // the fiber exits
 }
 
+// An on-top function run onto either kind of frame sees the target's frame pointer, not the
+// suspended caller's: a frame-pointer walk from it (a profiler's, a crash handler's) stays off
+// the stack of a context that may already run elsewhere or be freed (exit_context).
+StackSpan g_fiber_span;
+bool g_chain_enters_fiber = false;
+
+[[gnu::noinline]] void WalkFramePointers() {
+  auto* lo = static_cast<char*>(g_fiber_span.base);
+  char* hi = lo + g_fiber_span.size;
+  auto* fp = static_cast<char*>(__builtin_frame_address(0));
+  g_chain_enters_fiber = false;
+  for (int i = 0; i < 8 && fp != nullptr; ++i) {
+    if (fp >= lo && fp < hi) {
+      g_chain_enters_fiber = true;
+      return;
+    }
+    fp = *reinterpret_cast<char**>(fp);
+  }
+}
+
+TEST_P(Pairing, AnOnTopFunctionSeesTheTargetsFramePointer) {
+  g_pairing = GetParam();
+  TestFiber fiber([](Transfer t) {
+    t = jump_context_ontop(t.from, nullptr, [](Transfer in) {
+      WalkFramePointers();  // on the test's stack, the fiber suspended
+      return in;
+    });
+    Finish(t.from);
+  });
+  g_fiber_span = fiber.stack.span();
+  Transfer t = Switch((g_pairing & 1) != 0, fiber.context, nullptr);
+  EXPECT_FALSE(g_chain_enters_fiber);
+  Switch((g_pairing & 1) != 0, t.from, nullptr);  // the fiber exits
+}
+
 std::string PairingName(const ::testing::TestParamInfo<int>& param) {
   static const char* kNames[] = {"BothCall", "TestInline", "FiberInline", "BothInline"};
   return kNames[param.param];
@@ -201,6 +236,38 @@ TEST(InlineSwitch, LiveValuesSurviveWhileTheOtherSideClobbersEverything) {
     ASSERT_EQ(a2 + b2 + d2 + e2 + f2 + g2 + h2 + k2 + m2 + n2, sum) << "round " << i;
     ASSERT_EQ(x + y + z + w, fsum) << "round " << i;
     ASSERT_EQ(q, qq) << "round " << i;
+  }
+  discard_context(c);
+}
+
+// A function with an over-aligned local and a variable-length allocation addresses its locals
+// through a base register (clang: rbx) or a realigned frame (GCC): both survive the switch.
+struct alignas(64) Aligned {
+  volatile std::uint64_t v[8];
+};
+
+[[gnu::noinline]] std::uint64_t AlignedAndAlloca(int n, Context* c) {
+  Aligned a;
+  for (int i = 0; i < 8; ++i) a.v[i] = 100 + i;
+  auto* dynamic = static_cast<volatile std::uint64_t*>(__builtin_alloca(n * sizeof(std::uint64_t)));
+  for (int i = 0; i < n; ++i) dynamic[i] = 7 * i;
+  *c = jump_context_inline(*c).from;
+  std::uint64_t sum = 0;
+  for (int i = 0; i < 8; ++i) sum += a.v[i];
+  for (int i = 0; i < n; ++i) sum += dynamic[i];
+  return sum;
+}
+
+TEST(InlineSwitch, OverAlignedLocalsAndAllocaSurvive) {
+  TestFiber fiber([](Transfer t) {
+    for (;;) t = jump_context_inline(t.from);
+  });
+  Context c = fiber.context;
+  for (int n = 1; n < 40; n += 3) {
+    std::uint64_t expect = 0;
+    for (int i = 0; i < 8; ++i) expect += 100 + i;
+    for (int i = 0; i < n; ++i) expect += 7 * i;
+    EXPECT_EQ(AlignedAndAlloca(n, &c), expect) << n;
   }
   discard_context(c);
 }

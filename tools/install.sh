@@ -53,6 +53,11 @@ while read -r label; do
   count=$((count + 1))
 done < <(./bazelw query 'filter("\.h$", kind("source file", deps(//api:weft)))' 2>/dev/null | grep '^//')
 
+# The define //context gives its dependents where the inline switch is built (context.h,
+# jump_context_inline): without it a program still works, with jump_context in its place.
+cflags="-I\${includedir} -std=c++20"
+if [ "$(uname -m)" = x86_64 ]; then cflags="$cflags -DWEFT_CONTEXT_INLINE_X86_64_SYSV"; fi
+
 cat >"$prefix/lib/pkgconfig/weft.pc" <<PC
 prefix=$prefix
 includedir=\${prefix}/include
@@ -62,7 +67,7 @@ Name: weft
 Description: M:N work-stealing runtime of stackful fibers with io_uring I/O
 Version: $version
 Requires.private: liburing
-Cflags: -I\${includedir} -std=c++20
+Cflags: $cflags
 Libs: -L\${libdir} -lweft -pthread
 Libs.private: ${libs[*]}
 PC

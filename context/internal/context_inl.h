@@ -83,7 +83,7 @@ inline void jump_context_last(Context to, void* data) noexcept {
   }
 }
 
-inline Transfer jump_context_inline(Context to, void* data) noexcept {
+[[gnu::always_inline]] inline Transfer jump_context_inline(Context to, void* data) noexcept {
 #if defined(WEFT_CONTEXT_INLINE_X86_64_SYSV)
   using namespace context_internal;
   ContextRecord* self = Current();

@@ -30,12 +30,15 @@
  *   ------  ----  -----------------------------------------------------------
  *    0x00     8   resume address (inside the inline switch)
  *    0x08     8   rbp
- *    0x10   128   the suspended code's red zone, untouched
- *    0x90         = the suspended code's rsp
+ *    0x10     8   rbx
+ *    0x18   128   the suspended code's red zone, untouched
+ *    0x98         = the suspended code's rsp
  *
  * The other registers are the compiler's business: the inline switch tells it that every one
- * but rsp and rbp is clobbered, so it keeps in them only what it saves itself. The FP control
- * words are not in it: a context resumed from an inline frame runs with the resumer's.
+ * but rsp, rbp and rbx is clobbered, so it keeps in them only what it saves itself. rbp and rbx
+ * are kept because a compiler may need them across any statement, clobbered or not: the frame
+ * pointer, and clang's base pointer in a function with both over-aligned locals and alloca. The FP
+ * control words are not in it: a context resumed from an inline frame runs with the resumer's.
  */
 #ifndef WEFT_CONTEXT_INTERNAL_FRAME_X86_64_SYSV_H_
 #define WEFT_CONTEXT_INTERNAL_FRAME_X86_64_SYSV_H_
@@ -54,7 +57,8 @@
 #define WEFT_INLINE_TAG 1
 #define WEFT_INLINE_FRAME_RIP 0x00
 #define WEFT_INLINE_FRAME_RBP 0x08
-#define WEFT_INLINE_FRAME_SIZE 0x90
+#define WEFT_INLINE_FRAME_RBX 0x10
+#define WEFT_INLINE_FRAME_SIZE 0x98
 
 #ifndef __ASSEMBLER__
 #include <cstddef>

@@ -89,6 +89,7 @@ weft_context_jump:
 .Ljump_inline:                                /* rdi = the frame + WEFT_INLINE_TAG */
     movq    WEFT_INLINE_FRAME_RIP-WEFT_INLINE_TAG(%rdi), %r8
     movq    WEFT_INLINE_FRAME_RBP-WEFT_INLINE_TAG(%rdi), %rbp
+    movq    WEFT_INLINE_FRAME_RBX-WEFT_INLINE_TAG(%rdi), %rbx
     leaq    WEFT_INLINE_FRAME_SIZE-WEFT_INLINE_TAG(%rdi), %rsp
     jmpq    *%r8                              /* the rest is clobbered for the inline switch */
     .cfi_endproc
@@ -123,8 +124,9 @@ weft_context_ontop:
     jmpq    *%r8                              /* tail-call fn on the target's stack */
 
 .Lontop_inline:                               /* rdi = the frame + WEFT_INLINE_TAG */
-    leaq    -WEFT_INLINE_TAG(%rdi), %rbx      /* the frame, kept across fn (callee-saved; the
-                                                 inline switch let the target's rbx go) */
+    leaq    -WEFT_INLINE_TAG(%rdi), %rbx      /* the frame, kept across fn (callee-saved); the
+                                                 target's rbx comes back after fn */
+    movq    WEFT_INLINE_FRAME_RBP(%rbx), %rbp /* the target's, as a full frame gives fn */
     movq    %rbx, %rsp                        /* fn runs below the frame (and the red zone) */
     andq    $-16, %rsp
     leaq    weft_context_inline_return(%rip), %r10
@@ -145,6 +147,7 @@ weft_context_inline_return:
     movq    WEFT_INLINE_FRAME_RIP(%rbx), %r8
     movq    WEFT_INLINE_FRAME_RBP(%rbx), %rbp
     leaq    WEFT_INLINE_FRAME_SIZE(%rbx), %rsp
+    movq    WEFT_INLINE_FRAME_RBX(%rbx), %rbx /* last: rbx addressed the frame */
     jmpq    *%r8
     .cfi_endproc
     .size   weft_context_inline_return, .-weft_context_inline_return
