@@ -634,7 +634,9 @@ std::uint64_t TaskEcho(std::uint64_t seed, std::vector<std::string>* seen) {
       for (int k = 0; k < 3; ++k) {
         Result<net::TcpStream> s = co_await l->async_accept();
         if (!s.ok()) co_return -2;
-        conns.push_back(rt.spawn_task([k](net::TcpStream st) -> Task<std::size_t> {
+        // k is a parameter, not a capture: this lambda object dies with the full expression,
+        // while the coroutine it started runs on.
+        conns.push_back(rt.spawn_task([](net::TcpStream st, int k) -> Task<std::size_t> {
           std::size_t echoed = 0;
           for (;;) {
             if (k == 0) {  // one connection on recv_buffer, the others on async_read
@@ -650,7 +652,7 @@ std::uint64_t TaskEcho(std::uint64_t seed, std::vector<std::string>* seen) {
               echoed += *n;
             }
           }
-        }(std::move(*s))));
+        }(std::move(*s), k)));
       }
       int total = 0;
       for (auto& h : conns) total += static_cast<int>(*co_await h);

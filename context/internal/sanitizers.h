@@ -26,4 +26,11 @@
 #define WEFT_TSAN 0
 #endif
 
+// WEFT_NO_SANITIZE_ADDRESS: a function ASan leaves uninstrumented (its locals on the real stack).
+#if WEFT_ASAN
+#define WEFT_NO_SANITIZE_ADDRESS __attribute__((no_sanitize_address))
+#else
+#define WEFT_NO_SANITIZE_ADDRESS
+#endif
+
 #endif  // WEFT_CONTEXT_INTERNAL_SANITIZERS_H_
