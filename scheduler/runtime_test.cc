@@ -322,6 +322,55 @@ TEST(RuntimeSyncTest, ChannelPingPongBetweenFibers) {
   ASSERT_TRUE(echo.join().ok());
 }
 
+// Two fibers that keep waking each other (each wake makes the other the worker's next fiber)
+// do not keep a third, queued behind them or yielded, from running: it runs within a few of
+// their rounds, not after all of them. The pair stops once it ran, or after `kRounds`.
+TEST(RuntimeSyncTest, APairThatKeepsWakingEachOtherDoesNotStarveTheQueue) {
+  Runtime rt({.workers = 1});
+  constexpr int kRounds = 200000;
+  Channel<int> ping(1), pong(1);
+  std::atomic<bool> third_ran{false};
+  std::atomic<int> rounds_before_third{-1};
+  std::atomic<int> rounds_in_yield{-1};
+  std::atomic<int> round{0};
+  rt.block_on([&] {
+    JoinHandle<void> c;
+    // Spawned after a, b runs first (a spawn makes the new fiber the worker's next one) and waits
+    // for a's ping. a makes the third fiber the next one, then its ping's wake of b puts b there
+    // instead: the third goes to the queue, behind the pair.
+    auto a = rt.spawn([&] {
+      c = rt.spawn([&] {
+        rounds_before_third.store(round.load());
+        // Yielded, it waits in the worker's yield ring, where the pair's wakes must not
+        // starve it either.
+        const int at_yield = round.load();
+        this_fiber::yield();
+        rounds_in_yield.store(round.load() - at_yield);
+        third_ran.store(true);
+      });
+      for (int i = 0; i < kRounds && !third_ran.load(); ++i) {
+        round.store(i);
+        if (!ping.send(i).ok() || !pong.recv().ok()) return;
+      }
+      ping.close();
+    });
+    auto b = rt.spawn([&] {
+      for (;;) {
+        Result<int> v = ping.recv();
+        if (!v || !pong.send(*v).ok()) return;
+      }
+    });
+    ASSERT_TRUE(a.join().ok());
+    ASSERT_TRUE(b.join().ok());
+    ASSERT_TRUE(c.join().ok());
+  });
+  // A few rounds (a short streak of wakes), not all of them.
+  EXPECT_GE(rounds_before_third.load(), 0);
+  EXPECT_LT(rounds_before_third.load(), 100);
+  EXPECT_GE(rounds_in_yield.load(), 0);
+  EXPECT_LT(rounds_in_yield.load(), 100);
+}
+
 TEST(RuntimeSyncTest, SelectCondVarAndWaitGroupOnFibers) {
   Runtime rt({.workers = 2});
   Channel<int> a(0), b(0);

@@ -82,7 +82,8 @@ void Runtime::Impl::RunTask(Worker& w, Fiber* f) {
     // direct switch, unless a fairness pass is due (DirectNext's rule).
     Fiber* next = w.run_next;
     if (next == nullptr || !IsTask(next) || w.tick - w.fair_tick >= kFairnessInterval) return;
-    w.run_next = nullptr;
+    next = TakeRunNext(w);
+    if (next == nullptr) return;  // gone behind the worker's other fibers (TakeRunNext)
     f = next;
   }
 }

@@ -93,6 +93,53 @@ TEST(TaskTest, TheCallableOutlivesItsCoroutine) {
   EXPECT_EQ(*h.join(), 7000);
 }
 
+// Two tasks that keep waking each other do not keep a third, queued behind them or yielded,
+// from running (the fibers' form is in runtime_test.cc).
+TEST(TaskTest, APairThatKeepsWakingEachOtherDoesNotStarveTheQueue) {
+  Runtime rt({.workers = 1});
+  constexpr int kRounds = 200000;
+  Channel<int> ping(1), pong(1);
+  std::atomic<bool> third_ran{false};
+  std::atomic<int> rounds_before_third{-1};
+  std::atomic<int> rounds_in_yield{-1};
+  std::atomic<int> round{0};
+  JoinHandle<void> root = rt.spawn_task([&]() -> Task<> {
+    JoinHandle<void> c;
+    // b, spawned last, runs first and waits; a makes the third task the next one until the wake
+    // of b puts b there (as in the fibers' form).
+    JoinHandle<void> a = rt.spawn_task([&]() -> Task<> {
+      c = rt.spawn_task([&]() -> Task<> {
+        rounds_before_third.store(round.load());
+        const int at_yield = round.load();
+        co_await this_task::yield();  // into the yield ring: not starved there either
+        rounds_in_yield.store(round.load() - at_yield);
+        third_ran.store(true);
+      });
+      for (int i = 0; i < kRounds && !third_ran.load(); ++i) {
+        round.store(i);
+        if (!(co_await ping.async_send(int{i})).ok() || !(co_await pong.async_recv()).ok()) {
+          co_return;
+        }
+      }
+      ping.close();
+    });
+    JoinHandle<void> b = rt.spawn_task([&]() -> Task<> {
+      for (;;) {
+        Result<int> v = co_await ping.async_recv();
+        if (!v || !(co_await pong.async_send(int{*v})).ok()) co_return;
+      }
+    });
+    (void)co_await a;
+    (void)co_await b;
+    (void)co_await c;
+  });
+  ASSERT_TRUE(root.join().ok());
+  EXPECT_GE(rounds_before_third.load(), 0);
+  EXPECT_LT(rounds_before_third.load(), 100);
+  EXPECT_GE(rounds_in_yield.load(), 0);
+  EXPECT_LT(rounds_in_yield.load(), 100);
+}
+
 TEST(TaskTest, ADetachedTaskRunsToItsEnd) {
   std::atomic<int> done{0};
   {

@@ -144,10 +144,7 @@ int Runtime::Impl::PollReactor(Worker& w, std::optional<Clock::time_point> deadl
       return g;
     }
   }
-  if (Fiber* g = w.run_next) {
-    w.run_next = nullptr;
-    return g;
-  }
+  if (Fiber* g = TakeRunNext(w)) return g;
   if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
   if (w.pinned_local.count != 0 || w.queue.size_approx() != 0) {
     if (Fiber* g = NextLocal(w)) return g;

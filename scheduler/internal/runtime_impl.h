@@ -420,15 +420,38 @@ struct Runtime::Impl {
     }
   }
   static constexpr std::uint64_t kFairnessInterval = 61;  // Go's schedtick check
+  static constexpr std::uint32_t kRunNextStreak = 3;
   static constexpr std::chrono::milliseconds kIdleNetMin{100}, kIdleNetMax{1600};
   static constexpr std::chrono::microseconds kRescueRetry{100};
   static constexpr std::chrono::milliseconds kWatchMax{10};
+  // TakeRunNext: run_next, unless it is the kRunNextStreak + 1st fiber in a row taken from there
+  // while others wait on this worker: it then goes behind them (behind the queue, or the yield
+  // ring when only yielded fibers wait). Without the limit, two fibers that keep waking each
+  // other (each wake puts the other in run_next) kept the worker's queued, pinned and yielded
+  // fibers from running for as long as they went on: the fairness pass looks only at the shared
+  // queues, the reactor and the timers. Tokio's LIFO slot has the same limit, 3. The others are
+  // looked for only at the end of a streak, so a pair alone on a worker pays that once in 4.
+  Fiber* TakeRunNext(Worker& w) {
+    Fiber* g = w.run_next;
+    if (g == nullptr) return nullptr;
+    w.run_next = nullptr;
+    if (++w.run_next_streak > kRunNextStreak) [[unlikely]] {
+      w.run_next_streak = 0;
+      if (w.queue.size_approx() != 0 || w.pinned_local.count != 0) {
+        PushLocal(w, g);
+        return nullptr;
+      }
+      if (w.yields.count != 0) {
+        w.yields.push(g);
+        return nullptr;
+      }
+    }
+    return g;
+  }
   // NextLocal: the worker's own runnable fibers: run_next, pinned, queue (FIFO), yield ring.
   Fiber* NextLocal(Worker& w) {
-    if (Fiber* g = w.run_next) {
-      w.run_next = nullptr;
-      return g;
-    }
+    if (Fiber* g = TakeRunNext(w)) return g;
+    w.run_next_streak = 0;
     if (w.pinned_local.count != 0) return w.pinned_local.pop();
     if (w.queue.size_approx() != 0) {
       if (Fiber* g = TakeOwnQueue(w)) return g;

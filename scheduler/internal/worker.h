@@ -103,7 +103,8 @@ struct Worker {
   std::thread thread;
   RunQueue queue;
   Fiber* run_next = nullptr;
-  FiberFifo pinned_local;  // owner only: runnable fibers pinned here
+  std::uint32_t run_next_streak = 0;  // fibers taken from run_next in a row (TakeRunNext)
+  FiberFifo pinned_local;             // owner only: runnable fibers pinned here
   // Yielded fibers, FIFO, owner only (no atomics: a yield costs a plain store). Thieves cannot
   // see it; they ask with steal_request and the owner spills half to its queue (Lace's split
   // request, applied to yields). It also spills when workers sleep (see Spill).
