@@ -358,7 +358,7 @@ Result<FileStat> File::stat(const WaitOptions& options) {
   FileStat out;
   out.size = (static_cast<std::uint64_t>(info.nFileSizeHigh) << 32) | info.nFileSizeLow;
   out.directory = (info.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY) != 0;
-  out.regular = !out.directory;
+  out.regular = regular_ && !out.directory;  // a disk file (GetFileType at open), not a pipe
   return out;
 }
 

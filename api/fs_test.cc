@@ -496,6 +496,28 @@ TEST(FsReactor, ReadsAndWritesNeedNoBlockingThread) {
   });
 }
 
+// The null device is no regular file: stat says so, where it answers (Windows' NUL may refuse
+// GetFileInformationByHandle), and a read of it is the end of the file.
+TEST(FsStat, TheNullDeviceIsNotARegularFile) {
+#ifdef _WIN32
+  const char* null_device = "NUL";
+#else
+  const char* null_device = "/dev/null";
+#endif
+  Runtime rt({.workers = 1});
+  rt.block_on([&] {
+    Result<fs::File> f = fs::File::open(null_device, {.read = true, .write = true});
+    ASSERT_TRUE(f.ok()) << std::make_error_code(f.error()).message();
+    Result<fs::FileStat> st = f->stat();
+    if (st.ok()) {
+      EXPECT_FALSE(st->regular);
+      EXPECT_FALSE(st->directory);
+    }
+    char b[4];
+    EXPECT_EQ(*f->read_at(b, sizeof b, 0), 0u);
+  });
+}
+
 #ifdef _WIN32
 // fd() is the file's handle, for the system's own calls: a synchronous one, as a handle from
 // CreateFile without FILE_FLAG_OVERLAPPED.
@@ -517,6 +539,28 @@ TEST(FsWindows, TheHandleServesTheSystemsOwnCalls) {
     char c[4] = {};
     EXPECT_EQ(*f->read_full_at(c, 4, 0), 4u);  // and weft's calls still work
   });
+}
+
+// A named pipe opened as a File is no regular file: its type comes from GetFileType, not from
+// GetFileInformationByHandle's attributes. (Wine refuses the latter for a pipe: io_error.)
+TEST(FsWindows, APipeIsNotARegularFile) {
+  const std::string path = "\\\\.\\pipe\\weft_fs_test_" + std::to_string(GetCurrentProcessId());
+  HANDLE server =
+      CreateNamedPipeA(path.c_str(), PIPE_ACCESS_DUPLEX, PIPE_TYPE_BYTE, 1, 4096, 4096, 0, nullptr);
+  ASSERT_NE(server, INVALID_HANDLE_VALUE) << GetLastError();
+  Runtime rt({.workers = 1});
+  rt.block_on([&] {
+    Result<fs::File> f = fs::File::open(path, {.read = true, .write = true});
+    ASSERT_TRUE(f.ok()) << std::make_error_code(f.error()).message();
+    Result<fs::FileStat> st = f->stat();
+    if (st.ok()) {
+      EXPECT_FALSE(st->regular);
+      EXPECT_FALSE(st->directory);
+    } else {
+      EXPECT_EQ(st.error(), std::errc::io_error);
+    }
+  });
+  CloseHandle(server);
 }
 
 // A File closed where no reactor can take the close (a simulated runtime's fiber): its handle is
