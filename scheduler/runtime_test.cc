@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -322,53 +323,92 @@ TEST(RuntimeSyncTest, ChannelPingPongBetweenFibers) {
   ASSERT_TRUE(echo.join().ok());
 }
 
-// Two fibers that keep waking each other (each wake makes the other the worker's next fiber)
-// do not keep a third, queued behind them or yielded, from running: it runs within a few of
-// their rounds, not after all of them. The pair stops once it ran, or after `kRounds`.
-TEST(RuntimeSyncTest, APairThatKeepsWakingEachOtherDoesNotStarveTheQueue) {
-  Runtime rt({.workers = 1});
+// PairsAndAThird: on one worker, `pairs` pairs of fibers that keep waking each other (each wake
+// makes the other the worker's next fiber), pinned there if `pinned`, and a third fiber, queued
+// behind them, that yields once. Returns the first pair's rounds before the third first ran and
+// while it waited in the yield ring. The pairs stop once the third is done, or after kRounds: a
+// count near kRounds means the third ran only because they gave up.
+struct Waited {
+  int before = -1, in_yield = -1;
+};
+Waited PairsAndAThird(int pairs, bool pinned) {
   constexpr int kRounds = 200000;
-  Channel<int> ping(1), pong(1);
-  std::atomic<bool> third_ran{false};
-  std::atomic<int> rounds_before_third{-1};
-  std::atomic<int> rounds_in_yield{-1};
+  Runtime rt({.workers = 1});
+  const FiberOptions where{.pinned_worker = pinned ? 0 : -1};
+  std::atomic<bool> third_done{false};
   std::atomic<int> round{0};
+  Waited waited;
+  std::vector<std::unique_ptr<Channel<int>>> channels;
   rt.block_on([&] {
-    JoinHandle<void> c;
-    // Spawned after a, b runs first (a spawn makes the new fiber the worker's next one) and waits
-    // for a's ping. a makes the third fiber the next one, then its ping's wake of b puts b there
-    // instead: the third goes to the queue, behind the pair.
-    auto a = rt.spawn([&] {
-      c = rt.spawn([&] {
-        rounds_before_third.store(round.load());
-        // Yielded, it waits in the worker's yield ring, where the pair's wakes must not
-        // starve it either.
-        const int at_yield = round.load();
-        this_fiber::yield();
-        rounds_in_yield.store(round.load() - at_yield);
-        third_ran.store(true);
-      });
-      for (int i = 0; i < kRounds && !third_ran.load(); ++i) {
-        round.store(i);
-        if (!ping.send(i).ok() || !pong.recv().ok()) return;
-      }
-      ping.close();
-    });
-    auto b = rt.spawn([&] {
-      for (;;) {
-        Result<int> v = ping.recv();
-        if (!v || !pong.send(*v).ok()) return;
-      }
-    });
-    ASSERT_TRUE(a.join().ok());
-    ASSERT_TRUE(b.join().ok());
-    ASSERT_TRUE(c.join().ok());
+    JoinHandle<void> third;
+    std::vector<JoinHandle<void>> fibers;
+    // The last pair spawns the third fiber: it becomes the worker's next one, and the wake of
+    // that pair's other fiber just after puts that one there instead, so the third is queued.
+    for (int k = pairs - 1; k >= 0; --k) {
+      channels.push_back(std::make_unique<Channel<int>>(1));
+      channels.push_back(std::make_unique<Channel<int>>(1));
+      Channel<int>& ping = *channels[channels.size() - 2];
+      Channel<int>& pong = *channels.back();
+      // Spawned first, a runs after b, which waits for its ping.
+      fibers.push_back(rt.spawn(
+          [&, k] {
+            if (k == 0) {
+              third = rt.spawn([&] {
+                waited.before = round.load();
+                const int at = round.load();
+                this_fiber::yield();
+                waited.in_yield = round.load() - at;
+                third_done.store(true);
+              });
+            }
+            for (int i = 0; i < kRounds && !third_done.load(); ++i) {
+              if (k == 0) round.store(i);
+              if (!ping.send(i).ok() || !pong.recv().ok()) return;
+            }
+            ping.close();
+          },
+          where));
+      fibers.push_back(rt.spawn(
+          [&] {
+            for (;;) {
+              Result<int> v = ping.recv();
+              if (!v || !pong.send(*v).ok()) return;
+            }
+          },
+          where));
+    }
+    for (auto& f : fibers) ASSERT_TRUE(f.join().ok());
+    ASSERT_TRUE(third.join().ok());
   });
-  // A few rounds (a short streak of wakes), not all of them.
-  EXPECT_GE(rounds_before_third.load(), 0);
-  EXPECT_LT(rounds_before_third.load(), 100);
-  EXPECT_GE(rounds_in_yield.load(), 0);
-  EXPECT_LT(rounds_in_yield.load(), 100);
+  return waited;
+}
+
+// The worker's queue, its yield ring and its pinned fibers each get turns however busy the
+// sources ahead of them stay: a few of a pair's rounds, not all of them.
+TEST(RuntimeSyncTest, APairThatKeepsWakingEachOtherDoesNotStarveTheQueue) {
+  const Waited w = PairsAndAThird(/*pairs=*/1, /*pinned=*/false);
+  EXPECT_GE(w.before, 0);
+  EXPECT_LT(w.before, 100);
+  EXPECT_GE(w.in_yield, 0);
+  EXPECT_LT(w.in_yield, 100);
+}
+
+TEST(RuntimeSyncTest, APinnedPairDoesNotStarveTheQueue) {
+  // Its wakes land among the pinned fibers, which come before the queue.
+  const Waited w = PairsAndAThird(/*pairs=*/1, /*pinned=*/true);
+  EXPECT_GE(w.before, 0);
+  EXPECT_LT(w.before, 100);
+  EXPECT_GE(w.in_yield, 0);
+  EXPECT_LT(w.in_yield, 100);
+}
+
+TEST(RuntimeSyncTest, TwoPairsDoNotStarveTheYieldRing) {
+  // The queue never empties (one of each pair waits there), and the ring comes after it.
+  const Waited w = PairsAndAThird(/*pairs=*/2, /*pinned=*/false);
+  EXPECT_GE(w.before, 0);
+  EXPECT_LT(w.before, 100);
+  EXPECT_GE(w.in_yield, 0);
+  EXPECT_LT(w.in_yield, 100);
 }
 
 TEST(RuntimeSyncTest, SelectCondVarAndWaitGroupOnFibers) {

@@ -80,10 +80,13 @@ void Runtime::Impl::RunTask(Worker& w, Fiber* f) {
     w.current = nullptr;
     // A task made runnable here next (run_next: the one it woke) runs at once, as a fiber's
     // direct switch, unless a fairness pass is due (DirectNext's rule).
+    // It counts as one of the worker's local takes; when that take is NextLocal's fair turn, the
+    // loop takes it (NextLocalFair) instead.
     Fiber* next = w.run_next;
     if (next == nullptr || !IsTask(next) || w.tick - w.fair_tick >= kFairnessInterval) return;
-    next = TakeRunNext(w);
-    if (next == nullptr) return;  // gone behind the worker's other fibers (TakeRunNext)
+    if (FairTurn(w)) return;
+    ++w.local_takes;
+    w.run_next = nullptr;
     f = next;
   }
 }

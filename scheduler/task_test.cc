@@ -93,10 +93,12 @@ TEST(TaskTest, TheCallableOutlivesItsCoroutine) {
   EXPECT_EQ(*h.join(), 7000);
 }
 
-// Two tasks that keep waking each other do not keep a third, queued behind them or yielded,
-// from running (the fibers' form is in runtime_test.cc).
-TEST(TaskTest, APairThatKeepsWakingEachOtherDoesNotStarveTheQueue) {
+// Two tasks that keep waking each other (pinned to the worker if `pinned`) and a third, queued
+// behind them, that yields once: returns the pair's rounds before the third ran and while it
+// waited in the yield ring (the fibers' form is in runtime_test.cc).
+std::pair<int, int> TaskPairAndAThird(bool pinned) {
   Runtime rt({.workers = 1});
+  const FiberOptions where{.pinned_worker = pinned ? 0 : -1};
   constexpr int kRounds = 200000;
   Channel<int> ping(1), pong(1);
   std::atomic<bool> third_ran{false};
@@ -107,37 +109,48 @@ TEST(TaskTest, APairThatKeepsWakingEachOtherDoesNotStarveTheQueue) {
     JoinHandle<void> c;
     // b, spawned last, runs first and waits; a makes the third task the next one until the wake
     // of b puts b there (as in the fibers' form).
-    JoinHandle<void> a = rt.spawn_task([&]() -> Task<> {
-      c = rt.spawn_task([&]() -> Task<> {
-        rounds_before_third.store(round.load());
-        const int at_yield = round.load();
-        co_await this_task::yield();  // into the yield ring: not starved there either
-        rounds_in_yield.store(round.load() - at_yield);
-        third_ran.store(true);
-      });
-      for (int i = 0; i < kRounds && !third_ran.load(); ++i) {
-        round.store(i);
-        if (!(co_await ping.async_send(int{i})).ok() || !(co_await pong.async_recv()).ok()) {
-          co_return;
-        }
-      }
-      ping.close();
-    });
-    JoinHandle<void> b = rt.spawn_task([&]() -> Task<> {
-      for (;;) {
-        Result<int> v = co_await ping.async_recv();
-        if (!v || !(co_await pong.async_send(int{*v})).ok()) co_return;
-      }
-    });
+    JoinHandle<void> a = rt.spawn_task(
+        [&]() -> Task<> {
+          c = rt.spawn_task([&]() -> Task<> {
+            rounds_before_third.store(round.load());
+            const int at_yield = round.load();
+            co_await this_task::yield();  // into the yield ring: not starved there either
+            rounds_in_yield.store(round.load() - at_yield);
+            third_ran.store(true);
+          });
+          for (int i = 0; i < kRounds && !third_ran.load(); ++i) {
+            round.store(i);
+            if (!(co_await ping.async_send(int{i})).ok() || !(co_await pong.async_recv()).ok()) {
+              co_return;
+            }
+          }
+          ping.close();
+        },
+        where);
+    JoinHandle<void> b = rt.spawn_task(
+        [&]() -> Task<> {
+          for (;;) {
+            Result<int> v = co_await ping.async_recv();
+            if (!v || !(co_await pong.async_send(int{*v})).ok()) co_return;
+          }
+        },
+        where);
     (void)co_await a;
     (void)co_await b;
     (void)co_await c;
   });
-  ASSERT_TRUE(root.join().ok());
-  EXPECT_GE(rounds_before_third.load(), 0);
-  EXPECT_LT(rounds_before_third.load(), 100);
-  EXPECT_GE(rounds_in_yield.load(), 0);
-  EXPECT_LT(rounds_in_yield.load(), 100);
+  EXPECT_TRUE(root.join().ok());
+  return {rounds_before_third.load(), rounds_in_yield.load()};
+}
+
+TEST(TaskTest, APairThatKeepsWakingEachOtherDoesNotStarveTheQueue) {
+  for (bool pinned : {false, true}) {
+    auto [before, in_yield] = TaskPairAndAThird(pinned);
+    EXPECT_GE(before, 0) << pinned;
+    EXPECT_LT(before, 100) << pinned;
+    EXPECT_GE(in_yield, 0) << pinned;
+    EXPECT_LT(in_yield, 100) << pinned;
+  }
 }
 
 TEST(TaskTest, ADetachedTaskRunsToItsEnd) {

@@ -144,7 +144,9 @@ int Runtime::Impl::PollReactor(Worker& w, std::optional<Clock::time_point> deadl
       return g;
     }
   }
-  if (Fiber* g = TakeRunNext(w)) return g;
+  if (w.run_next != nullptr) {
+    if (Fiber* g = NextLocal(w)) return g;
+  }
   if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
   if (w.pinned_local.count != 0 || w.queue.size_approx() != 0) {
     if (Fiber* g = NextLocal(w)) return g;

@@ -420,43 +420,60 @@ struct Runtime::Impl {
     }
   }
   static constexpr std::uint64_t kFairnessInterval = 61;  // Go's schedtick check
-  static constexpr std::uint32_t kRunNextStreak = 3;
+  static constexpr std::uint32_t kLocalFairness = 16;     // a power of two (NextLocal's mask)
   static constexpr std::chrono::milliseconds kIdleNetMin{100}, kIdleNetMax{1600};
   static constexpr std::chrono::microseconds kRescueRetry{100};
   static constexpr std::chrono::milliseconds kWatchMax{10};
-  // TakeRunNext: run_next, unless it is the kRunNextStreak + 1st fiber in a row taken from there
-  // while others wait on this worker: it then goes behind them (behind the queue, or the yield
-  // ring when only yielded fibers wait). Without the limit, two fibers that keep waking each
-  // other (each wake puts the other in run_next) kept the worker's queued, pinned and yielded
-  // fibers from running for as long as they went on: the fairness pass looks only at the shared
-  // queues, the reactor and the timers. Tokio's LIFO slot has the same limit, 3. The others are
-  // looked for only at the end of a streak, so a pair alone on a worker pays that once in 4.
-  Fiber* TakeRunNext(Worker& w) {
-    Fiber* g = w.run_next;
-    if (g == nullptr) return nullptr;
-    w.run_next = nullptr;
-    if (++w.run_next_streak > kRunNextStreak) [[unlikely]] {
-      w.run_next_streak = 0;
-      if (w.queue.size_approx() != 0 || w.pinned_local.count != 0) {
-        PushLocal(w, g);
-        return nullptr;
-      }
-      if (w.yields.count != 0) {
-        w.yields.push(g);
-        return nullptr;
-      }
-    }
+  // NextLocal: the worker's own runnable fibers: run_next, pinned, queue (FIFO), yield ring;
+  // every kLocalFairness-th take, NextLocalFair's rotation instead. Only takes that find a fiber
+  // count: a look that finds none changes nothing, so that a simulation, whose looks at an empty
+  // worker depend on when other threads bring work, replays its choices.
+  Fiber* NextLocal(Worker& w) {
+    Fiber* g = FairTurn(w) ? NextLocalFair(w) : NextLocalInOrder(w);
+    if (g != nullptr) ++w.local_takes;
     return g;
   }
-  // NextLocal: the worker's own runnable fibers: run_next, pinned, queue (FIFO), yield ring.
-  Fiber* NextLocal(Worker& w) {
-    if (Fiber* g = TakeRunNext(w)) return g;
-    w.run_next_streak = 0;
+  bool FairTurn(const Worker& w) const {
+    return (w.local_takes & (kLocalFairness - 1)) == kLocalFairness - 1;
+  }
+  Fiber* NextLocalInOrder(Worker& w) {
+    if (Fiber* g = w.run_next) {
+      w.run_next = nullptr;
+      return g;
+    }
     if (w.pinned_local.count != 0) return w.pinned_local.pop();
     if (w.queue.size_approx() != 0) {
       if (Fiber* g = TakeOwnQueue(w)) return g;
     }
     return w.yields.pop();
+  }
+  // NextLocalFair: the four local sources asked from a rotating first one, which moves past the
+  // source served. In NextLocal's fixed order, a source ahead that never empties starves those
+  // behind it: two fibers that keep waking each other (each wake puts the other in run_next)
+  // starved the queue, pinned fibers woken without end starved it too, and a queue that never
+  // empties starved the yield ring, each for as long as it went on (the fairness pass looks only
+  // at the shared queues, the reactor and the timers). With a turn in every kLocalFairness takes,
+  // a fiber waiting in any of them runs within 4 such turns. (Tokio bounds its LIFO slot alike,
+  // at 3 in a row.)
+  [[gnu::noinline]] Fiber* NextLocalFair(Worker& w) {
+    for (std::uint32_t i = 0; i < 4; ++i) {
+      const std::uint32_t source = (w.local_turn + i) & 3;
+      Fiber* g = nullptr;
+      if (source == 0) {
+        g = w.yields.pop();
+      } else if (source == 1) {
+        if (w.queue.size_approx() != 0) g = TakeOwnQueue(w);
+      } else if (source == 2) {
+        if (w.pinned_local.count != 0) g = w.pinned_local.pop();
+      } else {
+        g = std::exchange(w.run_next, nullptr);
+      }
+      if (g != nullptr) {
+        w.local_turn = source + 1;
+        return g;
+      }
+    }
+    return nullptr;
   }
   // PrefetchHotLines: asks, for writing, for the lines of f's first 128 bytes: what a spawn
   // writes, and what starting or resuming f reads and writes. Used a few fibers ahead, where
@@ -493,9 +510,10 @@ struct Runtime::Impl {
     Fiber* next = NextLocal(w);
     if (next == nullptr) return nullptr;
     if (IsTask(next)) [[unlikely]] {
-      // A task runs on the worker's own stack: through the loop (run_next is free: NextLocal
-      // took it, or found it empty).
-      w.run_next = next;
+      // A task runs on the worker's own stack: through the loop, as its next fiber. run_next may
+      // hold another when NextLocalFair took the task from elsewhere: that one goes to the
+      // queue's back, as a fiber displaced by a wake-up does.
+      if (Fiber* displaced = std::exchange(w.run_next, next)) PushLocal(w, displaced);
       return nullptr;
     }
     if (!Prepare(w, next)) return nullptr;

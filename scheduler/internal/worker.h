@@ -103,8 +103,9 @@ struct Worker {
   std::thread thread;
   RunQueue queue;
   Fiber* run_next = nullptr;
-  std::uint32_t run_next_streak = 0;  // fibers taken from run_next in a row (TakeRunNext)
-  FiberFifo pinned_local;             // owner only: runnable fibers pinned here
+  // Local takes so far, and where NextLocalFair's rotation starts next (owner only).
+  std::uint32_t local_takes = 0, local_turn = 0;
+  FiberFifo pinned_local;  // owner only: runnable fibers pinned here
   // Yielded fibers, FIFO, owner only (no atomics: a yield costs a plain store). Thieves cannot
   // see it; they ask with steal_request and the owner spills half to its queue (Lace's split
   // request, applied to yields). It also spills when workers sleep (see Spill).
