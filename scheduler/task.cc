@@ -81,7 +81,8 @@ void Runtime::Impl::RunTask(Worker& w, Fiber* f) {
     // A task made runnable here next (run_next: the one it woke) runs at once, as a fiber's
     // direct switch, unless a fairness pass is due (DirectNext's rule).
     // It counts as one of the worker's local takes; when that take is NextLocal's fair turn, the
-    // loop takes it (NextLocalFair) instead.
+    // loop takes it (NextLocalFair) instead. (A task DirectNext found and left in run_next for
+    // the loop is counted twice: the turns then come a take early.)
     Fiber* next = w.run_next;
     if (next == nullptr || !IsTask(next) || w.tick - w.fair_tick >= kFairnessInterval) return;
     if (FairTurn(w)) return;

@@ -420,7 +420,7 @@ struct Runtime::Impl {
     }
   }
   static constexpr std::uint64_t kFairnessInterval = 61;  // Go's schedtick check
-  static constexpr std::uint32_t kLocalFairness = 16;     // a power of two (NextLocal's mask)
+  static constexpr std::uint32_t kLocalFairness = 16;     // a power of two (FairTurn's mask)
   static constexpr std::chrono::milliseconds kIdleNetMin{100}, kIdleNetMax{1600};
   static constexpr std::chrono::microseconds kRescueRetry{100};
   static constexpr std::chrono::milliseconds kWatchMax{10};
@@ -453,8 +453,8 @@ struct Runtime::Impl {
   // starved the queue, pinned fibers woken without end starved it too, and a queue that never
   // empties starved the yield ring, each for as long as it went on (the fairness pass looks only
   // at the shared queues, the reactor and the timers). With a turn in every kLocalFairness takes,
-  // a fiber waiting in any of them runs within 4 such turns. (Tokio bounds its LIFO slot alike,
-  // at 3 in a row.)
+  // the head of each source runs within 4 such turns. (Tokio bounds its LIFO slot alike, at 3
+  // in a row.)
   [[gnu::noinline]] Fiber* NextLocalFair(Worker& w) {
     for (std::uint32_t i = 0; i < 4; ++i) {
       const std::uint32_t source = (w.local_turn + i) & 3;
