@@ -10,43 +10,23 @@
 #endif
 
 #include <algorithm>
-#include <atomic>
 #include <cfenv>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "weft/base/stress_scale.h"
 #include "weft/context/stack.h"
+#include "weft/context/testing/test_fiber.h"
 
 namespace weft {
 namespace {
 
-// A fiber for tests: a pooled stack plus the context made on it.
-struct TestFiber {
-  Stack stack;
-  Context context = nullptr;
-
-  explicit TestFiber(ContextEntry entry, std::size_t size = 64 << 10) {
-    Result<Stack> s = StackPool::default_pool().allocate({.size = size});
-    EXPECT_TRUE(s.ok());
-    stack = std::move(s).value();
-    Result<Context> c = make_context(stack.span(), entry);
-    EXPECT_TRUE(c.ok());
-    context = *c;
-  }
-};
-
-// Exits the calling context into `to`; the on-top function only clears the caller's handle.
-[[noreturn]] void Finish(Context to, void* data = nullptr) {
-  exit_context(to, data, [](Transfer t) {
-    discard_context(t.from);
-    return Transfer{nullptr, t.data};
-  });
-}
+using testing::Finish;
+using testing::TestFiber;
+using testing::ThrowFrom;
 
 std::vector<int>* g_log;
 
@@ -242,13 +222,6 @@ TEST(ContextTest, DeepRecursionInsideAStack) {
   EXPECT_EQ(result, 2000ull * 2001 / 2);
 }
 
-[[gnu::noinline]] int ThrowFrom(int depth) {
-  volatile char pad[64];
-  pad[0] = static_cast<char>(depth);
-  if (depth == 0) throw std::runtime_error("from deep inside the context");
-  return ThrowFrom(depth - 1) + pad[0];
-}
-
 // A C++ exception thrown and caught on a context's stack, with a switch away and back between:
 // on Windows the unwinder (RtlUnwindEx) rejects frames outside the TEB's stack bounds, so this
 // checks that each context carries its own.
@@ -257,7 +230,7 @@ TEST(ContextTest, ExceptionsUnwindInsideAContext) {
   TestFiber fiber([](Transfer t) {
     t = jump_context(t.from);  // come back on a possibly different switch path
     try {
-      ThrowFrom(50);
+      ThrowFrom(50, "from deep inside the context");
     } catch (const std::runtime_error& e) {
       caught = e.what();
     }
@@ -265,7 +238,7 @@ TEST(ContextTest, ExceptionsUnwindInsideAContext) {
   });
   Transfer t = jump_context(fiber.context);
   try {  // and the main stack's own unwinding is intact while the fiber is suspended
-    ThrowFrom(3);
+    ThrowFrom(3, "from deep inside the context");
   } catch (const std::runtime_error&) {
     caught = "main";
   }
@@ -415,41 +388,8 @@ TEST(ContextTest, ChainOfContexts) {
   EXPECT_EQ(t.data, &counter);
 }
 
-// ThreadId: the calling thread's id, read afresh. std::this_thread::get_id() is pthread_self(),
-// which glibc declares __attribute__((const)): the compiler may reuse one call's result across a
-// context switch, so a migrated fiber would see its old thread. The barrier forbids that.
-[[gnu::noinline]] std::thread::id ThreadId() {
-  asm volatile("" ::: "memory");
-  return std::this_thread::get_id();
-}
-
 TEST(ContextTest, MigratesBetweenThreads) {
-  // Started on one thread, suspended, resumed and finished on another while the first is still
-  // alive (so the two thread ids cannot be the same recycled id).
-  static std::thread::id first, second;
-  TestFiber fiber([](Transfer t) {
-    first = ThreadId();
-    t = jump_context(t.from);
-    second = ThreadId();
-    Finish(t.from);
-  });
-  Context suspended = nullptr;
-  // Not std::latch: libstdc++ 12's atomic wait off Linux (a shared condition-variable pool) lost
-  // the wake-up now and then under Wine, as it did in fork-join (docs/platforms.md).
-  std::atomic<bool> resumed_elsewhere{false};
-  std::thread a([&] {
-    suspended = jump_context(fiber.context).from;
-    std::thread b([&] {
-      jump_context(suspended);
-      resumed_elsewhere.store(true);
-    });
-    while (!resumed_elsewhere.load()) std::this_thread::yield();
-    b.join();
-  });
-  a.join();
-  EXPECT_NE(first, second);
-  EXPECT_NE(first, std::thread::id());
-  EXPECT_NE(second, std::thread::id());
+  testing::ExpectMigratesBetweenThreads<&jump_context>();
 }
 
 TEST(ContextTest, NamesAreKeptAndTruncated) {

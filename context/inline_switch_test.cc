@@ -4,42 +4,24 @@
 // exceptions, the FP control words it does not carry, and misuse. Where the inline switch is not
 // built (ucontext, aarch64, Windows) it is jump_context, and these tests check that much.
 
-#include <atomic>
 #include <cfenv>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "gtest/gtest.h"
 #include "weft/base/stress_scale.h"
 #include "weft/context/context.h"
 #include "weft/context/internal/raw.h"
 #include "weft/context/stack.h"
+#include "weft/context/testing/test_fiber.h"
 
 namespace weft {
 namespace {
 
-struct TestFiber {
-  Stack stack;
-  Context context = nullptr;
-
-  explicit TestFiber(ContextEntry entry) {
-    Result<Stack> s = StackPool::default_pool().allocate({.size = 64 << 10});
-    EXPECT_TRUE(s.ok());
-    stack = std::move(s).value();
-    Result<Context> c = make_context(stack.span(), entry);
-    EXPECT_TRUE(c.ok());
-    context = *c;
-  }
-};
-
-[[noreturn]] void Finish(Context to, void* data = nullptr) {
-  exit_context(to, data, [](Transfer t) {
-    discard_context(t.from);
-    return Transfer{nullptr, t.data};
-  });
-}
+using testing::Finish;
+using testing::TestFiber;
+using testing::ThrowFrom;
 
 // Which switch each side uses: bit 0 for the test's own side, bit 1 for the fiber's.
 int g_pairing = 0;
@@ -313,43 +295,8 @@ TEST(InlineSwitch, TheRedZoneOfAFunctionThatCallsNothingIsKept) {
 }
 #endif
 
-// The calling thread's id, read afresh (std::this_thread::get_id() is pthread_self(), which glibc
-// declares const: the compiler may reuse one call's result across a switch).
-[[gnu::noinline]] std::thread::id ThreadId() {
-  asm volatile("" ::: "memory");
-  return std::this_thread::get_id();
-}
-
 TEST(InlineSwitch, MigratesBetweenThreads) {
-  static std::thread::id first, second;
-  TestFiber fiber([](Transfer t) {
-    first = ThreadId();
-    t = jump_context_inline(t.from);
-    second = ThreadId();
-    Finish(t.from);
-  });
-  Context suspended = nullptr;
-  std::atomic<bool> done{false};
-  std::thread a([&] {
-    suspended = jump_context_inline(fiber.context).from;
-    std::thread b([&] {
-      jump_context_inline(suspended);
-      done.store(true);
-    });
-    while (!done.load()) std::this_thread::yield();
-    b.join();
-  });
-  a.join();
-  EXPECT_NE(first, second);
-  EXPECT_NE(first, std::thread::id());
-  EXPECT_NE(second, std::thread::id());
-}
-
-[[gnu::noinline]] int ThrowFrom(int depth) {
-  volatile char pad[64];
-  pad[0] = static_cast<char>(depth);
-  if (depth == 0) throw std::runtime_error("deep");
-  return ThrowFrom(depth - 1) + pad[0];
+  testing::ExpectMigratesBetweenThreads<&jump_context_inline>();
 }
 
 TEST(InlineSwitch, ExceptionsUnwindOnBothSidesAfterIt) {
@@ -357,7 +304,7 @@ TEST(InlineSwitch, ExceptionsUnwindOnBothSidesAfterIt) {
   TestFiber fiber([](Transfer t) {
     t = jump_context_inline(t.from);
     try {
-      ThrowFrom(40);
+      ThrowFrom(40, "deep");
     } catch (const std::runtime_error& e) {
       caught = std::string("fiber ") + e.what();
     }
@@ -365,7 +312,7 @@ TEST(InlineSwitch, ExceptionsUnwindOnBothSidesAfterIt) {
   });
   Transfer t = jump_context_inline(fiber.context);
   try {
-    ThrowFrom(3);
+    ThrowFrom(3, "deep");
   } catch (const std::runtime_error& e) {
     caught = std::string("main ") + e.what();
   }
