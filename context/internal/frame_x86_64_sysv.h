@@ -1,6 +1,7 @@
-/* context/internal/frame_x86_64_sysv.h: the frame weft_context_jump pushes on x86-64 SysV.
- * Included by jump_x86_64_sysv_elf.S (offsets only) and by make_x86_64_sysv.cc (which also
- * checks the struct against the offsets with static_assert).
+/* context/internal/frame_x86_64_sysv.h: the frames weft_context_jump and the inline switch push
+ * on x86-64 SysV. Included by jump_x86_64_sysv_elf.S (offsets only), by make_x86_64_sysv.cc
+ * (which also checks the struct against the offsets with static_assert) and by
+ * inline_x86_64_sysv.h (the inline frame's offsets, in its asm).
  *
  * A suspended context's handle points at offset 0 of this frame, on its own stack:
  *

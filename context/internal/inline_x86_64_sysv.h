@@ -4,8 +4,8 @@
 // compiler saves around it only the values that are live there, usually none or one or two, instead
 // of the six callee-saved registers and two FP control words the out-of-line switch always saves.
 // That and the control words (stmxcsr/ldmxcsr and fnstcw/fldcw cost about 3 ns of its 5 here)
-// are the difference: 1.4-1.9 ns per switch against 5.1 for the out-of-line raw switch, in a
-// loop that keeps nothing live (docs/context.md). Photon's switch is built the same way.
+// are the difference (docs/context.md, "The inline switch", has the figures). Photon's switch is
+// built the same way.
 //
 // The frame it leaves (frame_x86_64_sysv.h, "inline frame"): the resume address, rbp and rbx
 // (the frame pointer, and clang's base pointer, which it uses even across a clobber), below the
@@ -20,11 +20,17 @@
 #ifndef WEFT_CONTEXT_INTERNAL_INLINE_X86_64_SYSV_H_
 #define WEFT_CONTEXT_INTERNAL_INLINE_X86_64_SYSV_H_
 
+#include "weft/context/internal/frame_x86_64_sysv.h"
 #include "weft/context/internal/raw.h"
 
 extern "C" void weft_context_resume_frame() noexcept;
 
 namespace weft::context_internal {
+
+// The frame InlineJump's pushes make: the resume address last (lowest), above it rbp, then rbx,
+// then the 128-byte red zone stepped over first.
+static_assert(WEFT_INLINE_FRAME_RIP == 0 && WEFT_INLINE_FRAME_RBP == 8 &&
+              WEFT_INLINE_FRAME_RBX == 16 && WEFT_INLINE_FRAME_SIZE == 24 + 128);
 
 // InlineJump: weft_context_jump's contract (raw.h), without the FP control words: the resumed
 // side runs with the control words the switching thread has.
@@ -41,21 +47,25 @@ namespace weft::context_internal {
       "pushq %%rbp\n\t"
       "leaq .Lweft_resume%=(%%rip), %%rcx\n\t"
       "pushq %%rcx\n\t"
-      "leaq 1(%%rsp), %%rcx\n\t"
+      "leaq %c[tag](%%rsp), %%rcx\n\t"
       "movq %%rcx, (%%rsi)\n\t"
-      "testb $1, %%dil\n\t"
+      "testb %[tag], %%dil\n\t"
       "jz .Lweft_full%=\n\t"
-      "movq -1(%%rdi), %%rcx\n\t"
-      "movq 7(%%rdi), %%rbp\n\t"
-      "movq 15(%%rdi), %%rbx\n\t"
-      "leaq 151(%%rdi), %%rsp\n\t"
+      "movq %c[rip](%%rdi), %%rcx\n\t"
+      "movq %c[rbp](%%rdi), %%rbp\n\t"
+      "movq %c[rbx](%%rdi), %%rbx\n\t"
+      "leaq %c[size](%%rdi), %%rsp\n\t"
       "jmpq *%%rcx\n"
       ".Lweft_full%=:\n\t"
       "movq %%rdi, %%rsp\n\t"
       "jmp weft_context_resume_frame@PLT\n"
       ".Lweft_resume%=:"
       : "+a"(tag), "+d"(data), "+D"(to), "+S"(save)
-      :
+      // Offsets from the tagged handle in rdi.
+      : [tag] "i"(WEFT_INLINE_TAG), [rip] "i"(WEFT_INLINE_FRAME_RIP - WEFT_INLINE_TAG),
+        [rbp] "i"(WEFT_INLINE_FRAME_RBP - WEFT_INLINE_TAG),
+        [rbx] "i"(WEFT_INLINE_FRAME_RBX - WEFT_INLINE_TAG),
+        [size] "i"(WEFT_INLINE_FRAME_SIZE - WEFT_INLINE_TAG)
       : "rcx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",           //
         "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",        //
         "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15",  //
