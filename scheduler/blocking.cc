@@ -83,7 +83,7 @@ namespace {
 Transfer AfterEnterRegion(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   f->state.store(kBlocking, std::memory_order_relaxed);
-  if (f->rt->sim != nullptr || !f->rt->blocking->submit(&f->region_task.task)) {
+  if (f->rt->sim != nullptr || !f->rt->blocking->submit(&Stackful(f)->region_task.task)) {
     // No blocking thread can start (or a simulation, which stays on its one thread): stay on
     // the worker (the region then blocks it).
     f->state.store(kRunnable, std::memory_order_relaxed);
@@ -101,8 +101,8 @@ Waiter* ProvideRegionWaiter(void*) {
 
 // RunRegion: on a blocking thread, runs the fiber there until it leaves the region.
 void RunRegion(BlockingTask* task) {
-  Fiber* f = reinterpret_cast<Fiber::RegionTask*>(task)->fiber;
-  f->region_home = current_context();
+  Fiber* f = reinterpret_cast<StackfulFiber::RegionTask*>(task)->fiber;
+  Stackful(f)->region_home = current_context();
   t_region_fiber = f;
   // The fiber's stack may overflow here as on a worker: the SIGSEGV handler needs this thread's
   // alternate signal stack to print its diagnostic (once per thread; then one flag test).
@@ -185,7 +185,7 @@ BlockingRegion::BlockingRegion() : entered_(false) {
   if (IsTask(f)) [[unlikely]]
     TaskBlocked(f, "entered a BlockingRegion");
   entered_ = true;
-  f->region_task.task.run = &RunRegion;
+  Stackful(f)->region_task.task.run = &RunRegion;
   f->saved_errno = *w->errno_slot;  // RunRegion puts it back, on the blocking thread
   jump_context_ontop(w->home, f, &AfterEnterRegion);
   // Now on a blocking thread (or still on a worker, if none could start).
@@ -196,7 +196,7 @@ BlockingRegion::~BlockingRegion() {
   Fiber* f = t_region_fiber;
   if (f == nullptr) return;  // stayed on the worker
   f->saved_errno = errno;    // a worker's Started puts it back
-  jump_context_ontop(f->region_home, f, &AfterLeaveRegion);
+  jump_context_ontop(Stackful(f)->region_home, f, &AfterLeaveRegion);
   f->state.store(kRunning, std::memory_order_relaxed);
 }
 

@@ -89,7 +89,7 @@ struct FiberView {
   int state;
   std::uint64_t id;
   std::uint8_t name_len;
-  char name[sizeof Fiber::name];
+  char name[sizeof StackfulFiber::name_storage];
   const char* on;      // what it is parked on (null unless parked)
   const void* object;  // and the object, when not an fd
   int fd;              // the fd it waits on, -1 if none
@@ -108,7 +108,7 @@ bool ViewLocked(Fiber* f, FiberView* v) {
   f->meta_lock.lock();
   v->id = f->id;
   v->name_len = f->name_len;
-  std::memcpy(v->name, f->name, f->name_len);
+  if (f->name_len != 0) std::memcpy(v->name, f->name_chars, f->name_len);
   v->pinned = f->pinned != nullptr ? static_cast<int>(f->pinned->index) : -1;
   v->spawn_site = f->spawn_site;
   f->meta_lock.unlock();

@@ -276,7 +276,7 @@ bool Monitor::Identify(const Worker& w, Fiber* f, std::uint64_t run, std::uint64
     std::lock_guard<std::mutex> listed(rt_->fibers_mu);
     f->meta_lock.lock();
     *id = f->id;
-    name->assign(f->name, f->name_len);
+    name->assign(f->name());
     const std::source_location site = f->spawn_site;
     f->meta_lock.unlock();
     if (spawned_at != nullptr) *spawned_at = SpawnSite(site);

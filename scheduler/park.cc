@@ -240,23 +240,24 @@ bool FiberWaiter::can_block() const { return !IsTask(const_cast<FiberWaiter*>(th
 bool FiberWaiter::suspend(sync_internal::AsyncParkBase& park, std::coroutine_handle<> h) {
   Fiber* f = fiber();
   if (!IsTask(f)) return false;  // a coroutine on a fiber: AsyncPark blocks the fiber
-  f->task_frame = h.address();
-  f->task_park = &park;
+  f->task().frame = h.address();
+  f->task().park = &park;
   f->task_exit = kTaskParking;
   return true;
 }
 
-// TaskWait: the wait a task is suspended in (f->task_park), driven on its worker w: after the
+// TaskWait: the wait a task is suspended in (f->task().park), driven on its worker w: after the
 // coroutine suspended into it (parked false), or as the task runs again after a park (parked
 // true). Returns true when the wait is over and the coroutine resumes now; false when the task
 // was parked (published: it may already run elsewhere, so the caller must not touch it) or
 // queued to try again.
 bool TaskWait(Worker& w, Fiber* f, bool parked) {
-  sync_internal::AsyncParkBase* park = f->task_park;
+  sync_internal::AsyncParkBase* park = f->task().park;
   bool spurious = false;
   if (parked) {
-    const StepEnd end = EndStep(f, f->task_timer, f->task_gen);
-    f->task_timer = nullptr;
+    // relaxed: the task's own store (BeginStep's), the generation of the wait it parked in.
+    const StepEnd end = EndStep(f, f->task().timer, f->wait_gen.load(std::memory_order_relaxed));
+    f->task().timer = nullptr;
     if (end != StepEnd::kSpurious) {
       if (park->Continue(end == StepEnd::kWoken)) return true;
     } else {
@@ -285,8 +286,7 @@ bool TaskWait(Worker& w, Fiber* f, bool parked) {
         w.yields.push(f);
         return false;
     }
-    f->task_timer = entry;
-    f->task_gen = gen;
+    f->task().timer = entry;  // (gen is the record's wait_gen until EndStep)
     AfterPark(Transfer{nullptr, f});
     return false;
   }

@@ -214,7 +214,7 @@ Runtime::~Runtime() {
   }
   impl_->monitor.reset();  // it watched the fibers that held shutdown up too
   // Every fiber has finished: their blocks go to the process's pool (see RetiredBlocks).
-  std::vector<std::unique_ptr<FiberBlock>> blocks;
+  std::vector<std::unique_ptr<RecordBlock>> blocks;
   {
     std::lock_guard<std::mutex> lock(impl_->fibers_mu);
     blocks.swap(impl_->all_fibers);
@@ -224,7 +224,7 @@ Runtime::~Runtime() {
     std::lock_guard<std::mutex> lock(retired.mu);
     for (auto& b : blocks) {
       try {
-        retired.blocks.push_back(std::move(b));
+        retired.blocks[static_cast<int>(b->kind())].push_back(std::move(b));
       } catch (const std::bad_alloc&) {
         (void)b.release();  // no memory to list it: it stays allocated all the same
       }

@@ -37,18 +37,22 @@ void Spawn(Runtime& rt, FiberBody* body, const FiberOptions& options, std::sourc
       options.pinned_worker >= 0
           ? impl.workers[static_cast<unsigned>(options.pinned_worker) % impl.nworkers].get()
           : nullptr;
-  Fiber* f = impl.NewFiber(w, options, pinned_to, site);
-  f->stack_size = static_cast<std::uint32_t>(so.size);
-  f->stack_protection = so.protection;
-  f->body = body;
-  if (task_frame != nullptr) {
-    // A task: no stack, ever (Prepare sees a context); its worker resumes the frame.
+  Fiber* f;
+  if (task_frame == nullptr) {
+    f = impl.NewFiber(w, options, pinned_to, site, RecordKind::kFiber);
+    f->stack_size = static_cast<std::uint32_t>(so.size);
+    f->stack_protection = so.protection;
+  } else {
+    // A task, in a task's record: no stack, ever (Prepare sees a context); its worker resumes
+    // the frame.
+    f = impl.NewFiber(w, options, pinned_to, site, RecordKind::kTask);
     f->set_context(TaskContext());
-    f->task_frame = task_frame;
-    f->task_park = nullptr;
+    f->task().frame = task_frame;
+    f->task().park = nullptr;
     f->task_retry = false;
     f->saved_errno = 0;
   }
+  f->body = body;
   f->permit.store(false, std::memory_order_relaxed);
   f->pending_timer = nullptr;
   // (The waiter's note_wait is null already: every wait resets it as it ends.)

@@ -24,7 +24,7 @@ namespace {
 bool BackToWorker(TaskExit why, std::coroutine_handle<> at) noexcept {
   Fiber* f = CurrentFiber();
   if (f == nullptr || !IsTask(f)) return false;
-  if (at) f->task_frame = at.address();
+  if (at) f->task().frame = at.address();
   f->task_exit = why;
   return true;
 }
@@ -46,11 +46,11 @@ void Runtime::Impl::RunTask(Worker& w, Fiber* f) {
   for (;;) {
     Started(w, f);
     // Woken in a wait (or back to retry one that found no memory): the rest of it first.
-    bool resume = f->task_park == nullptr || TaskWait(w, f, /*parked=*/!f->task_retry);
+    bool resume = f->task().park == nullptr || TaskWait(w, f, /*parked=*/!f->task_retry);
     while (resume) {
-      f->task_park = nullptr;
+      f->task().park = nullptr;
       f->task_exit = kTaskRunning;
-      std::coroutine_handle<>::from_address(f->task_frame).resume();
+      std::coroutine_handle<>::from_address(f->task().frame).resume();
       switch (f->task_exit) {
         case kTaskParking:
           // Saved before TaskWait may publish the park (the task may then run elsewhere).
@@ -66,7 +66,7 @@ void Runtime::Impl::RunTask(Worker& w, Fiber* f) {
           resume = false;
           break;
         case kTaskTransferring:
-          break;  // on at task_frame: a child it awaits, or the parent a child returned to
+          break;  // on at task().frame: a child it awaits, or the parent a child returned to
         case kTaskFinished:
           FinishTask(w, f);
           resume = false;
@@ -97,9 +97,9 @@ void Runtime::Impl::FinishTask(Worker& w, Fiber* f) {
   body->finish();  // may free the body (a detached task)
   f->body = nullptr;
   f->locals.clear();  // still current, so destructors may use fiber features
-  f->task_frame = nullptr;
+  f->task().frame = nullptr;
   f->set_context(nullptr);  // a plain Fiber object again, for the next spawn
-  Retire(w, f);
+  Retire(w, f, RecordKind::kTask);
 }
 
 }  // namespace weft

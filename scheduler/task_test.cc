@@ -1042,6 +1042,58 @@ TEST(TaskTest, AStackSizeDoesNotApplyToATask) {
   EXPECT_EQ(*h.join(), 3);
 }
 
+// A task's record is smaller than a fiber's and keeps its name out of line, made the first time a
+// named task takes the record: names show in dumps and this_fiber::name, cut at 31 bytes, and
+// a nameless task that reuses a named one's record is nameless. Fibers and tasks spawned in
+// turns (records of two kinds, from two free lists) keep theirs apart.
+TEST(TaskTest, NamesOfTasksAndFibersInTurns) {
+  Runtime rt({.workers = 1});
+  const std::string long_name(40, 'x');
+  std::vector<JoinHandle<std::string>> tasks;
+  std::vector<JoinHandle<std::string>> fibers;
+  for (int round = 0; round < 3; ++round) {
+    Event go;
+    for (int i = 0; i < 100; ++i) {
+      // Named in round 0 (a long name for some), nameless in round 1, named again in round 2.
+      std::string name =
+          round == 1 ? std::string() : (i % 10 == 0 ? long_name : "t" + std::to_string(i));
+      tasks.push_back(rt.spawn_task(
+          [&go]() -> Task<std::string> {
+            (void)co_await go.async_wait();
+            co_return std::string(this_fiber::name());
+          },
+          {.name = name}));
+      fibers.push_back(rt.spawn(
+          [&go] {
+            (void)go.wait();
+            return std::string(this_fiber::name());
+          },
+          {.name = round == 1 ? std::string_view() : std::string_view("f")}));
+    }
+    if (round == 0) {
+      // Parked: the dump lists each by its name.
+      std::string dump;
+      for (int i = 0; i < 1000; ++i) {
+        dump = rt.dump_fibers();
+        if (dump.find("\"t99\" parked") != std::string::npos) break;
+        std::this_thread::sleep_for(1ms);
+      }
+      EXPECT_NE(dump.find("\"t99\" parked on Event"), std::string::npos) << dump;
+      EXPECT_NE(dump.find("\"" + std::string(31, 'x') + "\" parked"), std::string::npos) << dump;
+      EXPECT_NE(dump.find("\"f\" parked on Event"), std::string::npos) << dump;
+    }
+    go.set();
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      std::string want =
+          round == 1 ? "" : (i % 10 == 0 ? std::string(31, 'x') : "t" + std::to_string(i));
+      EXPECT_EQ(*tasks[i].join(), want) << "round " << round << ", task " << i;
+      EXPECT_EQ(*fibers[i].join(), round == 1 ? "" : "f") << "round " << round << ", fiber " << i;
+    }
+    tasks.clear();
+    fibers.clear();
+  }
+}
+
 // Children awaited inline that finish without suspending: the worker's stack stays flat at any
 // optimisation level (the transfers go through the worker, not nested resumes).
 TEST(TaskTest, ManyChildrenAwaitedInlineDoNotGrowTheStack) {

@@ -120,7 +120,7 @@ std::uint64_t id() {
 
 std::string_view name() {
   Fiber* f = CurrentFiber();
-  return f != nullptr ? std::string_view(f->name, f->name_len) : std::string_view();
+  return f != nullptr ? f->name() : std::string_view();
 }
 
 bool in_fiber() { return CurrentFiber() != nullptr; }

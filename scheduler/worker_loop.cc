@@ -53,8 +53,8 @@ Transfer AfterExit(Transfer t) {
   discard_context(t.from);
   // A recycled fiber object gets a new stack and context at its next start.
   f->set_context(nullptr);
-  w->stacks->recycle(std::move(f->stack));
-  f->rt->Retire(*w, f);
+  w->stacks->recycle(std::move(f->stack()));
+  f->rt->Retire(*w, f, RecordKind::kFiber);
   return t;
 }
 
@@ -382,7 +382,7 @@ void Runtime::Impl::FailUnstartable(Worker& w) {
     FiberBody* body = std::exchange(f->body, nullptr);
     f->worker = &w;
     body->fail(std::make_exception_ptr(std::system_error(error, "weft: no stack for a fiber")));
-    Retire(w, f);
+    Retire(w, f, RecordKind::kFiber);  // (a task has no stack to fail to get)
   }
 }
 

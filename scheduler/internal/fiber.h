@@ -1,8 +1,9 @@
 // scheduler/internal/fiber.h: a fiber as the runtime keeps it, and the small types around it.
 //
-// Defines (weft::scheduler_internal): Fiber (a fiber's object: its context and stack, the
-// park/notify state of scheduler/internal/park.h, identity, fiber-local slots), FiberWaiter (the
-// Waiter that lets //sync park a fiber), FiberBlock and RetiredBlocks (where Fiber objects live,
+// Defines (weft::scheduler_internal): Fiber (the record of a fiber or a task: its context, the
+// park/notify state of scheduler/internal/park.h, identity, fiber-local slots), StackfulFiber (a
+// fiber's record: a Fiber with its stack's extras), FiberWaiter (the
+// Waiter that lets //sync park a fiber), RecordBlock and RetiredBlocks (where records live,
 // and why they are never freed), TimerEntry (a parked fiber's deadline), FiberFifo (a queue of
 // runnable fibers that cannot fail), Counters, the clock and the timer constants.
 //
@@ -103,7 +104,7 @@ class FiberWaiter final : public Waiter {
   bool can_block() const override;
   // Renew: a new fiber in this Fiber object: its id is the Waiter's identity (Mutex ownership).
   void Renew(std::uint64_t fiber_id) { set_identity(fiber_id); }
-  // Rebind: the Fiber object now belongs to another runtime (a retired FiberBlock reused).
+  // Rebind: the Fiber object now belongs to another runtime (a retired RecordBlock reused).
   void Rebind(const std::atomic<bool>* shutting_down) { set_interrupt(shutting_down); }
   // Its fiber: it is always Fiber::waiter. Computed, not stored: a stored pointer sat on a line
   // of the Fiber that a wait touched for nothing else.
@@ -139,15 +140,43 @@ inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
+// What only one kind of record uses, in the same bytes (Fiber::part): a fiber's stack, or the
+// state a task keeps across its suspensions (it has no stack to keep it on). A record is one kind
+// for life (RecordKind), so the member that is alive is always its kind's.
+// frame: where it resumes (the innermost coroutine of its chain, as it suspended); park: the wait
+// it is suspended in (null: it resumes as soon as it runs); timer: that wait's timer entry while
+// it is parked (its generation is the record's wait_gen, which only the task itself writes).
+struct TaskPart {
+  void* frame = nullptr;
+  sync_internal::AsyncParkBase* park = nullptr;
+  TimerEntry* timer = nullptr;
+};
+enum class RecordKind : std::uint8_t { kFiber, kTask };
+
+// Fiber: the record of a fiber or of a stackless task (scheduler/task.h), what run queues,
+// waits, timers and dumps hold. A fiber's record is a StackfulFiber (below), which adds what only
+// a fiber uses; a task's is this alone, 256 bytes (RecordBlock).
+//
 // Line-aligned, so that its first 128 bytes are two lines (not three): W2 on 1 worker
-// 22.0 -> 16.0 ms with the layout below. Made 64 at a time in a populated FiberBlock
-// (NewFiberBlock), 448 bytes apart: the spacing glibc's aligned new gave them one at a time.
-// Packed closer, 320 or 384 bytes apart, W2 on 1 worker measured a third slower
-// (docs/scheduler.md).
+// 22.0 -> 16.0 ms with the layout below.
 struct alignas(64) Fiber {
   // shutting_down: the runtime's flag, which interrupts the fiber's waits once set.
-  Fiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down)
-      : rt(runtime), waiter(shutting_down) {}
+  Fiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down, RecordKind record_kind)
+      : rt(runtime), waiter(shutting_down), kind(record_kind) {
+    if (kind == RecordKind::kTask) {
+      new (&part.task) TaskPart();
+    } else {
+      new (&part.stack) Stack();
+    }
+  }
+  ~Fiber() {
+    if (kind == RecordKind::kTask) {
+      part.task.~TaskPart();
+      delete[] name_chars;  // (a fiber's are its own: StackfulFiber::name_storage)
+    } else {
+      part.stack.~Stack();
+    }
+  }
   Fiber(const Fiber&) = delete;
   Fiber& operator=(const Fiber&) = delete;
 
@@ -164,15 +193,23 @@ struct alignas(64) Fiber {
   std::atomic<Context> ctx{nullptr};
   Context context() const { return ctx.load(std::memory_order_relaxed); }
   void set_context(Context c) { ctx.store(c, std::memory_order_relaxed); }
-  Stack stack;
+  union Part {
+    Part() {}       // Fiber's constructor makes its kind's member
+    ~Part() {}      // and its destructor ends it
+    Stack stack;    // RecordKind::kFiber
+    TaskPart task;  // RecordKind::kTask
+  } part;
+  static_assert(sizeof(TaskPart) <= sizeof(Stack), "a task's part takes no more than a stack");
+  Stack& stack() { return part.stack; }
+  TaskPart& task() { return part.task; }
   // What it runs: its SpawnState, which frees itself (JoinSignal). Set while it runs (a TaskGroup
   // child's body answers CurrentGroupToken), null before spawn and once run() has returned.
   FiberBody* body = nullptr;
   Worker* worker = nullptr;  // the worker running it (or that last ran it)
   Worker* pinned = nullptr;  // non-null: runs only there
-  // Identity: id, name_len, name and spawn_site are written at spawn and read by dumps, all
-  // under meta_lock. name_len is the length of name, which is written (and terminated) only when
-  // not empty.
+  // Identity: id, name_len, the name and spawn_site are written at spawn and read by dumps, all
+  // under meta_lock. name_len is the length of the name (name()), which is written (and
+  // terminated) only when not empty.
   std::uint64_t id = 0;
   LocalSlots locals;
   TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
@@ -181,12 +218,17 @@ struct alignas(64) Fiber {
   // the waiter's note_wait.
   weft::atomic<int> wait_fd{-1};
   // The stack it asks for at its first run: StackOptions, packed (sizes are at most 64 MiB).
+  // A fiber's only.
   std::uint32_t stack_size = 0;
   StackProtection stack_protection = StackProtection::kAuto;
   weft::atomic<bool> permit{false};
   // Set by a notify that won the kParked -> kRunnable CAS, before it schedules the fiber; read
   // and reset by the fiber (the scheduling hand-off orders the two).
   bool woken_by_notify = false;
+  // A task's: why its coroutine last returned to the worker (TaskExit); and whether its wait
+  // found no memory for its timer and is to be tried again when it next runs. Its worker's
+  // thread only.
+  std::uint8_t task_exit = 0;
   // errno, kept per fiber: saved as the fiber stops running, put back into the thread's errno
   // as it runs again (on whichever thread), so a value set before a switch is read after it.
   int saved_errno = 0;
@@ -195,30 +237,15 @@ struct alignas(64) Fiber {
   bool deadline_checked = false;
   sync_internal::SpinLock meta_lock;
   std::uint8_t name_len = 0;
+  bool task_retry = false;
   // The generation of its current (or last) wait; a timer entry of another is stale. On the
   // same line as state, which a timer's wake-up reads too (PopDueTimers).
   weft::atomic<std::uint64_t> wait_gen{0};
   // ---- 128 bytes: a wait adds the waiter's first line (a sleep touches no other).
   FiberWaiter waiter;
-  char name[32] = {};
   std::source_location spawn_site;  // the user's spawn call
-  // A blocking region: the blocking thread's own context, and the task that moves it there.
-  Context region_home = nullptr;
-  struct RegionTask {
-    BlockingTask task;  // first member: the pool hands back &task
-    Fiber* fiber;
-  } region_task{{}, this};
   // The next fiber in a FiberFifo's out-of-memory chain (see FiberFifo).
   Fiber* queue_next = nullptr;
-  // The runtime's light_park, copied here so that a notify reads no Runtime memory unless it
-  // wakes the fiber (a late notify of a finished fiber may come after its runtime is gone; the
-  // Fiber itself outlives it, see RetiredBlocks). relaxed: set before the fiber is handed out.
-  weft::atomic<bool> light_park{false};
-  // A wait inside a region blocks the blocking thread (the fiber keeps its own Waiter, so a
-  // Mutex it holds stays its own across the region): it sleeps on region_word (a futex) with
-  // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
-  std::atomic<std::uint32_t> region_word{0};
-  std::atomic<bool> region_waiting{false};
   // Scheduling latency (RuntimeOptions::measure_latency; untouched otherwise): when it last
   // became runnable (steady_clock ticks, written by whoever made it so, before queueing it; 0
   // once it ran), and the longest it has waited to run since its spawn (written by the workers
@@ -229,20 +256,39 @@ struct alignas(64) Fiber {
   // In a simulation, the simulated host it runs on (0: the default host), set at spawn from its
   // spawner's and changed by sim::Network::enter (api/sim.h). The simulation's thread only.
   std::uint32_t sim_host = 0;
-  // A stackless task (scheduler/task.h) lives in a Fiber object too, with no stack: its context
-  // is TaskContext(), and its worker resumes its coroutine on the worker's own stack (RunTask).
-  // task_frame: where it resumes (the innermost coroutine of its chain, as it suspended);
-  // task_park: the wait it is suspended in (null: it resumes as soon as it runs); task_timer and
-  // task_gen: that wait's timer entry and generation while it is parked; task_exit: why its
-  // coroutine last returned to the worker; task_retry: its wait found no memory for its timer
-  // and is to be tried again when it next runs. Its worker's thread only.
-  void* task_frame = nullptr;
-  sync_internal::AsyncParkBase* task_park = nullptr;
-  TimerEntry* task_timer = nullptr;
-  std::uint64_t task_gen = 0;
-  std::uint8_t task_exit = 0;
-  bool task_retry = false;
+  // Where its name is kept: a fiber's own 32 bytes (StackfulFiber::name_storage); a task's, 32
+  // bytes allocated the first time a named task takes the record (kept with it), null before.
+  char* name_chars = nullptr;
+  std::string_view name() const { return {name_chars, name_len}; }
+  // The runtime's light_park, copied here so that a notify reads no Runtime memory unless it
+  // wakes the fiber (a late notify of a finished fiber may come after its runtime is gone; the
+  // Fiber itself outlives it, see RetiredBlocks). relaxed: set before the fiber is handed out.
+  weft::atomic<bool> light_park{false};
+  const RecordKind kind;
+  // A wait inside a region blocks the blocking thread (the fiber keeps its own Waiter, so a
+  // Mutex it holds stays its own across the region): it sleeps on region_word (a futex) with
+  // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
+  // (Never set in a task's record: a task cannot enter a region.)
+  std::atomic<bool> region_waiting{false};
+  std::atomic<std::uint32_t> region_word{0};
 };
+
+// StackfulFiber: a fiber's record: the Fiber, and what only a fiber uses.
+struct StackfulFiber final : Fiber {
+  StackfulFiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down)
+      : Fiber(runtime, shutting_down, RecordKind::kFiber) {
+    name_chars = name_storage;
+  }
+  char name_storage[32] = {};
+  // A blocking region: the blocking thread's own context, and the task that moves it there.
+  Context region_home = nullptr;
+  struct RegionTask {
+    BlockingTask task;  // first member: the pool hands back &task
+    Fiber* fiber;
+  } region_task{{}, this};
+};
+// Stackful: f's StackfulFiber; f must be a fiber's record.
+inline StackfulFiber* Stackful(Fiber* f) { return static_cast<StackfulFiber*>(f); }
 
 // TaskContext: the context of a Fiber object that holds a task: not null (Prepare then gives it
 // no stack) and never a real context record (nothing switches to it: Run and DirectNext look).
@@ -257,39 +303,59 @@ enum TaskExit : std::uint8_t {
   kTaskFinished
 };
 
-// FiberBlock: Fiber objects are made kFibers at a time, kStride bytes apart, in one page-aligned
-// block whose pages get their memory with one system call (context_internal::VmPrefaultWrite:
-// MADV_POPULATE_WRITE, Linux 5.14+) before the Fibers are constructed in it. Made one at a time by
-// malloc, each new page of Fibers faulted in on its first write (15-23 us here, for 9 Fibers), and
-// a burst of spawns past the most fibers alive so far (W5's reps that grow) paid that on the
-// spawning worker. kStride: in the stride experiment of docs/scheduler.md (W2), 448 bytes apart
-// measured as fast as malloc's own spacing (which is 448 too), 320 and 384 a third slower. The
-// blocks live as long as the runtime (the free-fiber lists reuse their Fibers).
-class FiberBlock {
+// RecordBlock: records are made kRecords at a time, of one kind, kStride bytes apart, in one
+// page-aligned block whose pages get their memory with one system call
+// (context_internal::VmPrefaultWrite: MADV_POPULATE_WRITE, Linux 5.14+) before the records are
+// constructed in it. Made one at a time by malloc, each new page of Fibers faulted in on its first
+// write (15-23 us here, for 9 Fibers), and a burst of spawns past the most fibers alive so far
+// (W5's reps that grow) paid that on the spawning worker. kStride: a fiber's record is 384 bytes,
+// spaced 448 apart: in the stride experiment of docs/scheduler.md (W2), 448 bytes apart measured
+// as fast as malloc's own spacing (which is 448 too), 320 and 384 a third slower. A task's record
+// is 256 bytes, packed. The blocks live as long as the runtime (the free lists reuse their
+// records), then go to RetiredBlocks.
+class RecordBlock {
  public:
-  static constexpr std::size_t kFibers = 64;
-  static constexpr std::size_t kStride = 448;
-  static constexpr std::size_t kBytes = kFibers * kStride;  // 28 KiB, 7 pages
+  static constexpr std::size_t kRecords = 64;
   static constexpr std::size_t kPageAlign = 4096;
-  static_assert(sizeof(Fiber) <= kStride && kStride % alignof(Fiber) == 0);
-  static_assert(kBytes % kPageAlign == 0);
+  static constexpr std::size_t kStride[2] = {448, 256};  // by RecordKind
+  static_assert(sizeof(StackfulFiber) <= kStride[0] && kStride[0] % alignof(StackfulFiber) == 0);
+  static_assert(sizeof(Fiber) <= kStride[1] && kStride[1] % alignof(Fiber) == 0);
+  static_assert(kRecords * kStride[0] % kPageAlign == 0 && kRecords * kStride[1] % kPageAlign == 0);
 
-  FiberBlock(Runtime::Impl* rt, const std::atomic<bool>* shutting_down)
-      : mem_(static_cast<std::byte*>(::operator new (kBytes, std::align_val_t{kPageAlign}))) {
-    context_internal::VmPrefaultWrite(mem_, kBytes, 1, kBytes);  // a hint: else they fault in
-    for (std::size_t i = 0; i < kFibers; ++i) new (mem_ + i * kStride) Fiber(rt, shutting_down);
+  RecordBlock(Runtime::Impl* rt, const std::atomic<bool>* shutting_down, RecordKind kind)
+      : kind_(kind),
+        stride_(kStride[static_cast<int>(kind)]),
+        mem_(static_cast<std::byte*>(
+            ::operator new (kRecords* stride_, std::align_val_t{kPageAlign}))) {
+    const std::size_t bytes = kRecords * stride_;
+    context_internal::VmPrefaultWrite(mem_, bytes, 1, bytes);  // a hint: else they fault in
+    for (std::size_t i = 0; i < kRecords; ++i) {
+      if (kind == RecordKind::kTask) {
+        new (mem_ + i * stride_) Fiber(rt, shutting_down, kind);
+      } else {
+        new (mem_ + i * stride_) StackfulFiber(rt, shutting_down);
+      }
+    }
   }
-  ~FiberBlock() {
-    for (std::size_t i = 0; i < kFibers; ++i) at(i)->~Fiber();
+  ~RecordBlock() {
+    for (std::size_t i = 0; i < kRecords; ++i) {
+      if (kind_ == RecordKind::kTask) {
+        at(i)->~Fiber();
+      } else {
+        Stackful(at(i))->~StackfulFiber();
+      }
+    }
     ::operator delete (mem_, std::align_val_t{kPageAlign});
   }
-  FiberBlock(const FiberBlock&) = delete;
-  FiberBlock& operator=(const FiberBlock&) = delete;
+  RecordBlock(const RecordBlock&) = delete;
+  RecordBlock& operator=(const RecordBlock&) = delete;
 
-  // Bind: the Fibers now belong to `rt` (a new block, or a retired one reused). Every Fiber in it
-  // is finished (kDone, no stack, no context).
+  RecordKind kind() const { return kind_; }
+
+  // Bind: the records now belong to `rt` (a new block, or a retired one reused). Every record in
+  // it is finished (kDone, no stack, no context).
   void Bind(Runtime::Impl* rt, const std::atomic<bool>* shutting_down, bool light_park) {
-    for (std::size_t i = 0; i < kFibers; ++i) {
+    for (std::size_t i = 0; i < kRecords; ++i) {
       Fiber* f = at(i);
       f->rt = rt;
       f->waiter.Rebind(shutting_down);
@@ -298,22 +364,26 @@ class FiberBlock {
   }
 
   Fiber* at(std::size_t i) const {
-    return std::launder(reinterpret_cast<Fiber*>(mem_ + i * kStride));
+    std::byte* p = mem_ + i * stride_;
+    if (kind_ == RecordKind::kTask) return std::launder(reinterpret_cast<Fiber*>(p));
+    return std::launder(reinterpret_cast<StackfulFiber*>(p));
   }
 
  private:
+  RecordKind kind_;
+  std::size_t stride_;
   std::byte* mem_;
 };
 
-// RetiredBlocks: the FiberBlocks of runtimes that are gone, for later runtimes to reuse; never
+// RetiredBlocks: the RecordBlocks of runtimes that are gone, for later runtimes to reuse; never
 // freed. A release (Event::set from a plain thread, say) takes a fiber's Waiter under its lock and
 // notifies it after unlocking; the fiber may finish and its runtime be destroyed in between. The
 // late notify then finds a finished Fiber (kDone: it only leaves a stale permit, which every wait
 // tolerates) in memory that is still a Fiber, instead of freed memory. The pool holds as many
-// Fibers as the most that any runtimes had at once.
+// records of each kind as the most that any runtimes had at once.
 struct RetiredBlocks {
   std::mutex mu;
-  std::vector<std::unique_ptr<FiberBlock>> blocks;
+  std::vector<std::unique_ptr<RecordBlock>> blocks[2];  // by RecordKind
   static RetiredBlocks& Get() {
     static RetiredBlocks* r = new RetiredBlocks;  // never destroyed: late notifies may come
     return *r;
@@ -331,6 +401,7 @@ inline Fiber* FiberWaiter::fiber() {
 static_assert(offsetof(Fiber, wait_gen) + sizeof(Fiber::wait_gen) <= 128, "hot fields: 2 lines");
 static_assert(offsetof(Fiber, state) / 64 == offsetof(Fiber, wait_gen) / 64,
               "a timer's wake-up reads state and wait_gen from one line");
+static_assert(sizeof(Fiber) == 256, "a task's record: four lines");
 #pragma GCC diagnostic pop
 
 // FiberFifo: a FIFO of runnable fibers that never fails to take one: a power-of-two ring that

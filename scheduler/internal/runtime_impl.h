@@ -56,7 +56,8 @@ bool TaskWait(Worker& w, Fiber* f, bool parked);
 struct Runtime::Impl {
   using Clock = scheduler_internal::Clock;
   using Fiber = scheduler_internal::Fiber;
-  using FiberBlock = scheduler_internal::FiberBlock;
+  using RecordBlock = scheduler_internal::RecordBlock;
+  using RecordKind = scheduler_internal::RecordKind;
   using FiberFifo = scheduler_internal::FiberFifo;
   using IoRequest = scheduler_internal::IoRequest;
   using RetiredBlocks = scheduler_internal::RetiredBlocks;
@@ -139,20 +140,20 @@ struct Runtime::Impl {
   weft::atomic<std::int64_t> credits{0};
   static constexpr std::uint64_t kIdBlock = 1024;  // ids handed to a worker at once
   std::atomic<std::uint64_t> spawned_outside{0};
-  // Finished fibers for reuse, moved to and from the workers' free lists in batches. A spin
-  // lock: a spawning worker refills while another spills, and a futex wake per contended
+  // Finished records for reuse, by kind, moved to and from the workers' free lists in batches.
+  // A spin lock: a spawning worker refills while another spills, and a futex wake per contended
   // unlock (a system call) cost more than the few pointer moves it guards.
   sync_internal::SpinLock pool_lock;
-  std::vector<Fiber*> pool;  // guarded by pool_lock
-  // Every Fiber object this runtime made (they live as long as it does), for dumps and shutdown.
+  std::vector<Fiber*> pool[2];  // by RecordKind; guarded by pool_lock
+  // Every record this runtime made (they live as long as it does), for dumps and shutdown.
   mutable std::mutex fibers_mu;
-  std::vector<std::unique_ptr<FiberBlock>> all_fibers;  // guarded by fibers_mu
-  // ForEachFiberLocked: f(Fiber*) for every Fiber made, free ones too (state kDone); with
+  std::vector<std::unique_ptr<RecordBlock>> all_fibers;  // guarded by fibers_mu
+  // ForEachFiberLocked: f(Fiber*) for every record made, free ones too (state kDone); with
   // fibers_mu held.
   template <typename F>
   void ForEachFiberLocked(F&& f) const {
     for (const auto& block : all_fibers) {
-      for (std::size_t i = 0; i < FiberBlock::kFibers; ++i) f(block->at(i));
+      for (std::size_t i = 0; i < RecordBlock::kRecords; ++i) f(block->at(i));
     }
   }
   std::unique_ptr<BlockingPool> blocking;
@@ -334,27 +335,29 @@ struct Runtime::Impl {
   // FailUnstartable), as GCC chose when these types had internal linkage: out of line, W2's
   // spawn and exit paths measured more instructions per fiber (callgrind).
   [[gnu::always_inline]] Fiber* NewFiber(Worker* w, const FiberOptions& fiber_options,
-                                         Worker* pinned_to, std::source_location site) {
+                                         Worker* pinned_to, std::source_location site,
+                                         RecordKind kind) {
+    const int k = static_cast<int>(kind);
     Fiber* f = nullptr;
-    if (w != nullptr && !w->free_fibers.empty()) {
-      f = w->free_fibers.back();
-      w->free_fibers.pop_back();
-      if (w->free_fibers.size() >= kSpawnAhead) {
-        PrefetchHotLines(w->free_fibers[w->free_fibers.size() - kSpawnAhead]);
-      }
+    if (w != nullptr && !w->free_records[k].empty()) {
+      std::vector<Fiber*>& free = w->free_records[k];
+      f = free.back();
+      free.pop_back();
+      if (free.size() >= kSpawnAhead) PrefetchHotLines(free[free.size() - kSpawnAhead]);
     } else {
       {
         std::lock_guard<sync_internal::SpinLock> lock(pool_lock);
-        if (!pool.empty()) {
-          f = pool.back();
-          pool.pop_back();
-          for (std::size_t i = 0; w != nullptr && i < kFiberBatch && !pool.empty(); ++i) {
-            w->free_fibers.push_back(pool.back());
-            pool.pop_back();
+        std::vector<Fiber*>& shared = pool[k];
+        if (!shared.empty()) {
+          f = shared.back();
+          shared.pop_back();
+          for (std::size_t i = 0; w != nullptr && i < kFiberBatch && !shared.empty(); ++i) {
+            w->free_records[k].push_back(shared.back());
+            shared.pop_back();
           }
         }
       }
-      if (f == nullptr) f = NewFiberBlock(w);
+      if (f == nullptr) f = NewRecordBlock(w, kind);
     }
     f->meta_lock.lock();
     // relaxed (both): only uniqueness matters.
@@ -369,10 +372,13 @@ struct Runtime::Impl {
       f->id = w->next_id++;
     }
     f->waiter.Renew(f->id);
-    std::size_t n = std::min(fiber_options.name.size(), sizeof f->name - 1);
-    if (n != 0) {  // (a nameless fiber leaves name's line alone)
-      std::memcpy(f->name, fiber_options.name.data(), n);
-      f->name[n] = '\0';
+    std::size_t n = std::min(fiber_options.name.size(), kNameMax);
+    if (n != 0 && (f->name_chars != nullptr || AllocateName(f))) {
+      // (a nameless fiber leaves its name's line alone)
+      std::memcpy(f->name_chars, fiber_options.name.data(), n);
+      f->name_chars[n] = '\0';
+    } else {
+      n = 0;
     }
     f->name_len = static_cast<std::uint8_t>(n);
     f->pinned = pinned_to;
@@ -380,42 +386,57 @@ struct Runtime::Impl {
     f->meta_lock.unlock();
     return f;
   }
-  // NewFiberBlock: makes a FiberBlock; returns its first Fiber and queues the rest on w's free
-  // list (from a plain thread, w null, in the pool), so that they are taken in address order.
-  Fiber* NewFiberBlock(Worker* w) {
-    std::unique_ptr<FiberBlock> block;
+  // The longest name kept (FiberOptions::name is cut there): a fiber's name_storage, less its
+  // terminator.
+  static constexpr std::size_t kNameMax =
+      sizeof(scheduler_internal::StackfulFiber::name_storage) - 1;
+  // AllocateName: room for a task's name, kept with its record; false without memory (the task
+  // is then nameless: a name is for dumps only).
+  [[gnu::noinline]] static bool AllocateName(Fiber* f) {
+    f->name_chars = new (std::nothrow) char[kNameMax + 1];
+    return f->name_chars != nullptr;
+  }
+  // NewRecordBlock: makes a RecordBlock of `kind`; returns its first record and queues the rest
+  // on w's free list (from a plain thread, w null, in the pool), so that they are taken in
+  // address order.
+  Fiber* NewRecordBlock(Worker* w, RecordKind kind) {
+    const int k = static_cast<int>(kind);
+    std::unique_ptr<RecordBlock> block;
     {
       RetiredBlocks& retired = RetiredBlocks::Get();
       std::lock_guard<std::mutex> lock(retired.mu);
-      if (!retired.blocks.empty()) {
-        block = std::move(retired.blocks.back());
-        retired.blocks.pop_back();
+      if (!retired.blocks[k].empty()) {
+        block = std::move(retired.blocks[k].back());
+        retired.blocks[k].pop_back();
       }
     }
-    if (block == nullptr) block = std::make_unique<FiberBlock>(this, &shutting_down);
+    if (block == nullptr) block = std::make_unique<RecordBlock>(this, &shutting_down, kind);
     block->Bind(this, &shutting_down, light_park);
-    const FiberBlock& b = *block;
+    const RecordBlock& b = *block;
     {
       std::lock_guard<std::mutex> lock(fibers_mu);
       all_fibers.push_back(std::move(block));
     }
     if (w != nullptr) {
-      for (std::size_t i = FiberBlock::kFibers; i-- > 1;) w->free_fibers.push_back(b.at(i));
+      for (std::size_t i = RecordBlock::kRecords; i-- > 1;) w->free_records[k].push_back(b.at(i));
     } else {
       std::lock_guard<sync_internal::SpinLock> lock(pool_lock);
-      for (std::size_t i = FiberBlock::kFibers; i-- > 1;) pool.push_back(b.at(i));
+      for (std::size_t i = RecordBlock::kRecords; i-- > 1;) pool[k].push_back(b.at(i));
     }
     return b.at(0);
   }
-  // Recycle: on the worker where f finished.
-  void Recycle(Worker& w, Fiber* f) {
+  // Recycle: on the worker where f finished; to the free list of its kind (f->kind, which the
+  // caller knows: reading it would touch a line of f that an exit touches for nothing else).
+  void Recycle(Worker& w, Fiber* f, RecordKind kind) {
     f->state.store(scheduler_internal::kDone, std::memory_order_relaxed);
-    w.free_fibers.push_back(f);
-    if (w.free_fibers.size() >= 2 * kFiberBatch) {
+    const int k = static_cast<int>(kind);
+    std::vector<Fiber*>& free = w.free_records[k];
+    free.push_back(f);
+    if (free.size() >= 2 * kFiberBatch) {
       std::lock_guard<sync_internal::SpinLock> lock(pool_lock);
       for (std::size_t i = 0; i < kFiberBatch; ++i) {
-        pool.push_back(w.free_fibers.back());
-        w.free_fibers.pop_back();
+        pool[k].push_back(free.back());
+        free.pop_back();
       }
     }
   }
@@ -537,16 +558,16 @@ struct Runtime::Impl {
       w.unstartable.emplace_back(f, stack.error_code());
       return false;
     }
-    f->stack = std::move(stack).value();
-    f->set_context(*make_context(f->stack.span(), &scheduler_internal::FiberMain));
+    f->stack() = std::move(stack).value();
+    f->set_context(*make_context(f->stack().span(), &scheduler_internal::FiberMain));
     f->saved_errno = 0;  // a new fiber starts with errno 0 (Started puts it in place)
     // The name was written at spawn, before f was queued; a fresh record's name is empty.
-    if (f->name_len != 0) set_context_name(f->context(), {f->name, f->name_len});
+    if (f->name_len != 0) set_context_name(f->context(), f->name());
     return true;
   }
   // Retire: f finished (or failed before it started) on w: its object and its credit stay here.
-  [[gnu::always_inline]] void Retire(Worker& w, Fiber* f) {
-    Recycle(w, f);
+  [[gnu::always_inline]] void Retire(Worker& w, Fiber* f, RecordKind kind) {
+    Recycle(w, f, kind);
     // The fiber's credit stays with this worker (returned in batches, and before it sleeps).
     std::int64_t spare = w.credits.load(std::memory_order_relaxed) + 1;
     w.credits.store(spare, std::memory_order_relaxed);

@@ -147,7 +147,9 @@ struct Worker {
   std::unique_ptr<Reactor> reactor;  // created on the worker's thread; null if it failed
   std::errc reactor_error{};
   std::uint64_t rng = 0;
-  std::vector<Fiber*> free_fibers;  // owner only; batches move to and from the runtime's pool
+  // Free records by RecordKind (fibers', tasks'). Owner only; batches move to and from the
+  // runtime's pool.
+  std::vector<Fiber*> free_records[2];
   // Freed timer entries for this worker's next timed waits (owner only): an intrusive list, so
   // that a free never allocates; up to kSpareTimers, so that a burst of timed waits (W5: 10,000
   // sleeps) costs no malloc and free once the worker has seen one that size.
