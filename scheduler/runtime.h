@@ -509,7 +509,9 @@ class [[nodiscard]] JoinHandle {
     JoinHandle* handle_;
     scheduler_internal::JoinSignal::Awaiter wait_;
   };
-  JoinAwaiter async_join(const WaitOptions& options = {}) { return JoinAwaiter(this, options); }
+  JoinAwaiter async_join(const WaitOptions& options = sync_internal::kNoWaitOptions) {
+    return JoinAwaiter(this, options);
+  }
   JoinAwaiter operator co_await() { return async_join(); }
 
  private:

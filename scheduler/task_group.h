@@ -639,10 +639,10 @@ class TaskGroup {
         : join_(core, options, /*all=*/true) {}
     scheduler_internal::GroupCore::JoinAwaiter join_;
   };
-  JoinNextAwaiter async_join_next(const WaitOptions& options = {}) {
+  JoinNextAwaiter async_join_next(const WaitOptions& options = sync_internal::kNoWaitOptions) {
     return JoinNextAwaiter(core_.get(), options);
   }
-  JoinAllAwaiter async_join_all(const WaitOptions& options = {}) {
+  JoinAllAwaiter async_join_all(const WaitOptions& options = sync_internal::kNoWaitOptions) {
     return JoinAllAwaiter(core_.get(), options);
   }
 

@@ -164,6 +164,13 @@ struct WaitOptions {
 };
 
 namespace sync_internal {
+// kNoWaitOptions: no deadline, no token: the default of every awaitable's options (an
+// `async_` call's `options = kNoWaitOptions`), and of waits that take the address of their
+// options. A default of `{}` would be a temporary of the caller's full-expression, and a
+// coroutine keeps every temporary of a co_await's full-expression in its frame: `co_await
+// event.async_wait()` grew the frame by 40 bytes (GCC 12).
+inline constexpr WaitOptions kNoWaitOptions{};
+
 // EffectiveDeadline: when a wait with `options` must end: its own deadline, or its token's
 // (Deadline above) when that is earlier; by_token says which, so that the wait reports
 // operation_canceled rather than timed_out for the token's.

@@ -291,9 +291,9 @@ class SelectAwaiter {
 // `Result<SelectResult> r = co_await async_select(cases)`. The same cases, results and errors;
 // the cases and their values must outlive the call (awaited at once, an array in the task's
 // frame does). From a coroutine that is not a task, it blocks the fiber or thread that runs it.
-inline sync_internal::SelectAwaiter async_select(std::span<const SelectCase> cases,
-                                                 const WaitOptions& options = {},
-                                                 bool has_default = false) {
+inline sync_internal::SelectAwaiter async_select(
+    std::span<const SelectCase> cases, const WaitOptions& options = sync_internal::kNoWaitOptions,
+    bool has_default = false) {
   return sync_internal::SelectAwaiter(cases, options, has_default);
 }
 
@@ -330,10 +330,12 @@ class Channel {
   // block the fiber or thread that runs it, as send and recv.
   class SendAwaiter;
   class RecvAwaiter;
-  SendAwaiter async_send(T&& value, const WaitOptions& options = {}) {
+  SendAwaiter async_send(T&& value, const WaitOptions& options = sync_internal::kNoWaitOptions) {
     return SendAwaiter(core_, &value, options);
   }
-  RecvAwaiter async_recv(const WaitOptions& options = {}) { return RecvAwaiter(core_, options); }
+  RecvAwaiter async_recv(const WaitOptions& options = sync_internal::kNoWaitOptions) {
+    return RecvAwaiter(core_, options);
+  }
 
   // close: idempotent; wakes every waiter (senders get EPIPE, receivers drain then EPIPE).
   void close() { core_.close(); }

@@ -90,7 +90,8 @@ class Semaphore : private WaitList {
  public:
   explicit Semaphore(std::int64_t initial) : WaitList("Semaphore"), count_(initial) {}
   Result<void> acquire(const WaitOptions& options = {});
-  Awaiter async_acquire(const WaitOptions& options = {});  // acquire for a task: co_await
+  Awaiter async_acquire(
+      const WaitOptions& options = sync_internal::kNoWaitOptions);  // acquire for a task: co_await
   bool try_acquire();
   void release(std::int64_t n = 1);
   std::int64_t available() const;
@@ -106,7 +107,8 @@ class WaitGroup : private WaitList {
   Result<void> add(std::int64_t n);
   void done() { (void)add(-1); }
   Result<void> wait(const WaitOptions& options = {});
-  Awaiter async_wait(const WaitOptions& options = {});  // wait for a task: co_await
+  Awaiter async_wait(
+      const WaitOptions& options = sync_internal::kNoWaitOptions);  // wait for a task: co_await
   std::int64_t count() const;
 
  private:
@@ -120,7 +122,8 @@ class Event : private WaitList {
   void set();
   bool is_set() const;
   Result<void> wait(const WaitOptions& options = {});
-  Awaiter async_wait(const WaitOptions& options = {});  // wait for a task: co_await
+  Awaiter async_wait(
+      const WaitOptions& options = sync_internal::kNoWaitOptions);  // wait for a task: co_await
 
  private:
   bool set_ ABSL_GUARDED_BY(lock_) = false;
@@ -156,7 +159,7 @@ class Barrier : private WaitList {
     ArriveAwaiter(Barrier& barrier, const WaitOptions& options);
     Awaiter inner_;
   };
-  ArriveAwaiter async_arrive_and_wait(const WaitOptions& options = {});
+  ArriveAwaiter async_arrive_and_wait(const WaitOptions& options = sync_internal::kNoWaitOptions);
 
  private:
   // Arrive: one arrival, with lock_ held: true for the round's last, which has then woken the

@@ -107,7 +107,9 @@ class Mutex {
     Result<void> result_;
     bool queued_ = false;
   };
-  LockAwaiter async_lock(const WaitOptions& options = {}) { return LockAwaiter(*this, options); }
+  LockAwaiter async_lock(const WaitOptions& options = sync_internal::kNoWaitOptions) {
+    return LockAwaiter(*this, options);
+  }
 
  private:
   friend class CondVar;
@@ -211,7 +213,7 @@ class CondVar {
     bool waited_ = false;
     bool relocking_ = false;
   };
-  WaitAwaiter async_wait(Mutex& mutex, const WaitOptions& options = {});
+  WaitAwaiter async_wait(Mutex& mutex, const WaitOptions& options = sync_internal::kNoWaitOptions);
 
  private:
   // The two ends of a wait around its park, shared by wait and WaitAwaiter. Enqueue: the caller

@@ -225,7 +225,9 @@ class Timer {
       return {};
     }
   };
-  WaitAwaiter async_wait(const WaitOptions& options = {}) { return WaitAwaiter(&core_, options); }
+  WaitAwaiter async_wait(const WaitOptions& options = sync_internal::kNoWaitOptions) {
+    return WaitAwaiter(&core_, options);
+  }
   // select_case: a select case (sync/channel.h) that happens when the timer fires, as wait.
   SelectCase select_case() {
     SelectCase c;
@@ -266,7 +268,9 @@ class Ticker {
       return tick_;
     }
   };
-  TickAwaiter async_tick(const WaitOptions& options = {}) { return TickAwaiter(&core_, options); }
+  TickAwaiter async_tick(const WaitOptions& options = sync_internal::kNoWaitOptions) {
+    return TickAwaiter(&core_, options);
+  }
   // try_tick: takes the tick if one is due, else resource_unavailable_try_again.
   Result<SyncClock::time_point> try_tick();
   // reset: the next tick a period from now, the schedule counted from there. No effect on a

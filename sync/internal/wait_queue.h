@@ -203,9 +203,6 @@ ParkResult Park(Waiter& waiter, Done done, const WaitOptions& options, const cha
   return result;
 }
 
-// kNoWaitOptions: no deadline, no token, for waits that take the address of their options.
-inline constexpr WaitOptions kNoWaitOptions{};
-
 // AsyncParkBase: what a stackless task's scheduler drives while the task is suspended in a
 // wait (Waiter::suspend): Continue after each wake-up, and the deadline to wake it at. Two kinds:
 // AsyncPark, a wait with a deadline, a token and the shutdown's interruption (what most
