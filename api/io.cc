@@ -697,7 +697,11 @@ bool IoOperation<Call>::Launch(scheduler_internal::Fiber* task) {
 
 template <typename Call>
 bool IoOperation<Call>::Over(std::int64_t r) {
-  if (Absorbed(Absorb::kEagain, r, &retries_)) return false;
+  static_assert(kTransientRetries <= 255, "retries_ is a byte");
+  int retries = retries_;
+  const bool absorbed = Absorbed(Absorb::kEagain, r, &retries);
+  retries_ = static_cast<std::uint8_t>(retries);  // at most kTransientRetries
+  if (absorbed) return false;
   std::optional<Value> b = call_.After(r);
   if (!b) {
     retries_ = 0;  // the next way of receiving: its own transient failures

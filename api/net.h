@@ -96,16 +96,32 @@ class TcpStream {
   // simulated network's sockets, the blocking form runs on a fiber of its own while the task waits.
   // A TcpStream destroyed or closed in a task closes without waiting (the close completes on the
   // worker's reactor).
-  ReadOperation async_read(void* buf, std::size_t len, WaitOptions options = {});
-  Task<Result<std::size_t>> async_write(const void* buf, std::size_t len, WaitOptions options = {});
-  Task<Result<void>> async_write_all(const void* buf, std::size_t len, WaitOptions options = {});
-  Task<Result<void>> async_read_exact(void* buf, std::size_t len, WaitOptions options = {});
-  static Task<Result<TcpStream>> async_connect(SocketAddress addr, WaitOptions options = {});
+  ReadOperation async_read(void* buf, std::size_t len, WaitOptions options);
+  ReadOperation async_read(void* buf, std::size_t len) {
+    return async_read(buf, len, WaitOptions{});
+  }
+  Task<Result<std::size_t>> async_write(const void* buf, std::size_t len, WaitOptions options);
+  Task<Result<std::size_t>> async_write(const void* buf, std::size_t len) {
+    return async_write(buf, len, WaitOptions{});
+  }
+  Task<Result<void>> async_write_all(const void* buf, std::size_t len, WaitOptions options);
+  Task<Result<void>> async_write_all(const void* buf, std::size_t len) {
+    return async_write_all(buf, len, WaitOptions{});
+  }
+  Task<Result<void>> async_read_exact(void* buf, std::size_t len, WaitOptions options);
+  Task<Result<void>> async_read_exact(void* buf, std::size_t len) {
+    return async_read_exact(buf, len, WaitOptions{});
+  }
+  static Task<Result<TcpStream>> async_connect(SocketAddress addr, WaitOptions options);
+  static Task<Result<TcpStream>> async_connect(SocketAddress addr) {
+    return async_connect(addr, WaitOptions{});
+  }
   // recv_buffer: up to 4 KiB in a buffer the runtime lends (io::recv_buffer): a connection that
   // waits holds no buffer; empty at end of stream.
   Result<io::RecvBuffer> recv_buffer(const WaitOptions& options = {});
   // async_recv_buffer: recv_buffer for a task: a task parked in it holds no buffer either.
-  RecvBufferOperation async_recv_buffer(WaitOptions options = {});
+  RecvBufferOperation async_recv_buffer(WaitOptions options);
+  RecvBufferOperation async_recv_buffer() { return async_recv_buffer(WaitOptions{}); }
 
   Result<void> shutdown_write();  // sends FIN; reads continue
   // shutdown: both ways: a FIN, and reads (also those waiting) return 0 from now on.
@@ -142,7 +158,8 @@ class TcpListener {
   // listener stays usable once fds are freed.
   Result<TcpStream> accept(const WaitOptions& options = {});
   // async_accept: accept for a task (co_await listener.async_accept()).
-  Task<Result<TcpStream>> async_accept(WaitOptions options = {});
+  Task<Result<TcpStream>> async_accept(WaitOptions options);
+  Task<Result<TcpStream>> async_accept() { return async_accept(WaitOptions{}); }
   Result<SocketAddress> local_address() const;
 
   int fd() const { return fd_; }
@@ -185,8 +202,14 @@ class UdpSocket {
   // The forms for a task (scheduler/task.h): `co_await socket.async_recv_from(buf, len)`, the
   // same results; as TcpStream's async_ calls, the buffer and the socket must outlive the call.
   Task<Result<std::size_t>> async_send_to(const void* buf, std::size_t len, SocketAddress to,
-                                          WaitOptions options = {});
-  Task<Result<Datagram>> async_recv_from(void* buf, std::size_t len, WaitOptions options = {});
+                                          WaitOptions options);
+  Task<Result<std::size_t>> async_send_to(const void* buf, std::size_t len, SocketAddress to) {
+    return async_send_to(buf, len, to, WaitOptions{});
+  }
+  Task<Result<Datagram>> async_recv_from(void* buf, std::size_t len, WaitOptions options);
+  Task<Result<Datagram>> async_recv_from(void* buf, std::size_t len) {
+    return async_recv_from(buf, len, WaitOptions{});
+  }
 
   // Batches: many datagrams for one wake-up and one system call where the system has one
   // (Linux's recvmmsg and sendmmsg; a loop of non-blocking calls on Windows).
@@ -216,8 +239,14 @@ class UdpSocket {
   Result<void> connect(const SocketAddress& peer);
   Result<std::size_t> send(const void* buf, std::size_t len, const WaitOptions& options = {});
   Result<std::size_t> recv(void* buf, std::size_t len, const WaitOptions& options = {});
-  Task<Result<std::size_t>> async_send(const void* buf, std::size_t len, WaitOptions options = {});
-  Task<Result<std::size_t>> async_recv(void* buf, std::size_t len, WaitOptions options = {});
+  Task<Result<std::size_t>> async_send(const void* buf, std::size_t len, WaitOptions options);
+  Task<Result<std::size_t>> async_send(const void* buf, std::size_t len) {
+    return async_send(buf, len, WaitOptions{});
+  }
+  Task<Result<std::size_t>> async_recv(void* buf, std::size_t len, WaitOptions options);
+  Task<Result<std::size_t>> async_recv(void* buf, std::size_t len) {
+    return async_recv(buf, len, WaitOptions{});
+  }
 
   Result<SocketAddress> local_address() const;
   Result<void> set_broadcast(bool on);

@@ -122,12 +122,15 @@ class [[nodiscard]] IoOperation {
 
   // The union's member alive: none; wait_, an attempt in flight; result_, the call's result;
   // sim_, the Task that runs the call on the simulated network.
+  // The operation sits in every frame that awaits it, so its fields are packed: the small ones
+  // go in the tail padding of call_ (a RecvBufferTries leaves 5 bytes there). W9's echo loop on
+  // tasks: 8 bytes less put its frame in the slab's 512-byte class instead of its 640-byte one.
   enum class Stage : std::uint8_t { kNone, kWaiting, kOver, kSim };
   WaitOptions options_;
-  Call call_;
+  [[no_unique_address]] Call call_;
   Stage stage_ = Stage::kNone;
   bool awaited_ = false;
-  int retries_ = 0;  // transient failures absorbed in a row
+  std::uint8_t retries_ = 0;  // transient failures absorbed in a row (up to kTransientRetries)
   union {
     scheduler_internal::IoWait wait_;
     Value result_;
