@@ -308,17 +308,17 @@ enum TaskExit : std::uint8_t {
 // (context_internal::VmPrefaultWrite: MADV_POPULATE_WRITE, Linux 5.14+) before the records are
 // constructed in it. Made one at a time by malloc, each new page of Fibers faulted in on its first
 // write (15-23 us here, for 9 Fibers), and a burst of spawns past the most fibers alive so far
-// (W5's reps that grow) paid that on the spawning worker. kStride: a fiber's record is 384 bytes,
-// spaced 448 apart: in the stride experiment of docs/scheduler.md (W2), 448 bytes apart measured
-// as fast as malloc's own spacing (which is 448 too), 320 and 384 a third slower. A task's record
-// is 256 bytes, packed. The blocks live as long as the runtime (the free lists reuse their
-// records), then go to RetiredBlocks.
+// (W5's reps that grow) paid that on the spawning worker. kStride: packed, a fiber's record 320
+// bytes (5 lines: the hot two, the waiter's and the rest, the fiber-only tail), a task's 256.
+// (Packed, fibers measured W2 at 0.97x and 0.94x the time of fibers 448 bytes apart, on 1 and 2
+// workers: docs/scheduler.md.) The blocks live as long as the runtime (the free lists reuse
+// their records), then go to RetiredBlocks.
 class RecordBlock {
  public:
   static constexpr std::size_t kRecords = 64;
   static constexpr std::size_t kPageAlign = 4096;
-  static constexpr std::size_t kStride[2] = {448, 256};  // by RecordKind
-  static_assert(sizeof(StackfulFiber) <= kStride[0] && kStride[0] % alignof(StackfulFiber) == 0);
+  static constexpr std::size_t kStride[2] = {320, 256};  // by RecordKind
+  static_assert(sizeof(StackfulFiber) == kStride[0] && sizeof(Fiber) == kStride[1]);
   static_assert(sizeof(Fiber) <= kStride[1] && kStride[1] % alignof(Fiber) == 0);
   static_assert(kRecords * kStride[0] % kPageAlign == 0 && kRecords * kStride[1] % kPageAlign == 0);
 

@@ -415,7 +415,14 @@ struct Runtime::Impl {
     const RecordBlock& b = *block;
     {
       std::lock_guard<std::mutex> lock(fibers_mu);
-      all_fibers.push_back(std::move(block));
+      try {
+        all_fibers.push_back(std::move(block));
+      } catch (const std::bad_alloc&) {
+        // No memory to list it: it stays allocated all the same (a retired block's records may
+        // still be notified late), and the spawn fails with bad_alloc.
+        (void)block.release();
+        throw;
+      }
     }
     if (w != nullptr) {
       for (std::size_t i = RecordBlock::kRecords; i-- > 1;) w->free_records[k].push_back(b.at(i));
