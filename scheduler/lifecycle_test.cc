@@ -30,6 +30,7 @@
 #include "weft/base/stress_scale.h"
 #include "weft/context/stack.h"
 #include "weft/scheduler/runtime.h"
+#include "weft/scheduler/task.h"
 #include "weft/sync/channel.h"
 #include "weft/sync/coordination.h"
 #include "weft/sync/mutex.h"
@@ -132,6 +133,53 @@ TEST(ShutdownTest, ALateNotifyAfterTheRuntimeIsGoneTouchesNoFreedMemory) {
   ASSERT_EQ(UnsetEnv("WEFT_TEST_NOTIFY_DELAY_MS"), 0);
   Runtime next({.workers = 1});  // reuses the finished fibers' memory
   EXPECT_EQ(next.block_on([] { return 5; }), 5);
+}
+
+// The same for tasks, whose records are of their own kind: the late notifies land on task
+// records that the next runtime's tasks, parked with a deadline far off, have taken. Each is a
+// stale permit there: no wait may end before its event is set.
+TEST(ShutdownTest, LateNotifiesOfGoneTasksDoNotEndTheWaitsOfTheirRecordsNextTasks) {
+  auto ev = std::make_unique<Event>();
+  std::thread setter;
+  constexpr int kTasks = 64;
+  ASSERT_EQ(SetEnv("WEFT_TEST_NOTIFY_DELAY_MS", "300"), 0);
+  {
+    Runtime rt({.workers = 1});
+    std::atomic<int> parked{0};
+    for (int i = 0; i < kTasks; ++i) {
+      rt.spawn_task(
+            [&]() -> Task<> {
+              parked.fetch_add(1);
+              (void)co_await ev->async_wait();
+            },
+            {.name = i % 2 == 0 ? "old" : ""})
+          .detach();
+    }
+    while (parked.load() < kTasks) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(20ms);         // they park on the event
+    setter = std::thread([&] { ev->set(); });  // grants them, then waits 300 ms to notify
+    std::this_thread::sleep_for(50ms);
+  }  // ~Runtime: the tasks find their waits granted and finish; their records are retired
+  ASSERT_EQ(UnsetEnv("WEFT_TEST_NOTIFY_DELAY_MS"), 0);
+  Runtime next({.workers = 2});  // takes the retired task records
+  Event ev2;
+  std::atomic<int> early{0};
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < kTasks; ++i) {
+    hs.push_back(next.spawn_task(
+        [&]() -> Task<> {
+          Result<void> r = co_await ev2.async_wait({.deadline = SyncClock::now() + 10s});
+          if (!ev2.is_set()) early.fetch_add(1);
+          EXPECT_TRUE(r.ok());
+        },
+        {.name = i % 3 == 0 ? "new" : ""}));
+  }
+  setter.join();  // the late notifies have landed
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(early.load(), 0);
+  ev2.set();
+  for (auto& h : hs) EXPECT_TRUE(h.join().ok());
+  EXPECT_EQ(early.load(), 0);
 }
 
 TEST(ShutdownTest, WaitsAfterShutdownStartedFailToo) {
