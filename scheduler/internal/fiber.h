@@ -2,10 +2,10 @@
 //
 // Defines (weft::scheduler_internal): Fiber (the record of a fiber or a task: its context, the
 // park/notify state of scheduler/internal/park.h, identity, fiber-local slots), StackfulFiber (a
-// fiber's record: a Fiber with its stack's extras), FiberWaiter (the
-// Waiter that lets //sync park a fiber), RecordBlock and RetiredBlocks (where records live,
-// and why they are never freed), TimerEntry (a parked fiber's deadline), FiberFifo (a queue of
-// runnable fibers that cannot fail), Counters, the clock and the timer constants.
+// fiber's record: a Fiber and what only a fiber uses), FiberWaiter (the Waiter that lets //sync
+// park a fiber), RecordBlock and RetiredBlocks (where records live, and why they are never
+// freed), TimerEntry (a parked fiber's deadline), FiberFifo (a queue of runnable fibers that
+// cannot fail), Counters, the clock and the timer constants.
 //
 // Fiber objects (and so their Waiters) are recycled, never freed while the runtime lives: a
 // notifier may still call notify() on a fiber that already resumed and finished (the lifetime
@@ -309,7 +309,8 @@ enum TaskExit : std::uint8_t {
 // constructed in it. Made one at a time by malloc, each new page of Fibers faulted in on its first
 // write (15-23 us here, for 9 Fibers), and a burst of spawns past the most fibers alive so far
 // (W5's reps that grow) paid that on the spawning worker. kStride: packed, a fiber's record 320
-// bytes (5 lines: the hot two, the waiter's and the rest, the fiber-only tail), a task's 256.
+// bytes (5 lines: the two hot ones, two of the waiter and the rest, the fiber-only one), a
+// task's 256.
 // (Packed, fibers measured W2 at 0.97x and 0.94x the time of fibers 448 bytes apart, on 1 and 2
 // workers: docs/scheduler.md.) The blocks live as long as the runtime (the free lists reuse
 // their records), then go to RetiredBlocks.
@@ -319,7 +320,6 @@ class RecordBlock {
   static constexpr std::size_t kPageAlign = 4096;
   static constexpr std::size_t kStride[2] = {320, 256};  // by RecordKind
   static_assert(sizeof(StackfulFiber) == kStride[0] && sizeof(Fiber) == kStride[1]);
-  static_assert(sizeof(Fiber) <= kStride[1] && kStride[1] % alignof(Fiber) == 0);
   static_assert(kRecords * kStride[0] % kPageAlign == 0 && kRecords * kStride[1] % kPageAlign == 0);
 
   RecordBlock(Runtime::Impl* rt, const std::atomic<bool>* shutting_down, RecordKind kind)
