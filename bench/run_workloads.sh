@@ -83,7 +83,10 @@ if has_peer weft_c; then
   peers+=(weft_c)
 fi
 if has_peer boost_fiber; then
-  if [ -f /usr/include/boost/fiber/all.hpp ] || tools/apt_install.sh libboost-fiber-dev; then
+  # The library, not only the headers: Boost's headers come with other Boost packages too, and
+  # without libboost_fiber the peer fails to link (and the whole build with it).
+  if { [ -f /usr/include/boost/fiber/all.hpp ] && compgen -G "/usr/lib/*/libboost_fiber.so" >/dev/null; } ||
+    tools/apt_install.sh libboost-fiber-dev; then
     bazel_targets+=(//bench/peers/boost_fiber:boost_fiber_workloads)
     peers+=(boost_fiber)
   else
