@@ -264,7 +264,7 @@ struct alignas(64) Fiber {
   // wakes the fiber (a late notify of a finished fiber may come after its runtime is gone; the
   // Fiber itself outlives it, see RetiredBlocks). relaxed: set before the fiber is handed out.
   weft::atomic<bool> light_park{false};
-  const RecordKind kind;
+  const RecordKind kind;  // for life: which member of part is alive, and who owns the name
   // A wait inside a region blocks the blocking thread (the fiber keeps its own Waiter, so a
   // Mutex it holds stays its own across the region): it sleeps on region_word (a futex) with
   // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
@@ -324,16 +324,15 @@ class RecordBlock {
 
   RecordBlock(Runtime::Impl* rt, const std::atomic<bool>* shutting_down, RecordKind kind)
       : kind_(kind),
-        stride_(kStride[static_cast<int>(kind)]),
         mem_(static_cast<std::byte*>(
-            ::operator new (kRecords* stride_, std::align_val_t{kPageAlign}))) {
-    const std::size_t bytes = kRecords * stride_;
+            ::operator new (kRecords* stride(), std::align_val_t{kPageAlign}))) {
+    const std::size_t bytes = kRecords * stride();
     context_internal::VmPrefaultWrite(mem_, bytes, 1, bytes);  // a hint: else they fault in
     for (std::size_t i = 0; i < kRecords; ++i) {
       if (kind == RecordKind::kTask) {
-        new (mem_ + i * stride_) Fiber(rt, shutting_down, kind);
+        new (mem_ + i * stride()) Fiber(rt, shutting_down, kind);
       } else {
-        new (mem_ + i * stride_) StackfulFiber(rt, shutting_down);
+        new (mem_ + i * stride()) StackfulFiber(rt, shutting_down);
       }
     }
   }
@@ -364,14 +363,15 @@ class RecordBlock {
   }
 
   Fiber* at(std::size_t i) const {
-    std::byte* p = mem_ + i * stride_;
+    std::byte* p = mem_ + i * stride();
     if (kind_ == RecordKind::kTask) return std::launder(reinterpret_cast<Fiber*>(p));
     return std::launder(reinterpret_cast<StackfulFiber*>(p));
   }
 
  private:
+  std::size_t stride() const { return kStride[static_cast<int>(kind_)]; }
+
   RecordKind kind_;
-  std::size_t stride_;
   std::byte* mem_;
 };
 
