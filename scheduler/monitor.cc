@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "internal/hold.h"
 #include "internal/runtime_impl.h"
 
 #if defined(__linux__)
@@ -249,18 +250,20 @@ void Monitor::Spares(unsigned stuck, MonitorClock::time_point now) {
 }
 
 bool Monitor::Holds(const Worker& w, const Watch& seen, MonitorClock::time_point now) const {
-  if (seen.cpu_ns < 0 || now <= seen.cpu_at) return true;
+  if (seen.cpu_ns < 0) return true;  // the platform cannot tell
   const std::int64_t cpu = w.cpu_clock.cpu_ns();
   if (cpu < 0) return true;
-  const std::int64_t used = cpu - seen.cpu_ns;
   const std::int64_t wall = std::chrono::nanoseconds(now - seen.cpu_at).count();
-  if (2 * used >= wall) return true;  // it computes
-  // It computes, on a machine whose other threads take most of the CPU: it has had a threshold's
-  // worth since the run was first seen, however long that took. (Judged by the share alone, a
-  // fiber that computes for ever on an oversubscribed machine would never be reported.)
-  if (used >= std::chrono::nanoseconds(threshold_).count()) return true;
-  // Little CPU: blocked in the kernel (a blocking call: the fiber's doing), or runnable and
-  // waiting for a CPU the system gave to other threads (not the fiber's doing: look again later).
+  switch (JudgeCpu(cpu - seen.cpu_ns, wall, std::chrono::nanoseconds(threshold_).count())) {
+    case CpuEvidence::kNone:
+      return false;  // read first at this sample: look again at the next
+    case CpuEvidence::kComputes:
+      return true;
+    case CpuEvidence::kLittle:
+      break;
+  }
+  // Blocked in the kernel (a blocking call: the fiber's doing), or runnable and waiting for a
+  // CPU the system gave to other threads (not the fiber's doing: look again later).
   return w.cpu_clock.runnable() != std::optional<bool>(true);
 }
 

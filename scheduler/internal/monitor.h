@@ -102,8 +102,8 @@ class Monitor {
   void NoteLongRun(const Watch& seen, std::chrono::nanoseconds lasted);
   // Holds: whether the fiber itself holds the worker (it computes: the thread had at least half
   // the CPU since cpu_at, or a threshold's worth of it however long that took; or it blocks in
-  // the kernel), rather than the system having descheduled the thread. True when the platform
-  // cannot tell.
+  // the kernel), rather than the system having descheduled the thread (internal/hold.h). False
+  // at the sample that read cpu_at (no evidence yet); true when the platform cannot tell.
   bool Holds(const Worker& w, const Watch& seen, std::chrono::steady_clock::time_point now) const;
   void Loop();
   // Sample: looks at every worker once; true if one runs a fiber.
