@@ -304,30 +304,35 @@ enum TaskExit : std::uint8_t {
 };
 
 // RecordBlock: records are made kRecords at a time, of one kind, kStride bytes apart, in one
-// page-aligned block whose pages get their memory with one system call
+// line-aligned block whose whole pages get their memory with one system call
 // (context_internal::VmPrefaultWrite: MADV_POPULATE_WRITE, Linux 5.14+) before the records are
-// constructed in it. Made one at a time by malloc, each new page of Fibers faulted in on its first
-// write (15-23 us here, for 9 Fibers), and a burst of spawns past the most fibers alive so far
-// (W5's reps that grow) paid that on the spawning worker. kStride: packed, a fiber's record 320
-// bytes (5 lines: the two hot ones, two of the waiter and the rest, the fiber-only one), a
-// task's 256.
-// (Packed, fibers measured W2 at 0.97x and 0.94x the time of fibers 448 bytes apart, on 1 and 2
-// workers: docs/scheduler.md.) The blocks live as long as the runtime (the free lists reuse
-// their records), then go to RetiredBlocks.
+// constructed in it. Made one at a time by malloc, each new page of Fibers faulted in on its
+// first write (15-23 us here, for 9 Fibers), and a burst of spawns past the most fibers alive so
+// far (W5's reps that grow) paid that on the spawning worker. Page-aligned blocks cost a page
+// each: glibc's memalign leaves the gap it skips to reach the alignment as a free chunk whose
+// header it writes, a touched page per block, 64 bytes a record (W8, per parked task: 0.65 KiB with them, 0.59
+// without; per parked fiber 4.46 and 4.40).
+// kStride: packed, a fiber's record 320 bytes (5 lines: the two hot ones, two of the waiter and
+// the rest, the fiber-only one), a task's 256. (Packed, fibers measured W2 at 0.97x and 0.94x
+// the time of fibers 448 bytes apart, on 1 and 2 workers: docs/scheduler.md.) The blocks live
+// as long as the runtime (the free lists reuse their records), then go to RetiredBlocks.
 class RecordBlock {
  public:
   static constexpr std::size_t kRecords = 64;
-  static constexpr std::size_t kPageAlign = 4096;
+  static constexpr std::size_t kAlign = alignof(Fiber);
   static constexpr std::size_t kStride[2] = {320, 256};  // by RecordKind
   static_assert(sizeof(StackfulFiber) == kStride[0] && sizeof(Fiber) == kStride[1]);
-  static_assert(kRecords * kStride[0] % kPageAlign == 0 && kRecords * kStride[1] % kPageAlign == 0);
 
   RecordBlock(Runtime::Impl* rt, const std::atomic<bool>* shutting_down, RecordKind kind)
       : kind_(kind),
         mem_(static_cast<std::byte*>(
-            ::operator new (kRecords* stride(), std::align_val_t{kPageAlign}))) {
-    const std::size_t bytes = kRecords * stride();
-    context_internal::VmPrefaultWrite(mem_, bytes, 1, bytes);  // a hint: else they fault in
+            ::operator new (kRecords* stride(), std::align_val_t{kAlign}))) {
+    // The block's whole pages (the advice takes page-aligned ranges only); a hint: else they
+    // fault in as the records are made. The partial pages at its ends are touched anyway.
+    constexpr std::uintptr_t kPage = 4096;
+    const auto lo = (reinterpret_cast<std::uintptr_t>(mem_) + kPage - 1) & ~(kPage - 1);
+    const auto hi = (reinterpret_cast<std::uintptr_t>(mem_) + kRecords * stride()) & ~(kPage - 1);
+    if (hi > lo) context_internal::VmPrefaultWrite(reinterpret_cast<void*>(lo), hi - lo, 1, hi - lo);
     for (std::size_t i = 0; i < kRecords; ++i) {
       if (kind == RecordKind::kTask) {
         new (mem_ + i * stride()) Fiber(rt, shutting_down, kind);
@@ -344,7 +349,7 @@ class RecordBlock {
         Stackful(at(i))->~StackfulFiber();
       }
     }
-    ::operator delete (mem_, std::align_val_t{kPageAlign});
+    ::operator delete (mem_, std::align_val_t{kAlign});
   }
   RecordBlock(const RecordBlock&) = delete;
   RecordBlock& operator=(const RecordBlock&) = delete;
