@@ -310,12 +310,12 @@ enum TaskExit : std::uint8_t {
 // first write (15-23 us here, for 9 Fibers), and a burst of spawns past the most fibers alive so
 // far (W5's reps that grow) paid that on the spawning worker. Page-aligned blocks cost a page
 // each: glibc's memalign leaves the gap it skips to reach the alignment as a free chunk whose
-// header it writes, a touched page per block, 64 bytes a record (W8, per parked task: 0.65 KiB with them, 0.59
-// without; per parked fiber 4.46 and 4.40).
-// kStride: packed, a fiber's record 320 bytes (5 lines: the two hot ones, two of the waiter and
-// the rest, the fiber-only one), a task's 256. (Packed, fibers measured W2 at 0.97x and 0.94x
-// the time of fibers 448 bytes apart, on 1 and 2 workers: docs/scheduler.md.) The blocks live
-// as long as the runtime (the free lists reuse their records), then go to RetiredBlocks.
+// header it writes, a touched page per block, 64 bytes a record (W8, per parked task: 0.65 KiB with
+// them, 0.59 without; per parked fiber 4.46 and 4.40). kStride: packed, a fiber's record 320 bytes
+// (5 lines: the two hot ones, two of the waiter and the rest, the fiber-only one), a task's 256.
+// (Packed, fibers measured W2 at 0.97x and 0.94x the time of fibers 448 bytes apart, on 1 and 2
+// workers: docs/scheduler.md.) The blocks live as long as the runtime (the free lists reuse their
+// records), then go to RetiredBlocks.
 class RecordBlock {
  public:
   static constexpr std::size_t kRecords = 64;
@@ -332,7 +332,8 @@ class RecordBlock {
     constexpr std::uintptr_t kPage = 4096;
     const auto lo = (reinterpret_cast<std::uintptr_t>(mem_) + kPage - 1) & ~(kPage - 1);
     const auto hi = (reinterpret_cast<std::uintptr_t>(mem_) + kRecords * stride()) & ~(kPage - 1);
-    if (hi > lo) context_internal::VmPrefaultWrite(reinterpret_cast<void*>(lo), hi - lo, 1, hi - lo);
+    if (hi > lo)
+      context_internal::VmPrefaultWrite(reinterpret_cast<void*>(lo), hi - lo, 1, hi - lo);
     for (std::size_t i = 0; i < kRecords; ++i) {
       if (kind == RecordKind::kTask) {
         new (mem_ + i * stride()) Fiber(rt, shutting_down, kind);
