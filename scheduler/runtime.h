@@ -274,6 +274,11 @@ struct FiberBody {
 // tcache ran dry, and malloc_consolidate.)
 void* AllocateSpawnState(std::size_t bytes);
 void FreeSpawnState(void* p) noexcept;
+// KeepSpawnState: FreeSpawnState(p) leaves p's memory from now on (a task's root frame, whose
+// coroutine is destroyed as it ends, while its memory goes with its join state);
+// FreeKeptSpawnState frees it.
+void KeepSpawnState(void* p) noexcept;
+void FreeKeptSpawnState(void* p) noexcept;
 // Fault injection for tests: set to n > 0, the n-th AllocateSpawnState from then on throws
 // std::bad_alloc (a spawn's state or a task's coroutine frame finding no memory).
 extern std::atomic<int> g_fail_spawn_states;

@@ -99,6 +99,8 @@ namespace scheduler_internal {
 namespace {
 constexpr std::size_t kSpawnHeader = 16;  // keeps the object 16-byte aligned
 constexpr std::uint64_t kFromHeap = 0, kFromSlab = 1;
+constexpr std::uint64_t kKept =
+    2;  // a bit beside either: FreeSpawnState leaves it (KeepSpawnState)
 }  // namespace
 
 std::atomic<int> g_fail_spawn_states{0};
@@ -131,10 +133,28 @@ bool SpawnStateIsLocal(const void* p) noexcept {
   return home != nullptr && home == t_worker;
 }
 
+void KeepSpawnState(void* p) noexcept {
+  void* base = static_cast<std::byte*>(p) - kSpawnHeader;
+  std::uint64_t tag;
+  std::memcpy(&tag, base, sizeof tag);
+  tag |= kKept;
+  std::memcpy(base, &tag, sizeof tag);
+}
+
+void FreeKeptSpawnState(void* p) noexcept {
+  void* base = static_cast<std::byte*>(p) - kSpawnHeader;
+  std::uint64_t tag;
+  std::memcpy(&tag, base, sizeof tag);
+  tag &= ~kKept;
+  std::memcpy(base, &tag, sizeof tag);
+  FreeSpawnState(p);
+}
+
 void FreeSpawnState(void* p) noexcept {
   void* base = static_cast<std::byte*>(p) - kSpawnHeader;
   std::uint64_t tag;
   std::memcpy(&tag, base, sizeof tag);
+  if (tag & kKept) return;  // its owner frees it later (FreeKeptSpawnState)
   if (tag == kFromHeap) {
     ::operator delete(base);
   } else if (Worker* w = t_worker; w != nullptr && w->spawn_states != nullptr) {

@@ -222,7 +222,10 @@ struct TaskState final : JoinState<T>, TaskBody {
   TaskState& operator=(const TaskState&) = delete;
   static TaskState* New(F&& f) { return SpawnStorage<TaskState>::New(std::move(f)); }
   static void Destroy(JoinBase* base) noexcept {
-    SpawnStorage<TaskState>::Delete(static_cast<TaskState*>(static_cast<JoinState<T>*>(base)));
+    auto* state = static_cast<TaskState*>(static_cast<JoinState<T>*>(base));
+    void* frame = state->frame_kept ? state->root.address() : nullptr;
+    SpawnStorage<TaskState>::Delete(state);
+    if (frame != nullptr) FreeKeptSpawnState(frame);
   }
   void finish() noexcept override {
     auto& promise = root.promise();
@@ -237,12 +240,21 @@ struct TaskState final : JoinState<T>, TaskBody {
         this->error = std::current_exception();
       }
     }
+    // The coroutine ends here (its parameters' destructors run), but its frame's memory goes
+    // with this state, usually freed by the joiner on the spawning worker, the slab it came
+    // from: freed here, on the worker that ran the task, it was a remote free, and the
+    // spawner's next frames reused lines last written by the other core. W2 on tasks took
+    // 0.75x the time on 2 workers and 0.84x on 1 (a task's frame and state, freed together,
+    // are reused together), medians of 8 paired runs.
+    KeepSpawnState(root.address());
     root.destroy();
+    frame_kept = true;
     fn.~F();
     fn_alive = false;
     if (this->done.set()) Destroy(this);  // the handle was dropped: ours alone
   }
-  bool fn_alive = false;  // fn is alive: from construction to finish()
+  bool fn_alive = false;    // fn is alive: from construction to finish()
+  bool frame_kept = false;  // root's frame is destroyed, its memory kept (finish)
   union {
     F fn;
   };
