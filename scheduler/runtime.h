@@ -209,13 +209,13 @@ class JoinSignal {
   class Awaiter {
    public:
     Awaiter(JoinSignal* signal, const WaitOptions& options)
-        : signal_(signal), options_(options), park_(&Done, signal) {}
+        : signal_(signal), park_(&Done, signal, options) {}
     bool await_ready() const noexcept { return signal_->is_set(); }
     bool await_suspend(std::coroutine_handle<> h) {
       self_ = &current_waiter();
       if (!signal_->Claim(*self_, &result_)) return false;
       parked_ = true;
-      return park_.Begin(*self_, h, options_, "JoinHandle", signal_);
+      return park_.Begin(*self_, h, "JoinHandle", signal_);
     }
     Result<void> await_resume() {
       if (!parked_) return result_;
@@ -228,7 +228,6 @@ class JoinSignal {
    private:
     static bool Done(void* signal) { return static_cast<JoinSignal*>(signal)->is_set(); }
     JoinSignal* signal_;
-    WaitOptions options_;
     sync_internal::AsyncPark park_;
     Waiter* self_ = nullptr;
     Result<void> result_;

@@ -359,10 +359,10 @@ BlockingAwaiter<F> call_blocking(F f) {
 class [[nodiscard]] SleepAwaiter {
  public:
   SleepAwaiter(SyncClock::time_point when, const CancellationToken* cancel)
-      : when_(when), options_{.deadline = when, .cancel = cancel}, park_(&Done, this) {}
+      : when_(when), park_(&Done, this, WaitOptions{.deadline = when, .cancel = cancel}) {}
   bool await_ready() const noexcept { return false; }
   bool await_suspend(std::coroutine_handle<> h) {
-    return park_.Begin(current_waiter(), h, options_, "sleep", nullptr);
+    return park_.Begin(current_waiter(), h, "sleep", nullptr);
   }
   // {} once the time has come; operation_canceled if the token is cancelled or the runtime
   // shuts down first.
@@ -376,7 +376,6 @@ class [[nodiscard]] SleepAwaiter {
     return static_cast<SleepAwaiter*>(self)->when_ <= SyncClock::now();
   }
   SyncClock::time_point when_;
-  WaitOptions options_;
   sync_internal::AsyncPark park_;
 };
 

@@ -464,7 +464,7 @@ bool GroupCore::JoinAwaiter::await_suspend(std::coroutine_handle<> h) {
   // never leaves children running for ~TaskGroup, which cannot wait in a task. (Off a task, the
   // shutdown ends it as every wait; the destructor waits there.)
   Waiter& waiter = *node_->waiter;
-  return park_.Begin(waiter, h, options_, "TaskGroup", core_,
+  return park_.Begin(waiter, h, "TaskGroup", core_,
                      /*interruptible=*/waiter.can_block());
 }
 

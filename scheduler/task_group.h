@@ -181,7 +181,7 @@ class GroupCore {
   class JoinAwaiter {
    public:
     JoinAwaiter(GroupCore* core, const WaitOptions& options, bool all)
-        : core_(core), options_(options), all_(all), park_(&Done, this) {}
+        : core_(core), all_(all), park_(&Done, this, options) {}
     JoinAwaiter(const JoinAwaiter&) = delete;
     JoinAwaiter& operator=(const JoinAwaiter&) = delete;
     bool await_ready();
@@ -200,7 +200,6 @@ class GroupCore {
     bool Look(std::errc gave_up);
     sync_internal::WaitQueue& Queue();
     GroupCore* const core_;
-    WaitOptions options_;
     const bool all_;
     bool over_ = false;                        // a look found the join over
     sync_internal::WaitNode* node_ = nullptr;  // queued: the waiter's own_node

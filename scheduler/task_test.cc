@@ -891,6 +891,16 @@ TEST(TaskTest, DeadlinesAndCancellationEndWaits) {
     EXPECT_EQ(co_await held.async_lock(soon()), std::errc::timed_out);
     Event e;
     EXPECT_EQ(co_await e.async_wait(soon()), std::errc::timed_out);
+    // An awaiter made with options that are gone by the time it is awaited keeps them (its park
+    // holds the deadline and the token's address).
+    {
+      auto later = e.async_wait(soon());
+      auto lock_later = held.async_lock(soon());
+      auto recv_later = never.async_recv(soon());
+      EXPECT_EQ(co_await later, std::errc::timed_out);
+      EXPECT_EQ(co_await lock_later, std::errc::timed_out);
+      EXPECT_EQ(co_await recv_later, std::errc::timed_out);
+    }
     // A token cancelled while the task waits (from the other worker's fiber).
     CancellationSource mine;
     CancellationToken token = mine.token();

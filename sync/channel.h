@@ -468,7 +468,7 @@ namespace sync_internal {
 class ChannelAwait {
  protected:
   ChannelAwait(ChannelCore& core, void* value, bool is_send, const WaitOptions& options)
-      : core_(core), options_(options), park_(&Done, &node_), is_send_(is_send) {
+      : core_(core), park_(&Done, &node_, options), is_send_(is_send) {
     node_.value = value;
   }
   bool Start() {
@@ -477,8 +477,7 @@ class ChannelAwait {
     return error_ != std::errc::operation_in_progress;
   }
   bool Suspend(std::coroutine_handle<> h) {
-    return park_.Begin(*node_.waiter, h, options_, is_send_ ? "Channel send" : "Channel recv",
-                       &core_);
+    return park_.Begin(*node_.waiter, h, is_send_ ? "Channel send" : "Channel recv", &core_);
   }
   std::errc Finish() {
     if (error_ == std::errc::operation_in_progress) {
@@ -493,7 +492,6 @@ class ChannelAwait {
     return static_cast<ChannelNode*>(node)->state.load(std::memory_order_acquire) != kWaiting;
   }
   ChannelCore& core_;
-  WaitOptions options_;
   ChannelNode node_;
   AsyncPark park_;
   bool is_send_;

@@ -55,7 +55,7 @@ Result<void> WaitList::WaitQueued(const WaitOptions& options, OnAbort on_abort) 
 bool WaitList::Awaiter::await_ready() {
   list_.lock_.lock();
   bool unlocked = false;
-  if (ready_(list_, &unlocked)) {
+  if (step_(list_, WaitStep::kReady, &unlocked)) {
     if (!unlocked) list_.lock_.unlock();
     return true;
   }
@@ -69,13 +69,13 @@ bool WaitList::Awaiter::Done(void* self) {
 }
 
 bool WaitList::Awaiter::await_suspend(std::coroutine_handle<> h) {
-  return park_.Begin(*node_->waiter, h, options_, list_.what_, &list_);
+  return park_.Begin(*node_->waiter, h, list_.what_, &list_);
 }
 
 Result<void> WaitList::Awaiter::await_resume() {
   if (node_ == nullptr) return {};
   return list_.Withdraw(*node_, park_.End(), [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (abort_ != nullptr) abort_(list_);
+    (void)step_(list_, WaitStep::kAbort, nullptr);
   });
 }
 
@@ -123,9 +123,9 @@ Result<void> Semaphore::acquire(const WaitOptions& options) {
 
 WaitList::Awaiter Semaphore::async_acquire(const WaitOptions& options) {
   return AsyncWait(
-      [](WaitList& list, bool*) {
+      [](WaitList& list, WaitStep step, bool*) {
         auto& self = static_cast<Semaphore&>(list);
-        if (self.count_ <= 0) return false;
+        if (step != WaitStep::kReady || self.count_ <= 0) return false;
         --self.count_;
         return true;
       },
@@ -183,8 +183,11 @@ Result<void> WaitGroup::wait(const WaitOptions& options) {
 }
 
 WaitList::Awaiter WaitGroup::async_wait(const WaitOptions& options) {
-  return AsyncWait([](WaitList& list, bool*) { return static_cast<WaitGroup&>(list).count_ == 0; },
-                   options);
+  return AsyncWait(
+      [](WaitList& list, WaitStep step, bool*) {
+        return step == WaitStep::kReady && static_cast<WaitGroup&>(list).count_ == 0;
+      },
+      options);
 }
 
 std::int64_t WaitGroup::count() const {
@@ -219,7 +222,9 @@ Result<void> Event::wait(const WaitOptions& options) {
 }
 
 WaitList::Awaiter Event::async_wait(const WaitOptions& options) {
-  return AsyncWait([](WaitList& list, bool*) { return static_cast<Event&>(list).set_; }, options);
+  return AsyncWait([](WaitList& list, WaitStep step,
+                      bool*) { return step == WaitStep::kReady && static_cast<Event&>(list).set_; },
+                   options);
 }
 
 // ---- Barrier ----
@@ -242,12 +247,15 @@ Result<bool> Barrier::arrive_and_wait(const WaitOptions& options) {
 
 Barrier::ArriveAwaiter::ArriveAwaiter(Barrier& barrier, const WaitOptions& options)
     : inner_(barrier.AsyncWait(
-          [](WaitList& list, bool* unlocked) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return *unlocked = static_cast<Barrier&>(list).Arrive();
+          [](WaitList& list, WaitStep step, bool* unlocked) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            auto& self = static_cast<Barrier&>(list);
+            if (step == WaitStep::kAbort) {
+              --self.arrived_;  // it gives up: its arrival is withdrawn
+              return false;
+            }
+            return *unlocked = self.Arrive();
           },
-          options,
-          [](WaitList& list)
-              ABSL_NO_THREAD_SAFETY_ANALYSIS { --static_cast<Barrier&>(list).arrived_; })) {}
+          options)) {}
 
 Barrier::ArriveAwaiter Barrier::async_arrive_and_wait(const WaitOptions& options) {
   return ArriveAwaiter(*this, options);

@@ -210,7 +210,7 @@ bool Mutex::LockAwaiter::await_ready() {
 }
 
 bool Mutex::LockAwaiter::await_suspend(std::coroutine_handle<> h) {
-  return park_.Begin(*node_.waiter, h, options_, "Mutex", &mutex_);
+  return park_.Begin(*node_.waiter, h, "Mutex", &mutex_);
 }
 
 bool Mutex::StepQueued(MutexNode& node) {
@@ -356,7 +356,7 @@ bool CondVar::WaitAwaiter::await_ready() {
 }
 
 bool CondVar::WaitAwaiter::await_suspend(std::coroutine_handle<> h) {
-  return park_.Begin(*node_.waiter, h, options_, "CondVar", &cv_);
+  return park_.Begin(*node_.waiter, h, "CondVar", &cv_);
 }
 
 bool CondVar::WaitAwaiter::Done(void* self) {

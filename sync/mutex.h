@@ -96,12 +96,11 @@ class Mutex {
    private:
     friend class Mutex;
     LockAwaiter(Mutex& mutex, const WaitOptions& options)
-        : mutex_(mutex), options_(options), park_(&Step, this) {}
+        : mutex_(mutex), park_(&Step, this, options) {}
     // Step: the wait's condition, on the task's side: granted, or woken and now holding it
     // (competing as LockSlow's loop does; a loser queues again at the front).
     static bool Step(void* self);
     Mutex& mutex_;
-    WaitOptions options_;
     sync_internal::MutexNode node_;
     sync_internal::AsyncPark park_;
     Result<void> result_;
@@ -198,14 +197,13 @@ class CondVar {
    private:
     friend class CondVar;
     WaitAwaiter(CondVar& cv, Mutex& mutex, const WaitOptions& options)
-        : cv_(cv), mutex_(mutex), options_(options), park_(&Done, this, &Again) {}
+        : cv_(cv), mutex_(mutex), park_(&Done, this, options, &Again) {}
     // Two waits in one park: for the signal, then (Again) for the mutex, uncancellable.
     static bool Done(void* self);
     static bool Again(void* self, sync_internal::ParkResult r,
                       std::optional<SyncClock::time_point>* deadline);
     CondVar& cv_;
     Mutex& mutex_;
-    WaitOptions options_;
     sync_internal::WaitNode node_;        // on the CondVar's queue
     sync_internal::MutexNode lock_node_;  // the re-lock's, on the mutex's queue
     sync_internal::AsyncPark park_;

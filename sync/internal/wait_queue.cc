@@ -77,21 +77,22 @@ bool AsyncPark::Over() {
   if (again_ == nullptr) return true;
   std::optional<SyncClock::time_point> next;
   if (!again_(done_arg_, result_, &next)) return true;
-  SetDeadline(WaitOptions{.deadline = next, .cancel = options_->cancel});
+  SetDeadline(WaitOptions{.deadline = next, .cancel = cancel_});
   result_ = ParkResult::kWoken;
   return false;
 }
 
-bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptions& options,
-                      const char* what, const void* object, bool interruptible) {
+bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const char* what,
+                      const void* object, bool interruptible) {
   waiter_ = &waiter;
-  options_ = &options;
   interruptible_ = interruptible;
   result_ = ParkResult::kWoken;
   reg_.fn = [](void* w) { static_cast<Waiter*>(w)->notify(); };
   reg_.arg = &waiter;
-  cancel_state_ = options.cancel != nullptr ? StateOf(*options.cancel) : nullptr;
-  SetDeadline(options);  // before any Over(), which may set the next park's
+  cancel_state_ = cancel_ != nullptr ? StateOf(*cancel_) : nullptr;
+  // The wait's own deadline (kept in deadline_ until now), or its token's when that is
+  // earlier; before any Over(), which may set the next park's.
+  SetDeadline(WaitOptions{.deadline = deadline_, .cancel = cancel_});
   if (cancel_state_ != nullptr && !Register(cancel_state_, &reg_)) {
     cancel_state_ = nullptr;  // not registered: nothing to take back
     result_ = ParkResult::kCancelled;
@@ -132,7 +133,7 @@ void AsyncPark::Uncancellable() {
     DeregisterNoWait(cancel_state_, &reg_);  // its callback only notifies the Waiter
     cancel_state_ = nullptr;
   }
-  options_ = &kNoWaitOptions;
+  cancel_ = nullptr;
   interruptible_ = false;
 }
 

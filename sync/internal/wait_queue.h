@@ -257,12 +257,26 @@ class AsyncPark final : public AsyncParkBase {
   using AgainFn = bool (*)(void* arg, ParkResult r, std::optional<SyncClock::time_point>* deadline);
   AsyncPark(DoneFn done, void* arg, AgainFn again = nullptr)
       : AsyncParkBase(done, arg, /*plain=*/false), again_(again) {}
+  // With the wait's options, for the Begin without them: the park keeps what it needs of them
+  // (the deadline and the token's address), so an awaitable need not keep a copy beside it
+  // (24 bytes of every frame that waits in it).
+  AsyncPark(DoneFn done, void* arg, const WaitOptions& options, AgainFn again = nullptr)
+      : AsyncParkBase(done, arg, /*plain=*/false),
+        again_(again),
+        cancel_(options.cancel),
+        deadline_(options.deadline) {}
 
   // Begin: true: the task stays suspended at `h` until Continue says otherwise; false: the
-  // wait is over (result() tells how) and the coroutine goes on at once. `options` must outlive
-  // the wait (awaitables keep a copy).
+  // wait is over (result() tells how) and the coroutine goes on at once. The token in
+  // `options` must outlive the wait. Without `options`: those the park was made with.
   bool Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptions& options,
-             const char* what, const void* object, bool interruptible = true);
+             const char* what, const void* object, bool interruptible = true) {
+    cancel_ = options.cancel;
+    deadline_ = options.deadline;
+    return Begin(waiter, h, what, object, interruptible);
+  }
+  bool Begin(Waiter& waiter, std::coroutine_handle<> h, const char* what, const void* object,
+             bool interruptible = true);
   std::optional<SyncClock::time_point> deadline() const { return deadline_; }
   // Uncancellable: for an AgainFn whose next park must end only with its condition (a CondVar's
   // re-lock): the token and the shutdown no longer end the wait.
@@ -275,7 +289,7 @@ class AsyncPark final : public AsyncParkBase {
   friend class AsyncParkBase;
   bool ContinueWithOptions(bool woken);
   bool Cancelled() const {
-    return (cancel_state_ != nullptr && options_->cancel->is_cancelled()) ||
+    return (cancel_state_ != nullptr && cancel_->is_cancelled()) ||
            (interruptible_ && waiter_->interrupted());
   }
 
@@ -290,7 +304,7 @@ class AsyncPark final : public AsyncParkBase {
   }
 
   AgainFn again_;
-  const WaitOptions* options_ = nullptr;
+  const CancellationToken* cancel_ = nullptr;  // the wait's token (null: none)
   CancelState* cancel_state_ = nullptr;
   CancelRegistration reg_;
   std::optional<SyncClock::time_point> deadline_;
