@@ -10,6 +10,7 @@
 #endif
 
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <new>
@@ -316,10 +317,12 @@ SizeClassShard::~SizeClassShard() {
 
 int SizeClassShard::class_of(std::size_t size) {
   if (size <= 128) return size == 0 ? 0 : static_cast<int>((size - 1) / 16);
-  int group = 0;
-  while ((std::size_t{256} << group) < size) ++group;  // size in (128 << group, 256 << group]
-  std::size_t base = std::size_t{128} << group;
-  return 8 + 4 * group + static_cast<int>((size - base + base / 4 - 1) / (base / 4)) - 1;
+  // size in (128 << group, 256 << group]: (size - 1) >> 7 has group + 1 bits. (A loop over the
+  // groups took 24 instructions a call at W8's sizes, two calls a task spawn.)
+  const int group = static_cast<int>(std::bit_width((size - 1) >> 7)) - 1;
+  const std::size_t quarter = std::size_t{32} << group;  // a class's step: a quarter of its base
+  const std::size_t base = 4 * quarter;
+  return 8 + 4 * group + static_cast<int>((size - base - 1) / quarter);
 }
 
 void* SizeClassShard::allocate(std::size_t size) {
