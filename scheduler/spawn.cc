@@ -99,8 +99,8 @@ namespace scheduler_internal {
 namespace {
 constexpr std::size_t kSpawnHeader = 16;  // keeps the object 16-byte aligned
 constexpr std::uint64_t kFromHeap = 0, kFromSlab = 1;
-constexpr std::uint64_t kKept =
-    2;  // a bit beside either: FreeSpawnState leaves it (KeepSpawnState)
+// A bit beside either: FreeSpawnState leaves the memory (KeepSpawnState).
+constexpr std::uint64_t kKept = 2;
 }  // namespace
 
 std::atomic<int> g_fail_spawn_states{0};
