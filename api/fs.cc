@@ -452,6 +452,7 @@ std::optional<Result<std::size_t>> WriteStart(int fd, std::uint32_t epoch, const
 
 Result<std::size_t> File::read_at(void* buf, std::size_t len, std::uint64_t offset,
                                   const WaitOptions& options) {
+  scheduler_internal::AbortIfTask("called blocking I/O (File read_at)");
   const int fd = fd_;
   if (std::optional<Result<std::size_t>> r = ReadStart(fd, epoch_, buf, &len, offset, options)) {
     return *r;

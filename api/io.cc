@@ -173,6 +173,7 @@ std::optional<Result<std::size_t>> SendDirect(Fd at, const void* buf, std::size_
 
 Result<std::size_t> Send(Fd at, const void* buf, std::size_t len, int flags,
                          const WaitOptions& options) {
+  scheduler_internal::AbortIfTask("called blocking I/O (io send)");
   const int fd = at.fd;
   if (sim_internal::IsSimFd(fd)) return SimSend(fd, buf, len, flags, options);
 #ifdef MSG_ZEROCOPY
@@ -231,6 +232,7 @@ std::optional<Result<std::size_t>> SendMsgAtOnce(Fd at, const MsgHdr* msg, int f
 }  // namespace
 
 Result<std::size_t> RecvMsg(Fd at, MsgHdr* msg, int flags, const WaitOptions& options) {
+  scheduler_internal::AbortIfTask("called blocking I/O (io recvmsg)");
   if (std::optional<Result<std::size_t>> r = RecvMsgAtOnce(at, msg, flags, options)) return *r;
   return Size(RunAbsorbing(
       ForFlags(flags), at, [&](Reactor& r, IoOp& op) { r.recvmsg(op, at.fd, msg, flags); }, options,
@@ -238,6 +240,7 @@ Result<std::size_t> RecvMsg(Fd at, MsgHdr* msg, int flags, const WaitOptions& op
 }
 
 Result<std::size_t> SendMsg(Fd at, const MsgHdr* msg, int flags, const WaitOptions& options) {
+  scheduler_internal::AbortIfTask("called blocking I/O (io sendmsg)");
   if (std::optional<Result<std::size_t>> r = SendMsgAtOnce(at, msg, flags, options)) return *r;
   return Size(RunAbsorbing(
       ForFlags(flags), at,

@@ -649,6 +649,7 @@ Result<std::size_t> UdpSocket::recv_batch(Buffer* buffers, std::size_t count,
 
 Result<std::size_t> UdpSocket::send_batch(const Outgoing* datagrams, std::size_t count,
                                           const WaitOptions& options) {
+  scheduler_internal::AbortIfTask("called blocking I/O (UdpSocket send_batch)");
   if (count == 0 || datagrams == nullptr || count > kMaxBatch) return std::errc::invalid_argument;
   for (std::size_t i = 0; i < count; ++i) {
     if (BadIoRequest(datagrams[i].data, datagrams[i].size) || datagrams[i].to.size() == 0) {

@@ -273,6 +273,13 @@ bool FileIoThroughReactor() {
   return r != nullptr && r->backend() == ReactorBackend::kIoUring;
 }
 
+void AbortIfTask(const char* what) {
+  Worker* w = t_worker;
+  Fiber* f = w != nullptr ? w->current : nullptr;
+  if (f != nullptr && IsTask(f)) [[unlikely]]
+    TaskBlocked(f, what);
+}
+
 bool TakeDirectIoTurn() {
   Worker* w = t_worker;
   if (w == nullptr || w->current == nullptr) return true;  // a plain thread: it blocks anyway

@@ -168,6 +168,13 @@ bool FileIoThroughReactor();
 inline constexpr unsigned kDirectIoBudget = 64;
 bool TakeDirectIoTurn();
 
+// AbortIfTask: the blocking I/O forms that may complete without the reactor (a direct try: a
+// send, a datagram's send or receive, a file read the page cache holds) call it first. A task
+// that calls one aborts with TaskBlocked's message every time, rather than only when its direct
+// try is refused (under load, or with WEFT_FAULTS) and the call reaches RunIo. A load and a
+// compare on a fiber or thread.
+void AbortIfTask(const char* what);
+
 // CloseFd: closes fd through the calling execution's reactor (Reactor::close with an op): the
 // fd's operations in every reactor of the process, every worker's and every thread's, end with
 // -ECANCELED before fd is closed, and the caller waits for that. A plain ::close when no
