@@ -200,7 +200,12 @@ long RoundEcho(Runtime& rt, const Flags& f, const net::SocketAddress& addr) {
 // must receive every line of every client, each sender's lines in order. With --stall, the
 // stalled clients join too, then read nothing until the others are done; then each reads until
 // the server's end of file (it was disconnected) or 5 s of silence (it was not).
+// A round ends by kChatRoundLimit whatever arrives: a line that never comes is a short delivery
+// (the gate fails, with the server's fibers dumped), not a driver waiting for ever while the
+// churning clients' chatter keeps each read's own deadline from passing.
+constexpr std::chrono::seconds kChatRoundLimit{60};
 long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long* disconnected) {
+  const Clock::time_point round_end = Clock::now() + kChatRoundLimit;
   std::atomic<long> delivered{0};
   std::atomic<long> stalled_disconnected{0};
   WaitGroup joined;
@@ -214,7 +219,8 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long
       bool welcomed = s.ok() && s->read(buf, sizeof buf).ok();
       joined.done();
       if (!welcomed) return;
-      (void)talkers_done.wait();  // a slow consumer: reads nothing meanwhile
+      (void)talkers_done
+          .wait();  // a slow consumer: reads nothing meanwhile (talkers end by round_end)
       for (;;) {
         auto n = s->read(buf, sizeof buf, {.deadline = Clock::now() + std::chrono::seconds(5)});
         if (n.ok() && *n > 0) continue;
@@ -244,7 +250,8 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long
             pending.erase(0, nl + 1);
             return true;
           }
-          WaitOptions within{.deadline = Clock::now() + std::chrono::seconds(10)};
+          WaitOptions within{.deadline =
+                                 std::min(Clock::now() + std::chrono::seconds(10), round_end)};
           auto n = s->read(buf, sizeof buf, within);
           if (!n.ok() || *n == 0) return false;
           pending.append(buf, *n);
@@ -253,7 +260,7 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long
       std::string line;
       if (!next_line(&line) || line.rfind("welcome ", 0) != 0) return done_joining();
       done_joining();
-      (void)joined.wait();  // everyone is in the room before anyone talks
+      (void)joined.wait({.deadline = round_end});  // everyone is in the room before anyone talks
       // Send from a second fiber, so that reading never waits on our own sending.
       auto sender = rt.spawn([&] {
         std::string all;
@@ -265,7 +272,7 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long
           }
           all += out + "\n";
         }
-        (void)s->write_all(all.data(), all.size());
+        (void)s->write_all(all.data(), all.size(), {.deadline = round_end});
       });
       std::vector<int> next_seq(static_cast<std::size_t>(f.conns), 0);
       const long expected = long{f.conns} * f.messages;
@@ -364,7 +371,7 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       rss = RssKiB(f.server_pid);
-      if (sockets > sockets0) ShowServer(f.server_pid);
+      if (sockets > sockets0 || ratio < 0.999) ShowServer(f.server_pid);
       if (round == 1) rss1 = rss;
     }
     // RSS: a warm server's stays within 10% (and 4 MiB) of what it was after the first round.
