@@ -22,8 +22,11 @@ run() {  # name server [server flags...] -- driver flags...
 }
 
 # With clients that churn (vanish, half-close, stop reading, reconnect): tools/soak.sh's rounds.
+# The chat room's grace for a full outbox is a second, as below: the churners' chatter fills a
+# talker's outbox too, and a talker slowed by a sanitizer on a loaded machine, evicted as slow,
+# would take its unsent lines with it.
 run echo "$echo_server" -- --mode echo --conns 50 --messages 200 --rounds 2 --churn 4
-run chat "$chat_server" -- --mode chat --conns 20 --messages 50 --rounds 2 --churn 4
+run chat "$chat_server" --slow_grace_ms 1000 -- --mode chat --conns 20 --messages 50 --rounds 2 --churn 4
 # A client that joins and never reads: the server evicts it after its outbox (64 lines) stays
 # full for the grace, and the other clients get every line meanwhile. The grace is a second, so
 # that a well-behaved client slowed by a sanitizer on a loaded machine is not taken for a slow one.
