@@ -87,9 +87,12 @@ void ChatRoom::serve(net::TcpStream stream, const CancellationToken& cancel) {
       },
       {.stack_size = 32 << 10, .name = "chat writer"});
   if (!spawned.ok()) return;  // no memory for the writer: this connection closes
-  join(me);
+  // The welcome first, then into the room: joined first, a line broadcast in between went to
+  // the outbox ahead of the welcome, and a client that reads its welcome first took the line for
+  // a protocol error (the load driver's talker left, and the others waited for its lines).
   (void)me->outbox.send(
       std::make_shared<const std::string>("welcome " + std::to_string(me->id) + "\n"));
+  join(me);
   std::string pending;
   char buf[16 << 10];
   // The reads take the writer group's token: nested in the connection's, it is cancelled by the
