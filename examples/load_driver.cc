@@ -219,8 +219,8 @@ long RoundChat(Runtime& rt, const Flags& f, const net::SocketAddress& addr, long
       bool welcomed = s.ok() && s->read(buf, sizeof buf).ok();
       joined.done();
       if (!welcomed) return;
-      (void)talkers_done
-          .wait();  // a slow consumer: reads nothing meanwhile (talkers end by round_end)
+      // A slow consumer: reads nothing meanwhile (the talkers end by round_end).
+      (void)talkers_done.wait();
       for (;;) {
         auto n = s->read(buf, sizeof buf, {.deadline = Clock::now() + std::chrono::seconds(5)});
         if (n.ok() && *n > 0) continue;

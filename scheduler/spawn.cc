@@ -133,28 +133,16 @@ bool SpawnStateIsLocal(const void* p) noexcept {
   return home != nullptr && home == t_worker;
 }
 
-void KeepSpawnState(void* p) noexcept {
-  void* base = static_cast<std::byte*>(p) - kSpawnHeader;
+namespace {
+// The header's first word (AllocateSpawnState), read and written where the state p lives.
+std::byte* HeaderOf(void* p) { return static_cast<std::byte*>(p) - kSpawnHeader; }
+std::uint64_t TagOf(const std::byte* base) {
   std::uint64_t tag;
   std::memcpy(&tag, base, sizeof tag);
-  tag |= kKept;
-  std::memcpy(base, &tag, sizeof tag);
+  return tag;
 }
-
-void FreeKeptSpawnState(void* p) noexcept {
-  void* base = static_cast<std::byte*>(p) - kSpawnHeader;
-  std::uint64_t tag;
-  std::memcpy(&tag, base, sizeof tag);
-  tag &= ~kKept;
-  std::memcpy(base, &tag, sizeof tag);
-  FreeSpawnState(p);
-}
-
-void FreeSpawnState(void* p) noexcept {
-  void* base = static_cast<std::byte*>(p) - kSpawnHeader;
-  std::uint64_t tag;
-  std::memcpy(&tag, base, sizeof tag);
-  if (tag & kKept) return;  // its owner frees it later (FreeKeptSpawnState)
+// FreeTagged: frees the state whose header starts at base, by where it came from.
+void FreeTagged(std::byte* base, std::uint64_t tag) noexcept {
   if (tag == kFromHeap) {
     ::operator delete(base);
   } else if (Worker* w = t_worker; w != nullptr && w->spawn_states != nullptr) {
@@ -162,6 +150,25 @@ void FreeSpawnState(void* p) noexcept {
   } else {
     SlabAllocator::free_mt(base);  // a plain thread (a handle joined or dropped outside)
   }
+}
+}  // namespace
+
+void KeepSpawnState(void* p) noexcept {
+  std::byte* base = HeaderOf(p);
+  const std::uint64_t tag = TagOf(base) | kKept;
+  std::memcpy(base, &tag, sizeof tag);
+}
+
+void FreeKeptSpawnState(void* p) noexcept {
+  std::byte* base = HeaderOf(p);
+  FreeTagged(base, TagOf(base) & ~kKept);
+}
+
+void FreeSpawnState(void* p) noexcept {
+  std::byte* base = HeaderOf(p);
+  const std::uint64_t tag = TagOf(base);
+  if (tag & kKept) return;  // its owner frees it later (FreeKeptSpawnState)
+  FreeTagged(base, tag);
 }
 
 bool JoinSignal::Claim(Waiter& self, Result<void>* result) {
