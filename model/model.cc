@@ -163,10 +163,12 @@ class ModelWaiter final : public Waiter {
   }
   bool wait(std::optional<SyncClock::time_point> deadline) override;
   void notify() override;
+  sync_internal::WaitNode& own_node() override { return node_; }
 
  private:
   Execution* exec_ = nullptr;
   int id_ = 0;
+  sync_internal::WaitNode node_;
 };
 
 struct ModelThread {

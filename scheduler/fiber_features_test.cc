@@ -291,6 +291,39 @@ TEST(FiberLocalTest, EachFiberHasItsOwnValueDestroyedAtItsEnd) {
   EXPECT_EQ(g_local->value, 3);
 }
 
+// A value whose destructor uses another FiberLocal, one made after the fiber's table was sized:
+// the table grows while the fiber's values are being destroyed, and the value made then is
+// destroyed too, at the same fiber's end; the next fiber of the record starts with none.
+struct UsesALaterLocal {
+  static inline std::atomic<int> live{0};
+  UsesALaterLocal() { live.fetch_add(1); }
+  ~UsesALaterLocal();
+};
+FiberLocal<UsesALaterLocal> g_first;
+std::unique_ptr<FiberLocal<Counted>> g_later;
+UsesALaterLocal::~UsesALaterLocal() {
+  (*g_later)->value = 7;  // a key past the table's end, made during the fiber's end
+  live.fetch_sub(1);
+}
+
+TEST(FiberLocalTest, ADestructorThatUsesALaterLocalGrowsTheTableAndItsValueEndsToo) {
+  Runtime rt({.workers = 1});
+  for (int round = 0; round < 3; ++round) {
+    g_later = std::make_unique<FiberLocal<Counted>>();  // a new key each round: past the tables
+    const int counted_before = Counted::live.load();
+    ASSERT_TRUE(rt.spawn([] { (void)g_first.get(); }).join().ok());
+    // The next fiber (one worker: it runs once the last one has ended, in the same record)
+    // finds no value of the last one.
+    auto seen = rt.spawn([] { return (*g_later)->value; }).join();
+    ASSERT_TRUE(seen.ok());
+    EXPECT_EQ(*seen, 0);
+    ASSERT_TRUE(rt.spawn([] {}).join().ok());  // and the reader has ended
+    EXPECT_EQ(UsesALaterLocal::live.load(), 0);
+    EXPECT_EQ(Counted::live.load(), counted_before) << "round " << round;
+  }
+  g_later.reset();
+}
+
 // ---- Pinned fibers ----------------------------------------------------------------------------
 
 TEST(PinnedTest, APinnedFiberStaysOnItsWorker) {

@@ -133,7 +133,7 @@ bool IoWait::Start(Fiber* f, IoSubmit submit, void* arg, const WaitOptions& opti
   // (A token without a state, such as a default one, is never cancelled: nothing to register.)
   sync_internal::CancelState* cs = token_ != nullptr ? StateOf(*token_) : nullptr;
   registered_ = cs != nullptr && sync_internal::Register(cs, &reg_);
-  f->wait_fd.store(fd, std::memory_order_relaxed);
+  f->waiter.wait_fd.store(fd, std::memory_order_relaxed);
   return true;
 }
 
@@ -156,7 +156,7 @@ bool IoWait::Step() {
 }
 
 std::int64_t IoWait::Finish() {
-  fiber()->wait_fd.store(-1, std::memory_order_relaxed);
+  fiber()->waiter.wait_fd.store(-1, std::memory_order_relaxed);
   // The callback only notifies the Waiter (which outlives every notify): no need to wait for
   // a running one, and a task must not block.
   if (registered_) sync_internal::DeregisterNoWait(StateOf(*token_), &reg_);

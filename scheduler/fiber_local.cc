@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <memory>
 #include <new>
 
 #include "internal/runtime_impl.h"
@@ -24,29 +25,56 @@ LocalSlots& ThreadLocals() {
 }
 }  // namespace
 
-LocalSlots::Slot& LocalSlots::at(std::size_t key) {
-  if (key >= size) {
-    std::size_t n = std::max<std::size_t>(key + 1, size * 2);
-    auto* grown = new Slot[n];
-    std::copy(slots, slots + size, grown);
-    delete[] slots;
-    slots = grown;
-    size = n;
+// Table: the slots' count, then the slots, in one allocation.
+struct LocalSlots::Table {
+  std::size_t size;
+  Slot* slots() { return reinterpret_cast<Slot*>(this + 1); }
+  static Table* Make(std::size_t n) {
+    static_assert(alignof(Slot) <= alignof(Table) && sizeof(Table) % alignof(Slot) == 0);
+    void* mem = ::operator new(sizeof(Table) + n * sizeof(Slot));  // std::bad_alloc
+    auto* t = new (mem) Table{n};
+    std::uninitialized_value_construct_n(t->slots(), n);
+    return t;
   }
-  return slots[key];
+  static void Free(Table* t) noexcept { ::operator delete(t); }  // (Slot: trivial)
+};
+
+LocalSlots::Slot& LocalSlots::at(std::size_t key) {
+  const std::size_t size = table_ != nullptr ? table_->size : 0;
+  if (key >= size) {
+    Table* grown = Table::Make(std::max<std::size_t>(key + 1, size * 2));
+    if (table_ != nullptr) std::copy(table_->slots(), table_->slots() + size, grown->slots());
+    Table::Free(table_);
+    table_ = grown;
+  }
+  return table_->slots()[key];
 }
 
 void LocalSlots::clear() {
-  for (std::size_t i = size; i-- > 0;) {
-    Slot s = slots[i];
-    slots[i] = Slot{};
-    if (s.value != nullptr) s.destroy(s.value);
+  // A value's destructor may use a FiberLocal: the table is looked up again for each slot
+  // (at() may move it), and a pass that destroyed anything is followed by another, for values
+  // made meanwhile, up to kPasses (pthread keys' PTHREAD_DESTRUCTOR_ITERATIONS, 4). Values
+  // made during the last pass are dropped undestroyed, as pthread leaves them: never handed to
+  // the next fiber of the record.
+  constexpr int kPasses = 4;
+  for (int pass = 0; pass < kPasses && table_ != nullptr; ++pass) {
+    bool destroyed = false;
+    for (std::size_t i = table_->size; i-- > 0;) {
+      Slot s = table_->slots()[i];
+      table_->slots()[i] = Slot{};
+      if (s.value != nullptr) {
+        s.destroy(s.value);
+        destroyed = true;
+      }
+    }
+    if (!destroyed) return;
   }
+  for (std::size_t i = 0; table_ != nullptr && i < table_->size; ++i) table_->slots()[i] = Slot{};
 }
 
 LocalSlots::~LocalSlots() {
   clear();
-  delete[] slots;
+  Table::Free(table_);
 }
 
 LocalSlots& CurrentLocals() {

@@ -104,12 +104,12 @@ bool ViewLocked(Fiber* f, FiberView* v) {
   const bool parked = v->state == kParked;
   v->on = parked ? f->waiter.waiting_on() : nullptr;
   v->object = parked ? f->waiter.waiting_on_object() : nullptr;
-  v->fd = v->on != nullptr ? f->wait_fd.load(std::memory_order_relaxed) : -1;
+  v->fd = v->on != nullptr ? f->waiter.wait_fd.load(std::memory_order_relaxed) : -1;
   f->meta_lock.lock();
-  v->id = f->id;
+  v->id = f->id();
   v->name_len = f->name_len;
-  if (f->name_len != 0) std::memcpy(v->name, f->name_chars, f->name_len);
-  v->pinned = f->pinned != nullptr ? static_cast<int>(f->pinned->index) : -1;
+  if (f->name_len != 0) std::memcpy(v->name, f->name_chars(), f->name_len);
+  v->pinned = f->pinned;
   v->spawn_site = f->spawn_site;
   f->meta_lock.unlock();
   return true;

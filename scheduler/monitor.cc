@@ -278,7 +278,7 @@ bool Monitor::Identify(const Worker& w, Fiber* f, std::uint64_t run, std::uint64
   {
     std::lock_guard<std::mutex> listed(rt_->fibers_mu);
     f->meta_lock.lock();
-    *id = f->id;
+    *id = f->id();
     name->assign(f->name());
     const std::source_location site = f->spawn_site;
     f->meta_lock.unlock();
@@ -403,7 +403,7 @@ bool Runtime::Impl::DeadlockSuspected() {
     const int state = f->state.load(std::memory_order_relaxed);
     if (state == scheduler_internal::kDone) return;
     any = true;
-    if (state != scheduler_internal::kParked || f->wait_fd.load(std::memory_order_relaxed) >= 0 ||
+    if (state != scheduler_internal::kParked || f->waiter.wait_fd.load(std::memory_order_relaxed) >= 0 ||
         f->region_waiting.load(std::memory_order_relaxed)) {
       parked_only = false;
     }

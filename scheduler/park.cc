@@ -184,7 +184,7 @@ void TaskBlocked(Fiber* f, const char* how) {
   std::fprintf(stderr,
                "weft: task %llu %s%s%s%s, which would block its worker; a task waits with "
                "co_await (the async_ forms), a fiber or thread with the blocking calls\n",
-               static_cast<unsigned long long>(f->id), how, what != nullptr ? " (" : "",
+               static_cast<unsigned long long>(f->id()), how, what != nullptr ? " (" : "",
                what != nullptr ? what : "", what != nullptr ? ")" : "");
   std::fflush(stderr);
   std::abort();
@@ -235,6 +235,13 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
   }
 }
 
+sync_internal::WaitNode& FiberWaiter::own_node() {
+  Fiber* f = fiber();
+  if (f->kind == RecordKind::kTask) [[unlikely]]
+    TaskBlocked(f, "called a blocking wait");
+  return Stackful(f)->own_node;
+}
+
 bool FiberWaiter::can_block() const { return !IsTask(const_cast<FiberWaiter*>(this)->fiber()); }
 
 bool FiberWaiter::suspend(sync_internal::AsyncParkBase& park, std::coroutine_handle<> h) {
@@ -256,8 +263,10 @@ bool TaskWait(Worker& w, Fiber* f, bool parked) {
   bool spurious = false;
   if (parked) {
     // relaxed: the task's own store (BeginStep's), the generation of the wait it parked in.
-    const StepEnd end = EndStep(f, f->task().timer, f->wait_gen.load(std::memory_order_relaxed));
-    f->task().timer = nullptr;
+    // The wait's timer entry is the record's pending_timer, as BeginStep left it (null if the
+    // wait had no deadline, or if AfterPark found no memory to insert it and freed it).
+    const StepEnd end =
+        EndStep(f, f->pending_timer, f->wait_gen.load(std::memory_order_relaxed));
     if (end != StepEnd::kSpurious) {
       if (park->Continue(end == StepEnd::kWoken)) return true;
     } else {
@@ -286,7 +295,7 @@ bool TaskWait(Worker& w, Fiber* f, bool parked) {
         w.yields.push(f);
         return false;
     }
-    f->task().timer = entry;  // (gen is the record's wait_gen until EndStep)
+    // (entry is f->pending_timer now, and gen the record's wait_gen, until EndStep.)
     AfterPark(Transfer{nullptr, f});
     return false;
   }

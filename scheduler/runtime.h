@@ -439,17 +439,24 @@ bool InsideOf(const Runtime& rt);
 // root should run on (one the monitor does not see stuck, else 0); -1 elsewhere.
 int ForkJoinWorkerForSpare(const Runtime& rt);
 
-// Fiber-local storage: a slot table per fiber (per thread outside fibers).
-struct LocalSlots {
+// Fiber-local storage: a slot table per fiber (per thread outside fibers). One pointer: the
+// table keeps its size (it sits in every fiber's and task's record; most never use it).
+class LocalSlots {
+ public:
   struct Slot {
     void* value = nullptr;
     void (*destroy)(void*) = nullptr;
   };
-  Slot* slots = nullptr;
-  std::size_t size = 0;
-  Slot& at(std::size_t key);  // grows
-  void clear();               // destroys the values (newest key first)
+  LocalSlots() = default;
+  LocalSlots(const LocalSlots&) = delete;
+  LocalSlots& operator=(const LocalSlots&) = delete;
   ~LocalSlots();
+  Slot& at(std::size_t key);  // grows (std::bad_alloc without memory)
+  void clear();               // destroys the values (newest key first)
+
+ private:
+  struct Table;
+  Table* table_ = nullptr;
 };
 LocalSlots& CurrentLocals();
 std::size_t NewLocalKey();

@@ -453,7 +453,7 @@ bool GroupCore::JoinAwaiter::await_ready() {
     core_->lock_.unlock();
     return over_ = true;
   }
-  node_ = &sync_internal::QueueOwnNode(Queue());
+  sync_internal::QueueNode(Queue(), node_, current_waiter());
   core_->lock_.unlock();
   return false;
 }
@@ -463,7 +463,7 @@ bool GroupCore::JoinAwaiter::await_suspend(std::coroutine_handle<> h) {
   // and the join takes them as they finish, so that a task that joins its group to the end
   // never leaves children running for ~TaskGroup, which cannot wait in a task. (Off a task, the
   // shutdown ends it as every wait; the destructor waits there.)
-  Waiter& waiter = *node_->waiter;
+  Waiter& waiter = *node_.waiter;
   return park_.Begin(waiter, h, "TaskGroup", core_,
                      /*interruptible=*/waiter.can_block());
 }
@@ -471,7 +471,7 @@ bool GroupCore::JoinAwaiter::await_suspend(std::coroutine_handle<> h) {
 bool GroupCore::JoinAwaiter::Done(void* self) {
   auto& a = *static_cast<JoinAwaiter*>(self);
   // acquire: pairs with Grant's release.
-  if (a.node_->state.load(std::memory_order_acquire) == sync_internal::kWaiting) return false;
+  if (a.node_.state.load(std::memory_order_acquire) == sync_internal::kWaiting) return false;
   a.core_->lock_.lock();
   if (a.Look({})) {
     a.core_->lock_.unlock();
@@ -481,21 +481,21 @@ bool GroupCore::JoinAwaiter::Done(void* self) {
   // Granted, and another join took what there was: wait for the next grant, as ParkOn's
   // caller does.
   // relaxed: nobody sees the node before push_back (under lock_) publishes it.
-  a.node_->state.store(sync_internal::kWaiting, std::memory_order_relaxed);
-  a.Queue().push_back(a.node_);
+  a.node_.state.store(sync_internal::kWaiting, std::memory_order_relaxed);
+  a.Queue().push_back(&a.node_);
   a.core_->lock_.unlock();
   return false;
 }
 
 void GroupCore::JoinAwaiter::await_resume() {
-  if (node_ == nullptr) return;  // over at once
+  if (node_.waiter == nullptr) return;  // over at once: never queued
   const sync_internal::ParkResult r = park_.End();
   if (over_) return;
   // Timed out, cancelled or interrupted, with the node queued again or granted meanwhile.
   core_->lock_.lock();
   // relaxed: under lock_, which every grant holds.
-  if (node_->state.load(std::memory_order_relaxed) == sync_internal::kWaiting) {
-    Queue().remove(node_);
+  if (node_.state.load(std::memory_order_relaxed) == sync_internal::kWaiting) {
+    Queue().remove(&node_);
   }
   (void)Look(sync_internal::ErrorOf(r));  // with an error given, always over
   core_->lock_.unlock();

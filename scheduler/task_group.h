@@ -202,7 +202,8 @@ class GroupCore {
     GroupCore* const core_;
     const bool all_;
     bool over_ = false;                        // a look found the join over
-    sync_internal::WaitNode* node_ = nullptr;  // queued: the waiter's own_node
+    // Its queue node (a task's Waiter has none of its own); its waiter is set once queued.
+    sync_internal::WaitNode node_;
     NextLook look_;
     Result<Finished> next_ = std::errc::invalid_argument;
     Result<Taken> all_taken_ = std::errc::invalid_argument;

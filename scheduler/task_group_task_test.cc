@@ -426,6 +426,25 @@ TEST(TaskGroupTaskDeathTest, ATaskThatDestroysAGroupWithRunningChildrenAborts) {
       "TaskGroup destroyed in a task while children still run");
 }
 
+// join_next, the blocking form, queues its Waiter's own node: a task's Waiter has none, and the
+// join aborts as every blocking wait from a task does.
+TEST(TaskGroupTaskDeathTest, ABlockingJoinFromATaskAborts) {
+  GTEST_FLAG_SET(death_test_style, DeathTestStyle());
+  EXPECT_DEATH(
+      {
+        Runtime rt({.workers = 1});
+        auto h = rt.spawn_task([&]() -> Task<> {
+          TaskGroup<> group;
+          (void)group.spawn_task(
+              [](const CancellationToken& t) -> Task<> { (void)co_await WaitForCancel(t); });
+          (void)group.join_next();
+          co_return;
+        });
+        (void)h.join();
+      },
+      "called a blocking wait, which would block its worker");
+}
+
 // A fail-fast cancel that neither the failing task child (its end runs on the worker's own
 // context) nor the deadline thread (refused here) could make stays pending; a task's join,
 // which cannot run the token's callbacks either (they may park, as this one does), reports

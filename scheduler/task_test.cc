@@ -1292,6 +1292,19 @@ TEST(TaskDeathTest, ABlockingCallFromATaskAbortsWithAMessage) {
         (void)h.join();
       },
       "called a blocking wait \\(Channel recv\\), which would block its worker");
+  // The blocking forms of the primitives that queue their Waiter's own node: a task's Waiter has
+  // none, and asking for it aborts the same way, before anything is queued.
+  EXPECT_DEATH(
+      {
+        Runtime rt({.workers = 1});
+        Event go;
+        auto h = rt.spawn_task([&]() -> Task<> {
+          (void)go.wait();
+          co_return;
+        });
+        (void)h.join();
+      },
+      "called a blocking wait, which would block its worker");
   EXPECT_DEATH(
       {
         Runtime rt({.workers = 1});

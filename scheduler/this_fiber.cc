@@ -115,7 +115,7 @@ Result<void> sleep_for(std::chrono::steady_clock::duration d, const Cancellation
 
 std::uint64_t id() {
   Fiber* f = CurrentFiber();
-  return f != nullptr ? f->id : 0;
+  return f != nullptr ? f->id() : 0;
 }
 
 std::string_view name() {

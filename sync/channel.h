@@ -282,7 +282,7 @@ class SelectAwaiter {
   std::optional<Result<SelectResult>> started_;  // decided at once
   WaitOptions park_options_;
   SelectRun run_;
-  AsyncPark park_;
+  AsyncRepark park_;
 };
 
 }  // namespace sync_internal

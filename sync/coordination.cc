@@ -29,6 +29,11 @@ WaitNode& WaitList::QueueAndUnlock() {
   return node;
 }
 
+void WaitList::QueueAndUnlock(WaitNode& node) {
+  sync_internal::QueueNode(queue_, node, current_waiter());
+  lock_.unlock();
+}
+
 template <typename OnAbort>
 Result<void> WaitList::Withdraw(WaitNode& node, ParkResult r, OnAbort on_abort) {
   if (r == ParkResult::kWoken) return {};
@@ -59,22 +64,22 @@ bool WaitList::Awaiter::await_ready() {
     if (!unlocked) list_.lock_.unlock();
     return true;
   }
-  node_ = &list_.QueueAndUnlock();
+  list_.QueueAndUnlock(node_);
   return false;
 }
 
 bool WaitList::Awaiter::Done(void* self) {
   // acquire: pairs with Grant's release.
-  return static_cast<Awaiter*>(self)->node_->state.load(std::memory_order_acquire) != kWaiting;
+  return static_cast<Awaiter*>(self)->node_.state.load(std::memory_order_acquire) != kWaiting;
 }
 
 bool WaitList::Awaiter::await_suspend(std::coroutine_handle<> h) {
-  return park_.Begin(*node_->waiter, h, list_.what_, &list_);
+  return park_.Begin(*node_.waiter, h, list_.what_, &list_);
 }
 
 Result<void> WaitList::Awaiter::await_resume() {
-  if (node_ == nullptr) return {};
-  return list_.Withdraw(*node_, park_.End(), [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (!queued()) return {};
+  return list_.Withdraw(node_, park_.End(), [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     (void)step_(list_, WaitStep::kAbort, nullptr);
   });
 }

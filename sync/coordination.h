@@ -36,14 +36,15 @@ class WaitList {
   // Otherwise the task queues and waits as WaitQueued would. kAbort: WaitQueued's on_abort (its
   // result is unused). From a coroutine that is not a task, it blocks the fiber or thread that
   // runs it. One function rather than two, and the options kept by the park alone: W8's frame,
-  // parked in Event::async_wait, 240 -> 208 bytes (the slab's 256-byte class to its 224).
+  // parked in Event::async_wait, 240 -> 208 bytes (the slab's 256-byte class to its 224). The
+  // queue node is the awaiter's own, not its Waiter's: a task's record has no room for one.
   class Awaiter {
    public:
     bool await_ready();
     bool await_suspend(std::coroutine_handle<> h);
     Result<void> await_resume();
     // queued: the wait was not over at once (kReady said no).
-    bool queued() const { return node_ != nullptr; }
+    bool queued() const { return node_.waiter != nullptr; }
 
    private:
     friend class WaitList;
@@ -53,7 +54,7 @@ class WaitList {
     WaitList& list_;
     WaitStepFn step_;
     sync_internal::AsyncPark park_;
-    sync_internal::WaitNode* node_ = nullptr;  // queued: the waiter's own_node
+    sync_internal::WaitNode node_;  // its waiter is set once queued
   };
 
  protected:
@@ -68,6 +69,7 @@ class WaitList {
   // r: {} if granted (also just as it gave up), else takes the node off the queue, runs
   // on_abort under lock_, and returns the error.
   sync_internal::WaitNode& QueueAndUnlock();
+  void QueueAndUnlock(sync_internal::WaitNode& node);  // (the caller's node, not the Waiter's)
   template <typename OnAbort>
   Result<void> Withdraw(sync_internal::WaitNode& node, sync_internal::ParkResult r,
                         OnAbort on_abort);

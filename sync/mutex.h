@@ -206,7 +206,7 @@ class CondVar {
     Mutex& mutex_;
     sync_internal::WaitNode node_;        // on the CondVar's queue
     sync_internal::MutexNode lock_node_;  // the re-lock's, on the mutex's queue
-    sync_internal::AsyncPark park_;
+    sync_internal::AsyncRepark park_;
     Result<void> result_;
     bool waited_ = false;
     bool relocking_ = false;

@@ -111,7 +111,7 @@ class TimerWait {
 };
 
 // TimerAwaiter: Timer::async_wait and Ticker::async_tick (one wait of TimerWait's, its parks
-// made one AsyncPark through its AgainFn).
+// made one AsyncRepark through its AgainFn).
 class TimerAwaiter {
  public:
   TimerAwaiter(TimerCore* core, const WaitOptions& options)
@@ -134,7 +134,7 @@ class TimerAwaiter {
   Waiter* self_ = nullptr;
   bool parked_ = false;  // await_suspend ran: the park is to be ended
   TimerWait wait_;
-  AsyncPark park_;
+  AsyncRepark park_;
 };
 
 class TimerCore final : public Selectable {

@@ -51,6 +51,8 @@ class ThreadWaiter final : public Waiter {
     }
   }
 
+  sync_internal::WaitNode& own_node() override { return node_; }
+
   void notify() override {
     // release: publishes what we did before notifying. The futex is woken only if the waiter
     // is (or is about to be) asleep on it.
@@ -78,6 +80,7 @@ class ThreadWaiter final : public Waiter {
   static constexpr std::uint32_t kNotified = 1;
   static constexpr std::uint32_t kParked = 2;
   std::atomic<std::uint32_t> state_{kEmpty};
+  sync_internal::WaitNode node_;
 };
 
 // Thread waiters are never destroyed: a notifier may still be calling notify() on a waiter whose

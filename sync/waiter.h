@@ -59,8 +59,8 @@ class Waiter {
   // callback running) spin instead.
   virtual bool can_block() const { return true; }
 
-  // The rest is read or written on every wait, so it is plain data, not virtual calls (three
-  // indirect calls per park were 4% of a channel round trip between fibers).
+  // The rest (but own_node, below) is read or written on every wait, so it is plain data, not
+  // virtual calls (three indirect calls per park were 4% of a channel round trip between fibers).
   //
   // spins_before_park: how many pause iterations a primitive may spin re-checking its condition
   // before calling wait(). Threads spin (a futex sleep and wake cost tens of microseconds);
@@ -95,8 +95,9 @@ class Waiter {
   // Semaphore, WaitGroup, Barrier): waking them all walks their nodes, which sit in Waiter
   // objects, close together, instead of on as many separate stacks (a page each, so a TLB miss
   // each: waking 100,000 parked fibers walked its queue in 12 ms with nodes on the stacks, 6 ms
-  // with nodes here).
-  sync_internal::WaitNode& own_node() { return own_node_; }
+  // with nodes here). Virtual, and kept by the implementation, so that a Waiter that never
+  // blocks (a stackless task's) need not carry one: only those blocking waits call it.
+  virtual sync_internal::WaitNode& own_node() = 0;
 
  protected:
   // interrupt: a flag that, once true, makes interrupted() true (null: never interrupted). It
@@ -115,11 +116,12 @@ class Waiter {
 
  private:
   const std::atomic<bool>* interrupt_;
-  int spins_before_park_;
   std::uint64_t identity_ = 0;
   std::atomic<const char*> what_{nullptr};
   std::atomic<const void*> object_{nullptr};
-  sync_internal::WaitNode own_node_;
+  // Last: what would be padding after it is tail padding, which an implementation's own members
+  // may use (a fiber's record is counted in lines).
+  int spins_before_park_;
 };
 
 // current_waiter: the Waiter of the calling execution: the fiber's, if the thread's provider

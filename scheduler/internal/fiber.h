@@ -93,7 +93,8 @@ struct Worker;
 struct Fiber;
 
 // A fiber's Waiter: never spins (that would hold up the worker's other fibers); interrupted
-// once its runtime shuts down (Runtime::Impl::shutting_down).
+// once its runtime shuts down (Runtime::Impl::shutting_down). It also keeps the fd of the I/O
+// its fiber waits on, for dumps, in what would be the Waiter's tail padding.
 class FiberWaiter final : public Waiter {
  public:
   explicit FiberWaiter(const std::atomic<bool>* shutting_down)
@@ -102,6 +103,9 @@ class FiberWaiter final : public Waiter {
   void notify() override;
   bool suspend(sync_internal::AsyncParkBase& park, std::coroutine_handle<> h) override;
   bool can_block() const override;
+  // A fiber's own node is in its StackfulFiber; a task cannot block, and asking aborts as a
+  // blocking wait from a task does.
+  sync_internal::WaitNode& own_node() override;
   // Renew: a new fiber in this Fiber object: its id is the Waiter's identity (Mutex ownership).
   void Renew(std::uint64_t fiber_id) { set_identity(fiber_id); }
   // Rebind: the Fiber object now belongs to another runtime (a retired RecordBlock reused).
@@ -109,6 +113,9 @@ class FiberWaiter final : public Waiter {
   // Its fiber: it is always Fiber::waiter. Computed, not stored: a stored pointer sat on a line
   // of the Fiber that a wait touched for nothing else.
   Fiber* fiber();
+  // The fd of the I/O it waits on, for dumps (relaxed: informational); -1: none. What it waits
+  // on is the Waiter's note_wait.
+  weft::atomic<int> wait_fd{-1};
 };
 
 // A deadline of a parked fiber. Two references: the heap side (dropped when the owner worker pops
@@ -144,25 +151,26 @@ inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
 // state a task keeps across its suspensions (it has no stack to keep it on). A record is one kind
 // for life (RecordKind), so the member that is alive is always its kind's.
 // frame: where it resumes (the innermost coroutine of its chain, as it suspended); park: the wait
-// it is suspended in (null: it resumes as soon as it runs); timer: that wait's timer entry while
-// it is parked (its generation is the record's wait_gen, which only the task itself writes).
+// it is suspended in (null: it resumes as soon as it runs); name: its name's 32 bytes, allocated
+// the first time a named task takes the record (kept with it), null before. (The timer entry of
+// a task's wait is the record's pending_timer, as a fiber's: see TaskWait.)
 struct TaskPart {
   void* frame = nullptr;
   sync_internal::AsyncParkBase* park = nullptr;
-  TimerEntry* timer = nullptr;
+  char* name = nullptr;
 };
 enum class RecordKind : std::uint8_t { kFiber, kTask };
 
 // Fiber: the record of a fiber or of a stackless task (scheduler/task.h), what run queues,
 // waits, timers and dumps hold. A fiber's record is a StackfulFiber (below), which adds what only
-// a fiber uses; a task's is this alone, 256 bytes (RecordBlock).
+// a fiber uses; a task's is this alone, 192 bytes (RecordBlock).
 //
 // Line-aligned, so that its first 128 bytes are two lines (not three): W2 on 1 worker
 // 22.0 -> 16.0 ms with the layout below.
 struct alignas(64) Fiber {
   // shutting_down: the runtime's flag, which interrupts the fiber's waits once set.
   Fiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down, RecordKind record_kind)
-      : rt(runtime), waiter(shutting_down), kind(record_kind) {
+      : rt(runtime), kind(record_kind), waiter(shutting_down) {
     if (kind == RecordKind::kTask) {
       new (&part.task) TaskPart();
     } else {
@@ -171,8 +179,8 @@ struct alignas(64) Fiber {
   }
   ~Fiber() {
     if (kind == RecordKind::kTask) {
+      delete[] part.task.name;  // (a fiber's are its own: StackfulFiber::name_storage)
       part.task.~TaskPart();
-      delete[] name_chars;  // (a fiber's are its own: StackfulFiber::name_storage)
     } else {
       part.stack.~Stack();
     }
@@ -181,8 +189,8 @@ struct alignas(64) Fiber {
   Fiber& operator=(const Fiber&) = delete;
 
   // The first 128 bytes hold what a spawn writes and a first run reads (W2: a queued fiber has
-  // left the caches by the time it runs, so each line here is a miss at both ends); the fields
-  // of parks, wake-ups and dumps follow.
+  // left the caches by the time it runs, so each line here is a miss at both ends), and the
+  // small fields of parks, wake-ups and dumps; the waiter and the cold pointers follow.
   Runtime::Impl* rt;
   // Null until the fiber first runs: its stack comes then, from the cache of the worker that
   // runs it (Impl::Prepare), not at spawn. A queued fiber holds no stack, and the one it gets is
@@ -206,20 +214,35 @@ struct alignas(64) Fiber {
   // child's body answers CurrentGroupToken), null before spawn and once run() has returned.
   FiberBody* body = nullptr;
   Worker* worker = nullptr;  // the worker running it (or that last ran it)
-  Worker* pinned = nullptr;  // non-null: runs only there
-  // Identity: id, name_len, the name and spawn_site are written at spawn and read by dumps, all
-  // under meta_lock. name_len is the length of the name (name()), which is written (and
-  // terminated) only when not empty.
-  std::uint64_t id = 0;
+  // The timer entry of its wait's deadline, from the wait's start (BeginStep) to its end
+  // (EndStep); the park's on-top function (AfterPark) inserts it into the worker's heap.
+  TimerEntry* pending_timer = nullptr;
   LocalSlots locals;
-  TimerEntry* pending_timer = nullptr;  // handed to the park on-top function
-  weft::atomic<int> state{kDone};       // made free, as a finished one (Spawn sets kRunnable)
-  // The fd of the I/O it waits on, for dumps (relaxed: informational); what it waits on is
-  // the waiter's note_wait.
-  weft::atomic<int> wait_fd{-1};
+  // Scheduling latency (RuntimeOptions::measure_latency; untouched otherwise): when it last
+  // became runnable (steady_clock ticks, written by whoever made it so, before queueing it; 0
+  // once it ran), and the longest it has waited to run since its spawn (written by the workers
+  // that run it, read by the console: relaxed). In a simulated runtime, which measures no
+  // latency, runnable_at is instead the fiber's spawn number, its name in the trace.
+  Clock::rep runnable_at = 0;
+  weft::atomic<std::uint32_t> max_wait_us{0};
+  weft::atomic<int> state{kDone};  // made free, as a finished one (Spawn sets kRunnable)
+  // errno, kept per fiber: saved as the fiber stops running, put back into the thread's errno
+  // as it runs again (on whichever thread), so a value set before a switch is read after it.
+  int saved_errno = 0;
   // The stack it asks for at its first run: StackOptions, packed (sizes are at most 64 MiB).
   // A fiber's only.
   std::uint32_t stack_size = 0;
+  // The index of the worker it runs on alone; -1: any. Written at spawn under meta_lock.
+  std::int32_t pinned = -1;
+  // In a simulation, the simulated host it runs on (0: the default host), set at spawn from its
+  // spawner's and changed by sim::Network::enter (api/sim.h). The simulation's thread only.
+  std::uint32_t sim_host = 0;
+  // A wait inside a region blocks the blocking thread (the fiber keeps its own Waiter, so a
+  // Mutex it holds stays its own across the region): it sleeps on region_word (a futex) with
+  // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
+  // (Never set in a task's record: a task cannot enter a region.)
+  std::atomic<std::uint32_t> region_word{0};
+  std::atomic<bool> region_waiting{false};
   StackProtection stack_protection = StackProtection::kAuto;
   weft::atomic<bool> permit{false};
   // Set by a notify that won the kParked -> kRunnable CAS, before it schedules the fiber; read
@@ -229,57 +252,44 @@ struct alignas(64) Fiber {
   // found no memory for its timer and is to be tried again when it next runs. Its worker's
   // thread only.
   std::uint8_t task_exit = 0;
-  // errno, kept per fiber: saved as the fiber stops running, put back into the thread's errno
-  // as it runs again (on whichever thread), so a value set before a switch is read after it.
-  int saved_errno = 0;
+  bool task_retry = false;
   // Set by a sleep whose deadline it has just checked against a fresh clock reading: the next
   // wait skips its own check (and clock read) once. Owner only.
   bool deadline_checked = false;
-  sync_internal::SpinLock meta_lock;
-  std::uint8_t name_len = 0;
-  bool task_retry = false;
-  // The generation of its current (or last) wait; a timer entry of another is stale. On the
-  // same line as state, which a timer's wake-up reads too (PopDueTimers).
-  weft::atomic<std::uint64_t> wait_gen{0};
-  // ---- 128 bytes: a wait adds the waiter's first line (a sleep touches no other).
-  FiberWaiter waiter;
-  std::source_location spawn_site;  // the user's spawn call
-  // The next fiber in a FiberFifo's out-of-memory chain (see FiberFifo).
-  Fiber* queue_next = nullptr;
-  // Scheduling latency (RuntimeOptions::measure_latency; untouched otherwise): when it last
-  // became runnable (steady_clock ticks, written by whoever made it so, before queueing it; 0
-  // once it ran), and the longest it has waited to run since its spawn (written by the workers
-  // that run it, read by the console: relaxed). In a simulated runtime, which measures no
-  // latency, runnable_at is instead the fiber's spawn number, its name in the trace.
-  Clock::rep runnable_at = 0;
-  weft::atomic<std::uint32_t> max_wait_us{0};
-  // In a simulation, the simulated host it runs on (0: the default host), set at spawn from its
-  // spawner's and changed by sim::Network::enter (api/sim.h). The simulation's thread only.
-  std::uint32_t sim_host = 0;
-  // Where its name is kept: a fiber's own 32 bytes (StackfulFiber::name_storage); a task's, 32
-  // bytes allocated the first time a named task takes the record (kept with it), null before.
-  char* name_chars = nullptr;
-  std::string_view name() const { return {name_chars, name_len}; }
   // The runtime's light_park, copied here so that a notify reads no Runtime memory unless it
   // wakes the fiber (a late notify of a finished fiber may come after its runtime is gone; the
   // Fiber itself outlives it, see RetiredBlocks). relaxed: set before the fiber is handed out.
   weft::atomic<bool> light_park{false};
   const RecordKind kind;  // for life: which member of part is alive, and who owns the name
-  // A wait inside a region blocks the blocking thread (the fiber keeps its own Waiter, so a
-  // Mutex it holds stays its own across the region): it sleeps on region_word (a futex) with
-  // region_waiting set, and a notify that sees region_waiting bumps the word and wakes it.
-  // (Never set in a task's record: a task cannot enter a region.)
-  std::atomic<bool> region_waiting{false};
-  std::atomic<std::uint32_t> region_word{0};
+  // Identity: the id (the waiter's identity), name_len, the name, pinned and spawn_site are
+  // written at spawn and read by dumps, all under meta_lock. name_len is the length of the name
+  // (name()), which is written (and terminated) only when not empty.
+  sync_internal::SpinLock meta_lock;
+  std::uint8_t name_len = 0;
+  // The generation of its current (or last) wait; a timer entry of another is stale. On the
+  // same line as state, which a timer's wake-up reads too (PopDueTimers).
+  weft::atomic<std::uint64_t> wait_gen{0};
+  // ---- 128 bytes: a wait adds the waiter's line (a sleep touches no other).
+  FiberWaiter waiter;
+  std::source_location spawn_site;  // the user's spawn call
+  // The next fiber in a FiberFifo's out-of-memory chain (see FiberFifo).
+  Fiber* queue_next = nullptr;
+
+  // id: unique in the process, never reused; its waiter's identity (FiberWaiter::Renew).
+  std::uint64_t id() const { return waiter.identity(); }
+  // Where its name is kept: a fiber's own 32 bytes (StackfulFiber::name_storage); a task's, in
+  // its TaskPart (null until a named task first takes the record).
+  char* name_chars();
+  std::string_view name() { return {name_chars(), name_len}; }
 };
 
 // StackfulFiber: a fiber's record: the Fiber, and what only a fiber uses.
 struct StackfulFiber final : Fiber {
   StackfulFiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down)
-      : Fiber(runtime, shutting_down, RecordKind::kFiber) {
-    name_chars = name_storage;
-  }
+      : Fiber(runtime, shutting_down, RecordKind::kFiber) {}
   char name_storage[32] = {};
+  // The node of its waiter's blocking waits (FiberWaiter::own_node).
+  sync_internal::WaitNode own_node;
   // A blocking region: the blocking thread's own context, and the task that moves it there.
   Context region_home = nullptr;
   struct RegionTask {
@@ -289,6 +299,9 @@ struct StackfulFiber final : Fiber {
 };
 // Stackful: f's StackfulFiber; f must be a fiber's record.
 inline StackfulFiber* Stackful(Fiber* f) { return static_cast<StackfulFiber*>(f); }
+inline char* Fiber::name_chars() {
+  return kind == RecordKind::kTask ? part.task.name : Stackful(this)->name_storage;
+}
 
 // TaskContext: the context of a Fiber object that holds a task: not null (Prepare then gives it
 // no stack) and never a real context record (nothing switches to it: Run and DirectNext look).
@@ -312,7 +325,7 @@ enum TaskExit : std::uint8_t {
 // each: glibc's memalign leaves the gap it skips to reach the alignment as a free chunk whose
 // header it writes, a touched page per block, 64 bytes a record (W8, per parked task: 0.65 KiB with
 // them, 0.59 without; per parked fiber 4.46 and 4.40). kStride: packed, a fiber's record 320 bytes
-// (5 lines: the two hot ones, two of the waiter and the rest, the fiber-only one), a task's 256.
+// (5 lines: the two hot ones, the waiter's, and two of what only a fiber uses), a task's 192.
 // (Packed, fibers measured W2 at 0.97x and 0.94x the time of fibers 448 bytes apart, on 1 and 2
 // workers: docs/scheduler.md.) The blocks live as long as the runtime (the free lists reuse their
 // records), then go to RetiredBlocks.
@@ -320,7 +333,7 @@ class RecordBlock {
  public:
   static constexpr std::size_t kRecords = 64;
   static constexpr std::size_t kAlign = alignof(Fiber);
-  static constexpr std::size_t kStride[2] = {320, 256};  // by RecordKind
+  static constexpr std::size_t kStride[2] = {320, 192};  // by RecordKind
   static_assert(sizeof(StackfulFiber) == kStride[0] && sizeof(Fiber) == kStride[1]);
 
   RecordBlock(Runtime::Impl* rt, const std::atomic<bool>* shutting_down, RecordKind kind)
@@ -407,7 +420,9 @@ inline Fiber* FiberWaiter::fiber() {
 static_assert(offsetof(Fiber, wait_gen) + sizeof(Fiber::wait_gen) <= 128, "hot fields: 2 lines");
 static_assert(offsetof(Fiber, state) / 64 == offsetof(Fiber, wait_gen) / 64,
               "a timer's wake-up reads state and wait_gen from one line");
-static_assert(sizeof(Fiber) == 256, "a task's record: four lines");
+static_assert(offsetof(Fiber, waiter) == 128 && sizeof(FiberWaiter) == 48,
+              "the waiter: one line with the spawn site and the queue link");
+static_assert(sizeof(Fiber) == 192, "a task's record: three lines");
 #pragma GCC diagnostic pop
 
 // FiberFifo: a FIFO of runnable fibers that never fails to take one: a power-of-two ring that

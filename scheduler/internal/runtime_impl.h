@@ -235,7 +235,7 @@ struct Runtime::Impl {
   // PushLocalQuiet: PushLocal without the wake-up, for a caller that pushes several and wakes
   // once (PopDueTimers). True if f went where thieves find it (a pinned fiber does not).
   bool PushLocalQuiet(Worker& w, Fiber* f) {
-    if (f->pinned != nullptr) {
+    if (f->pinned >= 0) {
       w.pinned_local.push(f);
       return false;
     }
@@ -254,7 +254,7 @@ struct Runtime::Impl {
   // worker's next fiber (a woken fiber runs right after its waker: message-passing locality).
   [[gnu::noinline]] void Schedule(Fiber* f) {
     Worker* w = scheduler_internal::WorkerOf(this);
-    if (w != nullptr && (f->pinned == nullptr || f->pinned == w)) [[likely]] {
+    if (w != nullptr && (f->pinned < 0 || static_cast<unsigned>(f->pinned) == w->index)) [[likely]] {
       if (Fiber* displaced = w->run_next) PushLocal(*w, displaced);
       w->run_next = f;
       return;
@@ -271,8 +271,8 @@ struct Runtime::Impl {
   // the last touch of this.
   [[gnu::noinline]] void ScheduleElsewhere(Fiber* f) {
     elsewhere_in_flight.fetch_add(1, std::memory_order_relaxed);
-    if (f->pinned != nullptr) {
-      Mail(*f->pinned, f, nullptr);
+    if (f->pinned >= 0) {
+      Mail(*workers[static_cast<unsigned>(f->pinned)], f, nullptr);
     } else {
       while (!inject.try_push(f)) std::this_thread::yield();
       WakeOne();
@@ -361,27 +361,29 @@ struct Runtime::Impl {
     }
     f->meta_lock.lock();
     // relaxed (both): only uniqueness matters.
+    std::uint64_t id;
     if (w == nullptr) {
-      f->id = scheduler_internal::g_next_fiber_id.fetch_add(1, std::memory_order_relaxed);
+      id = scheduler_internal::g_next_fiber_id.fetch_add(1, std::memory_order_relaxed);
     } else {
       if (w->next_id == w->id_end) {
         w->next_id =
             scheduler_internal::g_next_fiber_id.fetch_add(kIdBlock, std::memory_order_relaxed);
         w->id_end = w->next_id + kIdBlock;
       }
-      f->id = w->next_id++;
+      id = w->next_id++;
     }
-    f->waiter.Renew(f->id);
+    f->waiter.Renew(id);
     std::size_t n = std::min(fiber_options.name.size(), kNameMax);
-    if (n != 0 && (f->name_chars != nullptr || AllocateName(f))) {
+    if (n != 0 && (f->name_chars() != nullptr || AllocateName(f))) {
       // (a nameless fiber leaves its name's line alone)
-      std::memcpy(f->name_chars, fiber_options.name.data(), n);
-      f->name_chars[n] = '\0';
+      char* name = f->name_chars();
+      std::memcpy(name, fiber_options.name.data(), n);
+      name[n] = '\0';
     } else {
       n = 0;
     }
     f->name_len = static_cast<std::uint8_t>(n);
-    f->pinned = pinned_to;
+    f->pinned = pinned_to != nullptr ? static_cast<std::int32_t>(pinned_to->index) : -1;
     f->spawn_site = site;
     f->meta_lock.unlock();
     return f;
@@ -393,8 +395,8 @@ struct Runtime::Impl {
   // AllocateName: room for a task's name, kept with its record; false without memory (the task
   // is then nameless: a name is for dumps only).
   [[gnu::noinline]] static bool AllocateName(Fiber* f) {
-    f->name_chars = new (std::nothrow) char[kNameMax + 1];
-    return f->name_chars != nullptr;
+    f->task().name = new (std::nothrow) char[kNameMax + 1];
+    return f->task().name != nullptr;
   }
   // NewRecordBlock: makes a RecordBlock of `kind`; returns its first record and queues the rest
   // on w's free list (from a plain thread, w null, in the pool), so that they are taken in
@@ -599,7 +601,7 @@ struct Runtime::Impl {
     bool moved = false;
     for (std::size_t i = 0; i < n; ++i) {
       Fiber* f = w.yields.pop();
-      if (f->pinned != nullptr) {
+      if (f->pinned >= 0) {
         w.yields.push(f);
       } else {
         QueueLocal(w, f);

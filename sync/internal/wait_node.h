@@ -1,5 +1,6 @@
 // sync/internal/wait_node.h: WaitNode, one waiting call's entry in a primitive's wait queue
-// (sync/internal/wait_queue.h). Its own header because every Waiter carries one (sync/waiter.h).
+// (sync/internal/wait_queue.h). Its own header because every Waiter that can block keeps one
+// (Waiter::own_node, sync/waiter.h).
 
 #ifndef WEFT_SYNC_INTERNAL_WAIT_NODE_H_
 #define WEFT_SYNC_INTERNAL_WAIT_NODE_H_

@@ -74,9 +74,9 @@ bool AsyncParkBase::Suspend(std::coroutine_handle<> h, const char* what, const v
 }
 
 bool AsyncPark::Over() {
-  if (again_ == nullptr) return true;
+  if (!again_) return true;
   std::optional<SyncClock::time_point> next;
-  if (!again_(done_arg_, result_, &next)) return true;
+  if (!static_cast<AsyncRepark*>(this)->again_fn_(done_arg_, result_, &next)) return true;
   SetDeadline(WaitOptions{.deadline = next, .cancel = cancel_});
   result_ = ParkResult::kWoken;
   return false;
@@ -87,16 +87,21 @@ bool AsyncPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const char* wha
   waiter_ = &waiter;
   interruptible_ = interruptible;
   result_ = ParkResult::kWoken;
-  reg_.fn = [](void* w) { static_cast<Waiter*>(w)->notify(); };
-  reg_.arg = &waiter;
-  cancel_state_ = cancel_ != nullptr ? StateOf(*cancel_) : nullptr;
   // The wait's own deadline (kept in deadline_ until now), or its token's when that is
   // earlier; before any Over(), which may set the next park's.
-  SetDeadline(WaitOptions{.deadline = deadline_, .cancel = cancel_});
-  if (cancel_state_ != nullptr && !Register(cancel_state_, &reg_)) {
-    cancel_state_ = nullptr;  // not registered: nothing to take back
-    result_ = ParkResult::kCancelled;
-    if (Over()) return false;
+  deadline_by_token_ = false;
+  registered_ = false;
+  if (cancel_ != nullptr) {
+    SetDeadline(WaitOptions{.deadline = deadline(), .cancel = cancel_});
+    if (CancelState* cancel_state = StateOf(*cancel_); cancel_state != nullptr) {
+      reg_.fn = [](void* w) { static_cast<Waiter*>(w)->notify(); };
+      reg_.arg = &waiter;
+      registered_ = Register(cancel_state, &reg_);
+      if (!registered_) {  // cancelled already: nothing to take back
+        result_ = ParkResult::kCancelled;
+        if (Over()) return false;
+      }
+    }
   }
   if (ContinueWithOptions(/*woken=*/true)) return false;  // over before it parks
   return Suspend(h, what, object);
@@ -129,9 +134,9 @@ bool AsyncPlainPark::Begin(Waiter& waiter, std::coroutine_handle<> h, const char
 }
 
 void AsyncPark::Uncancellable() {
-  if (cancel_state_ != nullptr) {
-    DeregisterNoWait(cancel_state_, &reg_);  // its callback only notifies the Waiter
-    cancel_state_ = nullptr;
+  if (registered_) {
+    DeregisterNoWait(StateOf(*cancel_), &reg_);  // its callback only notifies the Waiter
+    registered_ = false;
   }
   cancel_ = nullptr;
   interruptible_ = false;
@@ -139,11 +144,11 @@ void AsyncPark::Uncancellable() {
 
 ParkResult AsyncPark::End() {
   waiter_->note_wait(nullptr, nullptr);
-  if (cancel_state_ != nullptr) {
+  if (registered_) {
     // The callback only notifies the Waiter, which outlives every notify: no need to wait for
     // a running one (and a task must not block its worker).
-    DeregisterNoWait(cancel_state_, &reg_);
-    cancel_state_ = nullptr;
+    DeregisterNoWait(StateOf(*cancel_), &reg_);
+    registered_ = false;
   }
   return result_;
 }

@@ -108,17 +108,24 @@ class WaitQueue {
   std::size_t size_ = 0;
 };
 
-// QueueOwnNode: queues the calling execution's node on `queue`, whose lock the caller holds, and
-// returns it. The node lives in the Waiter (Waiter::own_node): an execution waits on one thing
-// at a time, and a granted node is never touched by its releaser again (Grant's store is last).
-inline WaitNode& QueueOwnNode(WaitQueue& queue) {
-  Waiter& self = current_waiter();
-  WaitNode& node = self.own_node();
+// QueueNode: queues `node` for `waiter` on `queue`, whose lock the caller holds. A granted node
+// is never touched by its releaser again (Grant's store is last), so the node may end as soon
+// as its wait does.
+inline void QueueNode(WaitQueue& queue, WaitNode& node, Waiter& waiter) {
   assert(!node.queued);
-  node.waiter = &self;
+  node.waiter = &waiter;
   // relaxed: nobody else sees the node before push_back (under the lock) publishes it.
   node.state.store(kWaiting, std::memory_order_relaxed);
   queue.push_back(&node);
+}
+
+// QueueOwnNode: queues the calling execution's node on `queue`, whose lock the caller holds, and
+// returns it. The node lives in the Waiter (Waiter::own_node): an execution waits on one thing
+// at a time. For blocking waits: a task's Waiter has no node (its awaiters carry one).
+inline WaitNode& QueueOwnNode(WaitQueue& queue) {
+  Waiter& self = current_waiter();
+  WaitNode& node = self.own_node();
+  QueueNode(queue, node, self);
   return node;
 }
 
@@ -155,7 +162,7 @@ inline SyncClock::time_point Now() {
   return SyncClock::now();
 }
 
-enum class ParkResult { kWoken, kTimedOut, kCancelled };
+enum class ParkResult : std::uint8_t { kWoken, kTimedOut, kCancelled };
 
 // Park: blocks the calling execution until done() is true, the deadline passes, the token is
 // cancelled, or the waiter is interrupted (cancelled too; not when `interruptible` is false: a
@@ -222,7 +229,8 @@ class AsyncParkBase {
   ParkResult result() const { return result_; }
 
  protected:
-  AsyncParkBase(DoneFn done, void* arg, bool plain) : done_(done), done_arg_(arg), plain_(plain) {}
+  AsyncParkBase(DoneFn done, void* arg, bool plain, bool again = false)
+      : done_(done), done_arg_(arg), plain_(plain), again_(again) {}
   ~AsyncParkBase() = default;
   // Suspend: the common end of Begin once the wait's condition was false: suspends the task at
   // h, or (not a task) blocks the thread or fiber until Continue says the wait is over. True:
@@ -234,8 +242,12 @@ class AsyncParkBase {
   Waiter* waiter_ = nullptr;
   ParkResult result_ = ParkResult::kWoken;
   bool interruptible_ = false;
-  bool deadline_by_token_ = false;  // AsyncPark's
-  const bool plain_;                // an AsyncPlainPark
+  // AsyncPark's: the deadline is the token's (reaching it cancels), and the token has its
+  // registration (reg_).
+  bool deadline_by_token_ = false;
+  bool registered_ = false;
+  const bool plain_;  // an AsyncPlainPark
+  const bool again_;  // an AsyncRepark
 };
 
 // AsyncPark: Park for a stackless task (a C++20 coroutine), the same loop turned inside out:
@@ -249,22 +261,16 @@ class AsyncParkBase {
 //
 // done: the wait's condition, as Park's; called on the task's side only (Begin, Continue), so
 // it may act for the task (a Mutex's competes for the lock when woken).
-class AsyncPark final : public AsyncParkBase {
+class AsyncPark : public AsyncParkBase {
  public:
-  // AgainFn: for a wait made of several parks (select: its timer and token cases are looked at
-  // each time a park ends): called with the arg as the park would end with r; true to park
-  // again, until *deadline (the token's cancel_at still applies).
-  using AgainFn = bool (*)(void* arg, ParkResult r, std::optional<SyncClock::time_point>* deadline);
-  AsyncPark(DoneFn done, void* arg, AgainFn again = nullptr)
-      : AsyncParkBase(done, arg, /*plain=*/false), again_(again) {}
+  AsyncPark(DoneFn done, void* arg) : AsyncParkBase(done, arg, /*plain=*/false) {}
   // With the wait's options, for the Begin without them: the park keeps what it needs of them
   // (the deadline and the token's address), so an awaitable need not keep a copy beside it
   // (24 bytes of every frame that waits in it).
-  AsyncPark(DoneFn done, void* arg, const WaitOptions& options, AgainFn again = nullptr)
+  AsyncPark(DoneFn done, void* arg, const WaitOptions& options)
       : AsyncParkBase(done, arg, /*plain=*/false),
-        again_(again),
         cancel_(options.cancel),
-        deadline_(options.deadline) {}
+        deadline_(options.deadline.value_or(kNoDeadline)) {}
 
   // Begin: true: the task stays suspended at `h` until Continue says otherwise; false: the
   // wait is over (result() tells how) and the coroutine goes on at once. The token in
@@ -272,12 +278,15 @@ class AsyncPark final : public AsyncParkBase {
   bool Begin(Waiter& waiter, std::coroutine_handle<> h, const WaitOptions& options,
              const char* what, const void* object, bool interruptible = true) {
     cancel_ = options.cancel;
-    deadline_ = options.deadline;
+    deadline_ = options.deadline.value_or(kNoDeadline);
     return Begin(waiter, h, what, object, interruptible);
   }
   bool Begin(Waiter& waiter, std::coroutine_handle<> h, const char* what, const void* object,
              bool interruptible = true);
-  std::optional<SyncClock::time_point> deadline() const { return deadline_; }
+  std::optional<SyncClock::time_point> deadline() const {
+    if (deadline_ == kNoDeadline) return std::nullopt;
+    return deadline_;
+  }
   // Uncancellable: for an AgainFn whose next park must end only with its condition (a CondVar's
   // re-lock): the token and the shutdown no longer end the wait.
   void Uncancellable();
@@ -285,35 +294,55 @@ class AsyncPark final : public AsyncParkBase {
   // returns how it ended.
   ParkResult End();
 
+ protected:
+  AsyncPark(DoneFn done, void* arg, const WaitOptions* options, bool again)
+      : AsyncParkBase(done, arg, /*plain=*/false, again),
+        cancel_(options != nullptr ? options->cancel : nullptr),
+        deadline_(options != nullptr ? options->deadline.value_or(kNoDeadline) : kNoDeadline) {}
+
  private:
   friend class AsyncParkBase;
+  // No deadline: a sentinel rather than an optional, 8 bytes of every frame that waits. A
+  // deadline at the clock's end is never reached either.
+  static constexpr SyncClock::time_point kNoDeadline = SyncClock::time_point::max();
   bool ContinueWithOptions(bool woken);
   bool Cancelled() const {
-    return (cancel_state_ != nullptr && cancel_->is_cancelled()) ||
-           (interruptible_ && waiter_->interrupted());
+    return (registered_ && cancel_->is_cancelled()) || (interruptible_ && waiter_->interrupted());
   }
-
-  // Over: the wait would end with result_: true if it does (AgainFn says no).
+  // Over: the park ends with result_: true; false if it is to park again (AsyncRepark).
   bool Over();
-  // SetDeadline: the park's deadline, options' or their token's (EffectiveDeadline, kept as its
-  // two fields so that they pack with the flags: an AsyncPark sits in every waiting frame).
+  // SetDeadline: the park's deadline from options: its own, or its token's when that is earlier.
   void SetDeadline(const WaitOptions& options) {
     const EffectiveDeadline d = DeadlineOf(options);
-    deadline_ = d.at;
+    deadline_ = d.at.value_or(kNoDeadline);
     deadline_by_token_ = d.by_token;
   }
 
-  AgainFn again_;
-  const CancellationToken* cancel_ = nullptr;  // the wait's token (null: none)
-  CancelState* cancel_state_ = nullptr;
+  // The wait's token (null: none); registered_ says whether reg_ is on its state. (Its state is
+  // looked up, not kept: 8 bytes of every frame that waits.)
+  const CancellationToken* cancel_ = nullptr;
   CancelRegistration reg_;
-  std::optional<SyncClock::time_point> deadline_;
+  SyncClock::time_point deadline_ = kNoDeadline;
 };
 
-// AsyncPlainPark: an AsyncPark with no deadline, no token and no interruption: the wait ends
-// when done() holds, and only then. For waits that end in their own way: a task's I/O (the
-// reactor times the operation out; its IoWait forwards the token's and the shutdown's
-// cancellations and still waits for the completion) and call_blocking (the call runs to its end).
+// AsyncRepark: an AsyncPark for a wait made of several parks (select: its timer and token cases
+// are looked at each time a park ends; a CondVar's re-lock after its notify; a Timer's). Its
+// AgainFn is called with the arg as the park would end with r; true to park again, until
+// *deadline (the token's cancel_at still applies). A class of its own, so that the parks that
+// never park again carry no AgainFn.
+class AsyncRepark final : public AsyncPark {
+ public:
+  using AgainFn = bool (*)(void* arg, ParkResult r, std::optional<SyncClock::time_point>* deadline);
+  AsyncRepark(DoneFn done, void* arg, AgainFn again)
+      : AsyncPark(done, arg, nullptr, /*again=*/true), again_fn_(again) {}
+  AsyncRepark(DoneFn done, void* arg, const WaitOptions& options, AgainFn again)
+      : AsyncPark(done, arg, &options, /*again=*/true), again_fn_(again) {}
+
+ private:
+  friend class AsyncPark;
+  AgainFn again_fn_;
+};
+
 class AsyncPlainPark final : public AsyncParkBase {
  public:
   AsyncPlainPark(DoneFn done, void* arg) : AsyncParkBase(done, arg, /*plain=*/true) {}
