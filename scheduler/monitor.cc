@@ -403,7 +403,8 @@ bool Runtime::Impl::DeadlockSuspected() {
     const int state = f->state.load(std::memory_order_relaxed);
     if (state == scheduler_internal::kDone) return;
     any = true;
-    if (state != scheduler_internal::kParked || f->waiter.wait_fd.load(std::memory_order_relaxed) >= 0 ||
+    if (state != scheduler_internal::kParked ||
+        f->waiter.wait_fd.load(std::memory_order_relaxed) >= 0 ||
         f->region_waiting.load(std::memory_order_relaxed)) {
       parked_only = false;
     }

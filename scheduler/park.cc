@@ -265,8 +265,7 @@ bool TaskWait(Worker& w, Fiber* f, bool parked) {
     // relaxed: the task's own store (BeginStep's), the generation of the wait it parked in.
     // The wait's timer entry is the record's pending_timer, as BeginStep left it (null if the
     // wait had no deadline, or if AfterPark found no memory to insert it and freed it).
-    const StepEnd end =
-        EndStep(f, f->pending_timer, f->wait_gen.load(std::memory_order_relaxed));
+    const StepEnd end = EndStep(f, f->pending_timer, f->wait_gen.load(std::memory_order_relaxed));
     if (end != StepEnd::kSpurious) {
       if (park->Continue(end == StepEnd::kWoken)) return true;
     } else {

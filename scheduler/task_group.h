@@ -201,7 +201,7 @@ class GroupCore {
     sync_internal::WaitQueue& Queue();
     GroupCore* const core_;
     const bool all_;
-    bool over_ = false;                        // a look found the join over
+    bool over_ = false;  // a look found the join over
     // Its queue node (a task's Waiter has none of its own); its waiter is set once queued.
     sync_internal::WaitNode node_;
     NextLook look_;
