@@ -88,8 +88,8 @@ std::size_t Runtime::Impl::PopDueTimers(Worker& w, Worker& heap, bool try_lock) 
         }
         // Timers come due in batches, and a sleeper's stack has gone cold: fetch it while the
         // fibers queued before it run (W5: a resume's first pop off the stack was the top
-        // sample).
-        prefetch_context(ctx);
+        // sample). (A task has none.)
+        if (HasStack(ctx)) prefetch_context(ctx);
       }
       Release(e);  // the heap side's reference
     }

@@ -307,6 +307,10 @@ inline char* Fiber::name_chars() {
 // no stack) and never a real context record (nothing switches to it: Run and DirectNext look).
 inline Context TaskContext() { return reinterpret_cast<Context>(std::uintptr_t{64}); }
 inline bool IsTask(const Fiber* f) { return f->context() == TaskContext(); }
+// HasStack: a context to prefetch: a fiber's that has run (a fiber's before its first run is
+// null; a task's is TaskContext, 64: prefetch_context on it asked for 16 lines of addresses no
+// program owns, on every task taken from a run queue).
+inline bool HasStack(Context c) { return c != nullptr && c != TaskContext(); }
 // Why a task's coroutine returned to its worker (Fiber::task_exit).
 enum TaskExit : std::uint8_t {
   kTaskRunning,

@@ -525,10 +525,11 @@ struct Runtime::Impl {
     // its stack out of the caches, and its resume waits on those misses one after another. So
     // as each fiber is taken, ask for the stack of the one after it (whose object was asked for
     // two takes earlier) and for the object of the one kObjectAhead after that. Hints only:
-    // any of them may be taken by a thief meanwhile.
+    // any of them may be taken by a thief meanwhile. A task has no stack (and its frame is found
+    // through its record, a load that may miss: prefetching it was dropped, docs/scheduler.md).
     Fiber* next = nullptr;
     if (w.queue.peek(0, &next)) {
-      if (Context c = next->context()) prefetch_context(c);
+      if (Context c = next->context(); scheduler_internal::HasStack(c)) prefetch_context(c);
       Fiber* ahead = nullptr;
       if (w.queue.peek(kObjectAhead, &ahead)) PrefetchHotLines(ahead);
     }
