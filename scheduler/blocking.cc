@@ -83,7 +83,7 @@ namespace {
 Transfer AfterEnterRegion(Transfer t) {
   auto* f = static_cast<Fiber*>(t.data);
   f->state.store(kBlocking, std::memory_order_relaxed);
-  if (f->rt->sim != nullptr || !f->rt->blocking->submit(&Stackful(f)->region_task.task)) {
+  if (f->rt->sim != nullptr || !f->rt->blocking->submit(&Stackful(f)->region_task)) {
     // No blocking thread can start (or a simulation, which stays on its one thread): stay on
     // the worker (the region then blocks it).
     f->state.store(kRunnable, std::memory_order_relaxed);
@@ -101,7 +101,7 @@ Waiter* ProvideRegionWaiter(void*) {
 
 // RunRegion: on a blocking thread, runs the fiber there until it leaves the region.
 void RunRegion(BlockingTask* task) {
-  Fiber* f = reinterpret_cast<StackfulFiber::RegionTask*>(task)->fiber;
+  Fiber* f = FromRegionTask(task);
   Stackful(f)->region_home = current_context();
   t_region_fiber = f;
   // The fiber's stack may overflow here as on a worker: the SIGSEGV handler needs this thread's
@@ -185,7 +185,7 @@ BlockingRegion::BlockingRegion() : entered_(false) {
   if (IsTask(f)) [[unlikely]]
     TaskBlocked(f, "entered a BlockingRegion");
   entered_ = true;
-  Stackful(f)->region_task.task.run = &RunRegion;
+  Stackful(f)->region_task.run = &RunRegion;
   f->saved_errno = *w->errno_slot;  // RunRegion puts it back, on the blocking thread
   jump_context_ontop(w->home, f, &AfterEnterRegion);
   // Now on a blocking thread (or still on a worker, if none could start).

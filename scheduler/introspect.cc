@@ -89,7 +89,7 @@ struct FiberView {
   int state;
   std::uint64_t id;
   std::uint8_t name_len;
-  char name[sizeof StackfulFiber::name_storage];
+  char name[kNameBytes];
   const char* on;      // what it is parked on (null unless parked)
   const void* object;  // and the object, when not an fd
   int fd;              // the fd it waits on, -1 if none

@@ -27,7 +27,7 @@
 // not supported and aborts the same way.
 //
 // Memory: a task has no stack. It holds its coroutine frames (from the spawning worker's slab,
-// like a fiber's spawn state: no malloc) and a 192-byte task record (a fiber's is 320).
+// like a fiber's spawn state: no malloc) and a 192-byte task record (a fiber's is 256).
 // docs/api.md, "Fibers and tasks", compares the costs.
 
 #ifndef WEFT_SCHEDULER_TASK_H_

@@ -154,6 +154,9 @@ inline void Bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
 // it is suspended in (null: it resumes as soon as it runs); name: its name's 32 bytes, allocated
 // the first time a named task takes the record (kept with it), null before. (The timer entry of
 // a task's wait is the record's pending_timer, as a fiber's: see TaskWait.)
+// The bytes of a fiber's or task's name (with its terminator), allocated the first time a named
+// one takes its record.
+constexpr std::size_t kNameBytes = 32;
 struct TaskPart {
   void* frame = nullptr;
   sync_internal::AsyncParkBase* park = nullptr;
@@ -179,7 +182,7 @@ struct alignas(64) Fiber {
   }
   ~Fiber() {
     if (kind == RecordKind::kTask) {
-      delete[] part.task.name;  // (a fiber's are its own: StackfulFiber::name_storage)
+      delete[] part.task.name;  // (a fiber's: ~StackfulFiber)
       part.task.~TaskPart();
     } else {
       part.stack.~Stack();
@@ -277,30 +280,34 @@ struct alignas(64) Fiber {
 
   // id: unique in the process, never reused; its waiter's identity (FiberWaiter::Renew).
   std::uint64_t id() const { return waiter.identity(); }
-  // Where its name is kept: a fiber's own 32 bytes (StackfulFiber::name_storage); a task's, in
-  // its TaskPart (null until a named task first takes the record).
+  // Where its name is kept: 32 bytes allocated the first time a named fiber or task takes the
+  // record (StackfulFiber::name, TaskPart::name), null before.
   char* name_chars();
   std::string_view name() { return {name_chars(), name_len}; }
 };
 
-// StackfulFiber: a fiber's record: the Fiber, and what only a fiber uses.
+// StackfulFiber: a fiber's record: the Fiber, and what only a fiber uses; 256 bytes, the fourth
+// line all its own.
 struct StackfulFiber final : Fiber {
   StackfulFiber(Runtime::Impl* runtime, const std::atomic<bool>* shutting_down)
       : Fiber(runtime, shutting_down, RecordKind::kFiber) {}
-  char name_storage[32] = {};
+  ~StackfulFiber() { delete[] name; }
   // The node of its waiter's blocking waits (FiberWaiter::own_node).
   sync_internal::WaitNode own_node;
-  // A blocking region: the blocking thread's own context, and the task that moves it there.
+  // A blocking region: the blocking thread's own context, and the task that moves it there
+  // (the pool hands back &region_task; FromRegionTask finds the record).
   Context region_home = nullptr;
-  struct RegionTask {
-    BlockingTask task;  // first member: the pool hands back &task
-    Fiber* fiber;
-  } region_task{{}, this};
+  BlockingTask region_task;
+  // Its name's 32 bytes, allocated the first time a named fiber takes the record (kept with
+  // it), null before, as a task's (TaskPart::name).
+  char* name = nullptr;
 };
 // Stackful: f's StackfulFiber; f must be a fiber's record.
 inline StackfulFiber* Stackful(Fiber* f) { return static_cast<StackfulFiber*>(f); }
+// FromRegionTask: the fiber whose region_task `task` is.
+inline StackfulFiber* FromRegionTask(BlockingTask* task);
 inline char* Fiber::name_chars() {
-  return kind == RecordKind::kTask ? part.task.name : Stackful(this)->name_storage;
+  return kind == RecordKind::kTask ? part.task.name : Stackful(this)->name;
 }
 
 // TaskContext: the context of a Fiber object that holds a task: not null (Prepare then gives it
@@ -328,8 +335,8 @@ enum TaskExit : std::uint8_t {
 // far (W5's reps that grow) paid that on the spawning worker. Page-aligned blocks cost a page
 // each: glibc's memalign leaves the gap it skips to reach the alignment as a free chunk whose
 // header it writes, a touched page per block, 64 bytes a record (W8, per parked task: 0.65 KiB with
-// them, 0.59 without; per parked fiber 4.46 and 4.40). kStride: packed, a fiber's record 320 bytes
-// (5 lines: the two hot ones, the waiter's, and two of what only a fiber uses), a task's 192.
+// them, 0.59 without; per parked fiber 4.46 and 4.40). kStride: packed, a fiber's record 256 bytes
+// (4 lines: the two hot ones, the waiter's, and what only a fiber uses), a task's 192.
 // (Packed, fibers measured W2 at 0.97x and 0.94x the time of fibers 448 bytes apart, on 1 and 2
 // workers: docs/scheduler.md.) The blocks live as long as the runtime (the free lists reuse their
 // records), then go to RetiredBlocks.
@@ -337,7 +344,7 @@ class RecordBlock {
  public:
   static constexpr std::size_t kRecords = 64;
   static constexpr std::size_t kAlign = alignof(Fiber);
-  static constexpr std::size_t kStride[2] = {320, 192};  // by RecordKind
+  static constexpr std::size_t kStride[2] = {256, 192};  // by RecordKind
   static_assert(sizeof(StackfulFiber) == kStride[0] && sizeof(Fiber) == kStride[1]);
 
   RecordBlock(Runtime::Impl* rt, const std::atomic<bool>* shutting_down, RecordKind kind)
@@ -419,6 +426,10 @@ struct RetiredBlocks {
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"
 inline Fiber* FiberWaiter::fiber() {
   return reinterpret_cast<Fiber*>(reinterpret_cast<std::byte*>(this) - offsetof(Fiber, waiter));
+}
+inline StackfulFiber* FromRegionTask(BlockingTask* task) {
+  return reinterpret_cast<StackfulFiber*>(reinterpret_cast<std::byte*>(task) -
+                                          offsetof(StackfulFiber, region_task));
 }
 // The layout the comments at Fiber and PopDueTimers count on.
 static_assert(offsetof(Fiber, wait_gen) + sizeof(Fiber::wait_gen) <= 128, "hot fields: 2 lines");

@@ -376,7 +376,7 @@ struct Runtime::Impl {
     f->waiter.Renew(id);
     std::size_t n = std::min(fiber_options.name.size(), kNameMax);
     if (n != 0 && (f->name_chars() != nullptr || AllocateName(f))) {
-      // (a nameless fiber leaves its name's line alone)
+      // (a nameless fiber leaves its name's bytes alone)
       char* name = f->name_chars();
       std::memcpy(name, fiber_options.name.data(), n);
       name[n] = '\0';
@@ -389,15 +389,19 @@ struct Runtime::Impl {
     f->meta_lock.unlock();
     return f;
   }
-  // The longest name kept (FiberOptions::name is cut there): a fiber's name_storage, less its
+  // The longest name kept (FiberOptions::name is cut there): a record's name bytes, less the
   // terminator.
-  static constexpr std::size_t kNameMax =
-      sizeof(scheduler_internal::StackfulFiber::name_storage) - 1;
-  // AllocateName: room for a task's name, kept with its record; false without memory (the task
-  // is then nameless: a name is for dumps only).
+  static constexpr std::size_t kNameMax = scheduler_internal::kNameBytes - 1;
+  // AllocateName: room for the name of a fiber or task, kept with its record; false without
+  // memory (it is then nameless: a name is for dumps only).
   [[gnu::noinline]] static bool AllocateName(Fiber* f) {
-    f->task().name = new (std::nothrow) char[kNameMax + 1];
-    return f->task().name != nullptr;
+    char* name = new (std::nothrow) char[scheduler_internal::kNameBytes];
+    if (f->kind == RecordKind::kTask) {
+      f->task().name = name;
+    } else {
+      scheduler_internal::Stackful(f)->name = name;
+    }
+    return name != nullptr;
   }
   // NewRecordBlock: makes a RecordBlock of `kind`; returns its first record and queues the rest
   // on w's free list (from a plain thread, w null, in the pool), so that they are taken in
