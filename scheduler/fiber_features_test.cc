@@ -29,6 +29,7 @@
 #include "weft/base/stress_scale.h"
 #include "weft/context/stack.h"
 #include "weft/scheduler/runtime.h"
+#include "weft/scheduler/task.h"
 #include "weft/sync/channel.h"
 #include "weft/sync/coordination.h"
 #include "weft/sync/mutex.h"
@@ -322,6 +323,28 @@ TEST(FiberLocalTest, ADestructorThatUsesALaterLocalGrowsTheTableAndItsValueEndsT
     EXPECT_EQ(Counted::live.load(), counted_before) << "round " << round;
   }
   g_later.reset();
+}
+
+// A value whose constructor uses a FiberLocal made later: the table grows inside get(), which
+// then stores the new value in the grown table (not through a reference into the old one).
+struct MakesALaterLocal {
+  MakesALaterLocal();
+  int v = 1;
+};
+std::unique_ptr<FiberLocal<int>> g_later_int;
+MakesALaterLocal::MakesALaterLocal() { **g_later_int = 5; }
+FiberLocal<MakesALaterLocal> g_makes_later;
+
+TEST(FiberLocalTest, AConstructorThatUsesALaterLocalGrowsTheTable) {
+  Runtime rt({.workers = 1});
+  for (int round = 0; round < 3; ++round) {
+    g_later_int = std::make_unique<FiberLocal<int>>();  // a new key each round: past the tables
+    EXPECT_EQ(*rt.spawn([] { return g_makes_later->v + **g_later_int; }).join(), 6);
+    EXPECT_EQ(
+        *rt.spawn_task([]() -> Task<int> { co_return g_makes_later->v + **g_later_int; }).join(),
+        6);
+  }
+  g_later_int.reset();
 }
 
 // ---- Pinned fibers ----------------------------------------------------------------------------

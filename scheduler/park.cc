@@ -237,8 +237,15 @@ bool FiberWaiter::wait(std::optional<SyncClock::time_point> deadline) {
 
 sync_internal::WaitNode& FiberWaiter::own_node() {
   Fiber* f = fiber();
-  if (f->kind == RecordKind::kTask) [[unlikely]]
-    TaskBlocked(f, "called a blocking wait");
+  if (f->kind == RecordKind::kTask) [[unlikely]] {
+    // A task's blocking wait, which it must not make: it aborts in wait(), naming the wait.
+    // Until then it behaves as any: with its token cancelled, or the runtime shutting down, it
+    // ends operation_canceled without waiting, as a Mutex's or Channel's does. Its node is
+    // needed only within the call, which runs on this thread to its end (a task suspends only
+    // in a co_await): the worker thread's own serves, and a task's record carries none.
+    thread_local sync_internal::WaitNode t_task_node;
+    return t_task_node;
+  }
   return Stackful(f)->own_node;
 }
 

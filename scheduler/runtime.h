@@ -720,12 +720,13 @@ class FiberLocal {
   FiberLocal& operator=(const FiberLocal&) = delete;
 
   T& get() {
-    scheduler_internal::LocalSlots::Slot& slot = scheduler_internal::CurrentLocals().at(key_);
-    if (slot.value == nullptr) {
-      slot.value = new T();
-      slot.destroy = [](void* p) { delete static_cast<T*>(p); };
-    }
-    return *static_cast<T*>(slot.value);
+    scheduler_internal::LocalSlots& locals = scheduler_internal::CurrentLocals();
+    if (void* v = locals.at(key_).value) return *static_cast<T*>(v);
+    T* made = new T();  // may use other FiberLocals, and so move the table: look the slot up again
+    scheduler_internal::LocalSlots::Slot& slot = locals.at(key_);
+    slot.value = made;
+    slot.destroy = [](void* p) { delete static_cast<T*>(p); };
+    return *made;
   }
   T* operator->() { return &get(); }
   T& operator*() { return get(); }

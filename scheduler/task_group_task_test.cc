@@ -426,8 +426,8 @@ TEST(TaskGroupTaskDeathTest, ATaskThatDestroysAGroupWithRunningChildrenAborts) {
       "TaskGroup destroyed in a task while children still run");
 }
 
-// join_next, the blocking form, queues its Waiter's own node: a task's Waiter has none, and the
-// join aborts as every blocking wait from a task does.
+// join_next, the blocking form, queues its Waiter's own node (a task's record has none: its
+// worker thread's serves for the call), and aborts as every blocking wait from a task does.
 TEST(TaskGroupTaskDeathTest, ABlockingJoinFromATaskAborts) {
   GTEST_FLAG_SET(death_test_style, DeathTestStyle());
   EXPECT_DEATH(
@@ -442,7 +442,7 @@ TEST(TaskGroupTaskDeathTest, ABlockingJoinFromATaskAborts) {
         });
         (void)h.join();
       },
-      "called a blocking wait, which would block its worker");
+      "called a blocking wait \\(TaskGroup\\), which would block its worker");
 }
 
 // A fail-fast cancel that neither the failing task child (its end runs on the worker's own

@@ -1279,6 +1279,76 @@ TEST(TaskTest, AwaitablesBlockAFiberThatIsNotATask) {
   EXPECT_EQ(sum, 42);
 }
 
+// A blocking wait from a task that ends before it would wait: its token cancelled already, or
+// the runtime shutting down. It returns operation_canceled, as from a fiber, whichever
+// primitive (those whose blocking waits queue their Waiter's own node too, which a task's
+// record does not have: its worker thread's serves for the call).
+TEST(TaskTest, ABlockingWaitThatEndsBeforeItWaitsReturnsCanceled) {
+  Runtime rt({.workers = 1});
+  CancellationSource src;
+  src.cancel();
+  CancellationToken tok = src.token();
+  Mutex held;
+  std::thread([&] { held.lock(); }).join();  // held by a gone thread
+  Channel<int> ch;
+  Event ev;
+  Semaphore sem(0);
+  WaitGroup wg;
+  ASSERT_TRUE(wg.add(1).ok());
+  Barrier barrier(2);
+  auto h = rt.spawn_task([&]() -> Task<int> {
+    const WaitOptions o{.cancel = &tok};
+    int canceled = 0;
+    for (std::errc e :
+         {held.lock(o).error(), ch.recv(o).error(), ev.wait(o).error(), sem.acquire(o).error(),
+          wg.wait(o).error(), barrier.arrive_and_wait(o).error()}) {
+      canceled += e == std::errc::operation_canceled ? 1 : 0;
+    }
+    co_return canceled;
+  });
+  EXPECT_EQ(*h.join(), 6);
+  Event never;
+  std::atomic<int> canceled{0};
+  {
+    Runtime dying({.workers = 1});
+    Event parked;
+    dying
+        .spawn_task([&]() -> Task<> {
+          parked.set();
+          (void)co_await this_task::sleep_for(1h);  // ended by the shutdown
+          if (never.wait() == std::errc::operation_canceled) canceled.fetch_add(1);
+          if (sem.acquire() == std::errc::operation_canceled) canceled.fetch_add(1);
+        })
+        .detach();
+    ASSERT_TRUE(parked.wait().ok());
+  }  // ~Runtime
+  EXPECT_EQ(canceled.load(), 2);
+}
+
+// Deadlines at and next to the clock's ends (the worker's timer watch adds a grace to a new
+// earliest deadline: saturating, or ubsan reports the overflow), from a task and a fiber.
+TEST(TaskTest, DeadlinesAtTheClocksEndsWaitAsLongAsTheyMust) {
+  Runtime rt({.workers = 2});
+  for (SyncClock::time_point at :
+       {SyncClock::time_point::max(), SyncClock::time_point::max() - std::chrono::nanoseconds(1),
+        SyncClock::time_point::max() - std::chrono::microseconds(999)}) {
+    Event go;
+    auto task = rt.spawn_task(
+        [&]() -> Task<bool> { co_return (co_await go.async_wait({.deadline = at})).ok(); });
+    auto fiber = rt.spawn([&] { return go.wait({.deadline = at}).ok(); });
+    std::this_thread::sleep_for(2ms);  // (either may already be parked: both must wait)
+    go.set();
+    EXPECT_TRUE(*task.join());
+    EXPECT_TRUE(*fiber.join());
+  }
+  Event never;
+  auto past = rt.spawn_task([&]() -> Task<bool> {
+    co_return (co_await never.async_wait({.deadline = SyncClock::time_point::min()})) ==
+        std::errc::timed_out;
+  });
+  EXPECT_TRUE(*past.join());
+}
+
 TEST(TaskDeathTest, ABlockingCallFromATaskAbortsWithAMessage) {
   GTEST_FLAG_SET(death_test_style, DeathTestStyle());
   EXPECT_DEATH(
@@ -1292,8 +1362,8 @@ TEST(TaskDeathTest, ABlockingCallFromATaskAbortsWithAMessage) {
         (void)h.join();
       },
       "called a blocking wait \\(Channel recv\\), which would block its worker");
-  // The blocking forms of the primitives that queue their Waiter's own node: a task's Waiter has
-  // none, and asking for it aborts the same way, before anything is queued.
+  // The blocking forms of the primitives that queue their Waiter's own node (a task's record
+  // has none: its worker thread's serves for the call) abort the same way.
   EXPECT_DEATH(
       {
         Runtime rt({.workers = 1});
@@ -1304,7 +1374,7 @@ TEST(TaskDeathTest, ABlockingCallFromATaskAbortsWithAMessage) {
         });
         (void)h.join();
       },
-      "called a blocking wait, which would block its worker");
+      "called a blocking wait \\(Event\\), which would block its worker");
   EXPECT_DEATH(
       {
         Runtime rt({.workers = 1});

@@ -268,7 +268,7 @@ void Runtime::Impl::Sleep(Worker& w) {
       if (v.get() == &w) {
         deadline = std::min(deadline, due);
       } else {
-        watch = std::min(watch, std::max(due + kTimerRescueGrace, watch_from));
+        watch = std::min(watch, std::max(SaturatingAfter(due, kTimerRescueGrace), watch_from));
       }
     }
     if (watch < deadline) {

@@ -103,8 +103,8 @@ class FiberWaiter final : public Waiter {
   void notify() override;
   bool suspend(sync_internal::AsyncParkBase& park, std::coroutine_handle<> h) override;
   bool can_block() const override;
-  // A fiber's own node is in its StackfulFiber; a task cannot block, and asking aborts as a
-  // blocking wait from a task does.
+  // A fiber's own node is in its StackfulFiber; a task's record has none (a task cannot block;
+  // see park.cc).
   sync_internal::WaitNode& own_node() override;
   // Renew: a new fiber in this Fiber object: its id is the Waiter's identity (Mutex ownership).
   void Renew(std::uint64_t fiber_id) { set_identity(fiber_id); }

@@ -185,8 +185,10 @@ struct Runtime::Impl {
   // (RescueTimers): wake it, so that it sleeps again with head in its deadline (as Go's
   // wakeNetPoller does when a timer is added). Only a new earliest deadline pays this.
   void WatchTimers(Worker& w, Clock::rep head) {
-    idle.WatchTimers(workers, w,
-                     head + Clock::duration(scheduler_internal::kTimerRescueGrace).count());
+    // Saturating: a deadline within the grace of the clock's end (time_point::max() - 1ns).
+    const Clock::time_point watch = SaturatingAfter(Clock::time_point(Clock::duration(head)),
+                                                    scheduler_internal::kTimerRescueGrace);
+    idle.WatchTimers(workers, w, watch.time_since_epoch().count());
   }
   // WakeWorker: w specifically has work (its mailbox).
   void WakeWorker(Worker& w) { idle.WakeWorker(w); }
