@@ -121,7 +121,7 @@ inline void QueueNode(WaitQueue& queue, WaitNode& node, Waiter& waiter) {
 
 // QueueOwnNode: queues the calling execution's node on `queue`, whose lock the caller holds, and
 // returns it. The node lives in the Waiter (Waiter::own_node): an execution waits on one thing
-// at a time. For blocking waits: a task's Waiter has no node (its awaiters carry one).
+// at a time. For blocking waits: a task's awaiters carry their own (QueueNode).
 inline WaitNode& QueueOwnNode(WaitQueue& queue) {
   Waiter& self = current_waiter();
   WaitNode& node = self.own_node();
