@@ -274,8 +274,7 @@ bool FileIoThroughReactor() {
 }
 
 void AbortIfTask(const char* what) {
-  Worker* w = t_worker;
-  Fiber* f = w != nullptr ? w->current : nullptr;
+  Fiber* f = CurrentFiber();
   if (f != nullptr && IsTask(f)) [[unlikely]]
     TaskBlocked(f, what);
 }

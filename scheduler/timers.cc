@@ -79,7 +79,7 @@ std::size_t Runtime::Impl::PopDueTimers(Worker& w, Worker& heap, bool try_lock) 
       if (Fiber* f = ClaimTimedOut(e)) {
         StampRunnable(f);
         Context ctx = f->context();  // read before: once published, f may run and end elsewhere
-        if (f->pinned >= 0 && static_cast<unsigned>(f->pinned) != w.index) {
+        if (!f->may_run_on(w.index)) {
           ScheduleElsewhere(f);
         } else if (Fiber* displaced = std::exchange(w.run_next, f)) {
           // As Schedule does (the latest woken runs next), without PushLocal's wake-up per

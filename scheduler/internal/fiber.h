@@ -237,6 +237,9 @@ struct alignas(64) Fiber {
   std::uint32_t stack_size = 0;
   // The index of the worker it runs on alone; -1: any. Written at spawn under meta_lock.
   std::int32_t pinned = -1;
+  bool may_run_on(unsigned worker_index) const {
+    return pinned < 0 || static_cast<unsigned>(pinned) == worker_index;
+  }
   // In a simulation, the simulated host it runs on (0: the default host), set at spawn from its
   // spawner's and changed by sim::Network::enter (api/sim.h). The simulation's thread only.
   std::uint32_t sim_host = 0;

@@ -256,8 +256,7 @@ struct Runtime::Impl {
   // worker's next fiber (a woken fiber runs right after its waker: message-passing locality).
   [[gnu::noinline]] void Schedule(Fiber* f) {
     Worker* w = scheduler_internal::WorkerOf(this);
-    if (w != nullptr && (f->pinned < 0 || static_cast<unsigned>(f->pinned) == w->index))
-        [[likely]] {
+    if (w != nullptr && f->may_run_on(w->index)) [[likely]] {
       if (Fiber* displaced = w->run_next) PushLocal(*w, displaced);
       w->run_next = f;
       return;

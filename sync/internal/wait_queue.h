@@ -263,14 +263,12 @@ class AsyncParkBase {
 // it may act for the task (a Mutex's competes for the lock when woken).
 class AsyncPark : public AsyncParkBase {
  public:
-  AsyncPark(DoneFn done, void* arg) : AsyncParkBase(done, arg, /*plain=*/false) {}
+  AsyncPark(DoneFn done, void* arg) : AsyncPark(done, arg, nullptr, /*again=*/false) {}
   // With the wait's options, for the Begin without them: the park keeps what it needs of them
   // (the deadline and the token's address), so an awaitable need not keep a copy beside it
   // (24 bytes of every frame that waits in it).
   AsyncPark(DoneFn done, void* arg, const WaitOptions& options)
-      : AsyncParkBase(done, arg, /*plain=*/false),
-        cancel_(options.cancel),
-        deadline_(options.deadline.value_or(kNoDeadline)) {}
+      : AsyncPark(done, arg, &options, /*again=*/false) {}
 
   // Begin: true: the task stays suspended at `h` until Continue says otherwise; false: the
   // wait is over (result() tells how) and the coroutine goes on at once. The token in
@@ -295,6 +293,7 @@ class AsyncPark : public AsyncParkBase {
   ParkResult End();
 
  protected:
+  // options: null for none; again: an AsyncRepark.
   AsyncPark(DoneFn done, void* arg, const WaitOptions* options, bool again)
       : AsyncParkBase(done, arg, /*plain=*/false, again),
         cancel_(options != nullptr ? options->cancel : nullptr),
