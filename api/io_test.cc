@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "weft/api/net.h"
 #include "weft/api/testing/dual_mode.h"
+#include "weft/base/fault.h"
 #include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/coordination.h"
@@ -458,6 +459,75 @@ TEST_P(IoTest, AcceptOutOfFdsIsReportedAndTheListenerRecovers) {
     auto ok = l->accept(In(1000ms));
     ASSERT_TRUE(ok.ok()) << std::make_error_code(ok.error()).message();
   });
+}
+
+// FaultsOff: no soft faults while it lives (with WEFT_FAULTS some direct tries say EAGAIN, and
+// the call then parks in the reactor).
+struct FaultsOff {
+  fault::Config before = fault::Current();
+  FaultsOff() { fault::Configure({}); }
+  ~FaultsOff() { fault::Configure(before); }
+  FaultsOff(const FaultsOff&) = delete;
+  FaultsOff& operator=(const FaultsOff&) = delete;
+};
+
+// ParkedSoFar: how many times rt's fibers have parked (stats_json's "parked", every worker).
+std::uint64_t ParkedSoFar(const Runtime& rt) {
+  const std::string stats = rt.stats_json();
+  std::uint64_t parked = 0;
+  for (std::size_t at = stats.find("\"parked\":"); at != std::string::npos;
+       at = stats.find("\"parked\":", at + 1)) {
+    parked += std::strtoull(stats.c_str() + at + 9, nullptr, 10);
+  }
+  return parked;
+}
+
+// Connections already in a listener's backlog are accepted without parking (the call tries
+// accept4 before the reactor, as a send tries send), and each comes non-blocking and
+// close-on-exec, as the reactor's accepts do. A cancelled token still wins over a waiting
+// connection, which a later accept then gets.
+TEST(IoAcceptTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
+  constexpr int kWaiting = 8;
+  const FaultsOff faults_off;
+  auto l = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(l.ok());
+  const SocketAddress addr = *l->local_address();
+  std::vector<int> clients;
+  for (int i = 0; i < kWaiting + 1; ++i) {  // blocking connects: the kernel completes them
+    const int c = NewTcpSocket();
+    ASSERT_GE(c, 0);
+    ASSERT_EQ(::connect(c, addr.data(), addr.size()), 0);
+    clients.push_back(c);
+  }
+  Runtime rt({.workers = 1});
+  rt.block_on([&] {
+    const std::uint64_t parked_before = ParkedSoFar(rt);
+    std::vector<TcpStream> accepted;
+    for (int i = 0; i < kWaiting; ++i) {
+      Result<TcpStream> s = l->accept(In(5000ms));
+      ASSERT_TRUE(s.ok()) << std::make_error_code(s.error()).message();
+      EXPECT_NE(::fcntl(s->fd(), F_GETFL) & O_NONBLOCK, 0);
+      EXPECT_NE(::fcntl(s->fd(), F_GETFD) & FD_CLOEXEC, 0);
+      accepted.push_back(std::move(*s));
+    }
+    EXPECT_EQ(ParkedSoFar(rt), parked_before);
+    CancellationSource src;
+    src.cancel();
+    const CancellationToken tok = src.token();
+    EXPECT_EQ(l->accept({.cancel = &tok}).error(), std::errc::operation_canceled);
+    Result<TcpStream> last = l->accept(In(5000ms));
+    ASSERT_TRUE(last.ok()) << std::make_error_code(last.error()).message();
+    // Each is its client's connection: what a client writes, its accepted stream reads.
+    accepted.push_back(std::move(*last));
+    for (std::size_t i = 0; i < clients.size(); ++i) {
+      const char c = static_cast<char>('a' + i);
+      ASSERT_EQ(RawWrite(clients[i], &c, 1), 1);
+      char got = 0;
+      ASSERT_EQ(*accepted[i].read(&got, 1, In(5000ms)), 1u);
+      EXPECT_EQ(got, c);
+    }
+  });
+  for (int c : clients) CloseFd(c);
 }
 #endif
 

@@ -154,8 +154,9 @@ class TcpListener {
 
   // bind: a listening socket (SO_REUSEADDR; port 0 picks a free port, see local_address()).
   static Result<TcpListener> bind(const SocketAddress& addr, int backlog = 4096);
-  // accept: the next connection. Out of fds (EMFILE/ENFILE) is returned as an error; the
-  // listener stays usable once fds are freed.
+  // accept: the next connection. One already waiting is taken at once, without parking (within
+  // the fiber's budget of direct turns, as a send). Out of fds (EMFILE/ENFILE) is returned as an
+  // error; the listener stays usable once fds are freed.
   Result<TcpStream> accept(const WaitOptions& options = {});
   // async_accept: accept for a task (co_await listener.async_accept()).
   Task<Result<TcpStream>> async_accept(WaitOptions options);

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <coroutine>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -27,6 +28,7 @@
 
 #include "gtest/gtest.h"
 #include "weft/api/net.h"
+#include "weft/base/fault.h"
 #include "weft/base/stress_scale.h"
 #include "weft/reactor/reactor.h"
 #include "weft/scheduler/runtime.h"
@@ -183,6 +185,56 @@ TEST(TaskIoTest, DeadlinesTokensAndTheEndOfAStream) {
     EXPECT_TRUE(n.ok() && *n == 0);
   });
   ASSERT_TRUE(h.join().ok());
+}
+
+// FaultsOff: no soft faults while it lives (with WEFT_FAULTS some direct tries say EAGAIN, and
+// the call then parks in the reactor).
+struct FaultsOff {
+  fault::Config before = fault::Current();
+  FaultsOff() { fault::Configure({}); }
+  ~FaultsOff() { fault::Configure(before); }
+  FaultsOff(const FaultsOff&) = delete;
+  FaultsOff& operator=(const FaultsOff&) = delete;
+};
+
+// As a fiber's accept: connections waiting in the backlog are accepted without suspending the
+// task (no park: stats_json's "parked" stays), non-blocking and close-on-exec.
+TEST(TaskIoTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
+  constexpr int kWaiting = 4;
+  const FaultsOff faults_off;
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  const SocketAddress addr = *listener->local_address();
+  std::vector<int> clients;
+  for (int i = 0; i < kWaiting; ++i) {  // blocking connects: the kernel completes them
+    const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(c, 0);
+    ASSERT_EQ(::connect(c, addr.data(), addr.size()), 0);
+    clients.push_back(c);
+  }
+  Runtime rt({.workers = 1});
+  auto parked = [&rt] {
+    const std::string stats = rt.stats_json();
+    const std::size_t at = stats.find("\"parked\":");
+    return at == std::string::npos ? ~0ull : std::strtoull(stats.c_str() + at + 9, nullptr, 10);
+  };
+  auto h = rt.spawn_task([&]() -> Task<int> {
+    const unsigned long long before = parked();
+    int good = 0;
+    for (int i = 0; i < kWaiting; ++i) {
+      Result<TcpStream> s = co_await listener->async_accept();
+      if (s.ok() && (::fcntl(s->fd(), F_GETFL) & O_NONBLOCK) != 0 &&
+          (::fcntl(s->fd(), F_GETFD) & FD_CLOEXEC) != 0) {
+        ++good;
+      }
+    }
+    EXPECT_EQ(parked(), before);
+    co_return good;
+  });
+  Result<int> good = h.join();
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(*good, kWaiting);
+  for (int c : clients) ::close(c);
 }
 
 using testing::Eager;  // a coroutine that is not a task (a fiber runs it, below)
