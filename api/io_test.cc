@@ -646,6 +646,45 @@ TEST(IoShutdownTest, ShutdownCancelsIoInFlight) {
   EXPECT_EQ(cancelled.load(), 12);
 }
 
+// Once the runtime's shutdown has interrupted a fiber, its calls that would not wait are not
+// tried directly either: an accept with connections waiting and a send with room both end
+// operation_canceled, as a call that waits does. (Tried directly, an accept loop fed by
+// arriving connections held the shutdown up for as long as they came.)
+#ifndef _WIN32
+TEST(IoShutdownTest, AnInterruptedFibersCallsThatWouldNotWaitEndCanceledToo) {
+  constexpr int kWaiting = 100;
+  auto l = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(l.ok());
+  const SocketAddress addr = *l->local_address();
+  std::vector<int> clients;
+  for (int i = 0; i < kWaiting; ++i) {
+    const int c = NewTcpSocket();
+    ASSERT_GE(c, 0);
+    ASSERT_EQ(::connect(c, addr.data(), addr.size()), 0);
+    clients.push_back(c);
+  }
+  Pipe room(/*socket=*/true);
+  std::atomic<int> accepted{-1};
+  std::atomic<bool> send_cancelled{false};
+  {
+    Runtime rt({.workers = 1});
+    rt.spawn([&] {
+        (void)this_fiber::sleep_for(1h);  // until the shutdown interrupts it
+        int n = 0;
+        for (Result<TcpStream> s = l->accept(); s.ok(); s = l->accept()) ++n;
+        accepted = n;
+        send_cancelled = io::send(room.w, "x", 1, 0).error() == std::errc::operation_canceled;
+      }).detach();
+    for (int i = 0; i < 1000 && rt.dump_fibers().find("sleep") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  EXPECT_EQ(accepted.load(), 0);
+  EXPECT_TRUE(send_cancelled.load());
+  for (int c : clients) CloseFd(c);
+}
+#endif
+
 // A simulated runtime (RuntimeOptions::simulation) touches no real fd: fiber I/O, including the
 // send that would first be tried as a direct system call, fails with ENOTSUP and leaves the
 // pipe untouched; a new socket is the simulated network's.

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -31,6 +32,7 @@
 #include "weft/base/fault.h"
 #include "weft/base/stress_scale.h"
 #include "weft/reactor/reactor.h"
+#include "weft/scheduler/io.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/scheduler/task.h"
 #include "weft/scheduler/testing/eager.h"
@@ -234,6 +236,72 @@ TEST(TaskIoTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
   Result<int> good = h.join();
   ASSERT_TRUE(good.ok());
   EXPECT_EQ(*good, kWaiting);
+  for (int c : clients) ::close(c);
+}
+
+// A task that accepts connection after connection (each waiting: tried directly, then through
+// the reactor once per budget of direct turns) lets a task that yields run between budgets, as
+// a fiber's accept loop lets a yielding fiber run. And once the runtime's shutdown interrupted a
+// task, an accept with connections waiting ends operation_canceled, as one that waits does.
+TEST(TaskIoTest, AnAcceptLoopLetsAYieldingTaskRunAndTheShutdownEndsIt) {
+  constexpr int kWaiting = 300;
+  const FaultsOff faults_off;
+  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(listener.ok());
+  const SocketAddress addr = *listener->local_address();
+  std::vector<int> clients;
+  for (int i = 0; i < kWaiting; ++i) {
+    const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(c, 0);
+    ASSERT_EQ(::connect(c, addr.data(), addr.size()), 0);
+    clients.push_back(c);
+  }
+  std::atomic<int> accepted{0}, after_shutdown{-1};
+  std::atomic<bool> started{false}, done{false};
+  std::vector<int> seen;  // accepted, each time the yielding task ran (one worker: no race)
+  {
+    Runtime rt({.workers = 1});
+    auto yielder = rt.spawn_task([&]() -> Task<> {
+      started = true;
+      while (!done.load()) {
+        seen.push_back(accepted.load());
+        co_await this_task::yield();
+      }
+      seen.push_back(accepted.load());
+    });
+    while (!started.load()) std::this_thread::yield();
+    auto acceptor = rt.spawn_task([&]() -> Task<> {
+      std::vector<TcpStream> keep;
+      for (int i = 0; i < kWaiting - 100; ++i) {
+        Result<TcpStream> s =
+            co_await listener->async_accept({.deadline = SyncClock::now() + 1h});
+        if (!s.ok()) break;
+        keep.push_back(std::move(*s));
+        accepted.fetch_add(1);
+      }
+      done = true;
+    });
+    ASSERT_TRUE(acceptor.join().ok());
+    ASSERT_TRUE(yielder.join().ok());
+    EXPECT_EQ(accepted.load(), kWaiting - 100);
+    int max_gap = 0;
+    for (std::size_t i = 1; i < seen.size(); ++i) max_gap = std::max(max_gap, seen[i] - seen[i - 1]);
+    EXPECT_LE(max_gap, static_cast<int>(scheduler_internal::kDirectIoBudget) + 1) << seen.size();
+    rt.spawn_task([&]() -> Task<> {
+        (void)co_await this_task::sleep_for(1h);  // until the shutdown interrupts it
+        int n = 0;
+        for (;;) {
+          Result<TcpStream> s = co_await listener->async_accept();
+          if (!s.ok()) break;
+          ++n;
+        }
+        after_shutdown = n;
+      }).detach();
+    for (int i = 0; i < 1000 && rt.dump_fibers().find("sleep") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  EXPECT_EQ(after_shutdown.load(), 0);
   for (int c : clients) ::close(c);
 }
 

@@ -283,6 +283,11 @@ bool TakeDirectIoTurn() {
   Worker* w = t_worker;
   if (w == nullptr || w->current == nullptr) return true;  // a plain thread: it blocks anyway
   if (w->reactor == nullptr) return false;  // RunIo reports why (a simulation: ENOTSUP)
+  // Interrupted (the runtime is shutting down): RunIo ends the call with ECANCELED at once, as it
+  // ends any cancellable call then. Tried directly, a loop of calls that never wait (accepts of
+  // connections that keep arriving) went on, and held the shutdown up for as long.
+  if (w->current->waiter.interrupted()) [[unlikely]]
+    return false;
   if (w->direct_io_tick != w->tick) {       // a new run of a fiber: a fresh budget
     w->direct_io_tick = w->tick;
     w->direct_io_used = 0;
