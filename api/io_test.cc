@@ -25,7 +25,6 @@
 #include "gtest/gtest.h"
 #include "weft/api/net.h"
 #include "weft/api/testing/dual_mode.h"
-#include "weft/base/fault.h"
 #include "weft/base/stress_scale.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/sync/coordination.h"
@@ -106,6 +105,7 @@ struct Pipe {
   }
 };
 
+using testing::Backlog;
 using testing::Mode;
 
 class IoTest : public testing::DualModeTest {
@@ -461,16 +461,6 @@ TEST_P(IoTest, AcceptOutOfFdsIsReportedAndTheListenerRecovers) {
   });
 }
 
-// FaultsOff: no soft faults while it lives (with WEFT_FAULTS some direct tries say EAGAIN, and
-// the call then parks in the reactor).
-struct FaultsOff {
-  fault::Config before = fault::Current();
-  FaultsOff() { fault::Configure({}); }
-  ~FaultsOff() { fault::Configure(before); }
-  FaultsOff(const FaultsOff&) = delete;
-  FaultsOff& operator=(const FaultsOff&) = delete;
-};
-
 // ParkedSoFar: how many times rt's fibers have parked (stats_json's "parked", every worker).
 std::uint64_t ParkedSoFar(const Runtime& rt) {
   const std::string stats = rt.stats_json();
@@ -488,17 +478,11 @@ std::uint64_t ParkedSoFar(const Runtime& rt) {
 // connection, which a later accept then gets.
 TEST(IoAcceptTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
   constexpr int kWaiting = 8;
-  const FaultsOff faults_off;
-  auto l = TcpListener::bind(SocketAddress::ipv4_loopback(0));
-  ASSERT_TRUE(l.ok());
-  const SocketAddress addr = *l->local_address();
-  std::vector<int> clients;
-  for (int i = 0; i < kWaiting + 1; ++i) {  // blocking connects: the kernel completes them
-    const int c = NewTcpSocket();
-    ASSERT_GE(c, 0);
-    ASSERT_EQ(::connect(c, addr.data(), addr.size()), 0);
-    clients.push_back(c);
-  }
+  const testing::NoSoftFaults no_faults;
+  Backlog b(kWaiting + 1);
+  ASSERT_EQ(b.waiting, kWaiting + 1);
+  Result<TcpListener>& l = b.listener;
+  const std::vector<int>& clients = b.clients;
   Runtime rt({.workers = 1});
   rt.block_on([&] {
     const std::uint64_t parked_before = ParkedSoFar(rt);
@@ -527,7 +511,6 @@ TEST(IoAcceptTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
       EXPECT_EQ(got, c);
     }
   });
-  for (int c : clients) CloseFd(c);
 }
 #endif
 
@@ -653,16 +636,9 @@ TEST(IoShutdownTest, ShutdownCancelsIoInFlight) {
 #ifndef _WIN32
 TEST(IoShutdownTest, AnInterruptedFibersCallsThatWouldNotWaitEndCanceledToo) {
   constexpr int kWaiting = 100;
-  auto l = TcpListener::bind(SocketAddress::ipv4_loopback(0));
-  ASSERT_TRUE(l.ok());
-  const SocketAddress addr = *l->local_address();
-  std::vector<int> clients;
-  for (int i = 0; i < kWaiting; ++i) {
-    const int c = NewTcpSocket();
-    ASSERT_GE(c, 0);
-    ASSERT_EQ(::connect(c, addr.data(), addr.size()), 0);
-    clients.push_back(c);
-  }
+  Backlog b(kWaiting);
+  ASSERT_EQ(b.waiting, kWaiting);
+  Result<TcpListener>& l = b.listener;
   Pipe room(/*socket=*/true);
   std::atomic<int> accepted{-1};
   std::atomic<bool> send_cancelled{false};
@@ -681,7 +657,6 @@ TEST(IoShutdownTest, AnInterruptedFibersCallsThatWouldNotWaitEndCanceledToo) {
   }
   EXPECT_EQ(accepted.load(), 0);
   EXPECT_TRUE(send_cancelled.load());
-  for (int c : clients) CloseFd(c);
 }
 #endif
 

@@ -29,7 +29,7 @@
 
 #include "gtest/gtest.h"
 #include "weft/api/net.h"
-#include "weft/base/fault.h"
+#include "weft/api/testing/dual_mode.h"
 #include "weft/base/stress_scale.h"
 #include "weft/reactor/reactor.h"
 #include "weft/scheduler/io.h"
@@ -189,31 +189,16 @@ TEST(TaskIoTest, DeadlinesTokensAndTheEndOfAStream) {
   ASSERT_TRUE(h.join().ok());
 }
 
-// FaultsOff: no soft faults while it lives (with WEFT_FAULTS some direct tries say EAGAIN, and
-// the call then parks in the reactor).
-struct FaultsOff {
-  fault::Config before = fault::Current();
-  FaultsOff() { fault::Configure({}); }
-  ~FaultsOff() { fault::Configure(before); }
-  FaultsOff(const FaultsOff&) = delete;
-  FaultsOff& operator=(const FaultsOff&) = delete;
-};
+using testing::Backlog;
 
 // As a fiber's accept: connections waiting in the backlog are accepted without suspending the
 // task (no park: stats_json's "parked" stays), non-blocking and close-on-exec.
 TEST(TaskIoTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
   constexpr int kWaiting = 4;
-  const FaultsOff faults_off;
-  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
-  ASSERT_TRUE(listener.ok());
-  const SocketAddress addr = *listener->local_address();
-  std::vector<int> clients;
-  for (int i = 0; i < kWaiting; ++i) {  // blocking connects: the kernel completes them
-    const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(c, 0);
-    ASSERT_EQ(::connect(c, addr.data(), addr.size()), 0);
-    clients.push_back(c);
-  }
+  const testing::NoSoftFaults no_faults;
+  Backlog b(kWaiting);
+  ASSERT_EQ(b.waiting, kWaiting);
+  Result<TcpListener>& listener = b.listener;
   Runtime rt({.workers = 1});
   auto parked = [&rt] {
     const std::string stats = rt.stats_json();
@@ -236,7 +221,6 @@ TEST(TaskIoTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
   Result<int> good = h.join();
   ASSERT_TRUE(good.ok());
   EXPECT_EQ(*good, kWaiting);
-  for (int c : clients) ::close(c);
 }
 
 // A task that accepts connection after connection (each waiting: tried directly, then through
@@ -245,17 +229,10 @@ TEST(TaskIoTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
 // task, an accept with connections waiting ends operation_canceled, as one that waits does.
 TEST(TaskIoTest, AnAcceptLoopLetsAYieldingTaskRunAndTheShutdownEndsIt) {
   constexpr int kWaiting = 300;
-  const FaultsOff faults_off;
-  auto listener = TcpListener::bind(SocketAddress::ipv4_loopback(0));
-  ASSERT_TRUE(listener.ok());
-  const SocketAddress addr = *listener->local_address();
-  std::vector<int> clients;
-  for (int i = 0; i < kWaiting; ++i) {
-    const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(c, 0);
-    ASSERT_EQ(::connect(c, addr.data(), addr.size()), 0);
-    clients.push_back(c);
-  }
+  const testing::NoSoftFaults no_faults;
+  Backlog b(kWaiting);
+  ASSERT_EQ(b.waiting, kWaiting);
+  Result<TcpListener>& listener = b.listener;
   std::atomic<int> accepted{0}, after_shutdown{-1};
   std::atomic<bool> started{false}, done{false};
   std::vector<int> seen;  // accepted, each time the yielding task ran (one worker: no race)
@@ -273,8 +250,7 @@ TEST(TaskIoTest, AnAcceptLoopLetsAYieldingTaskRunAndTheShutdownEndsIt) {
     auto acceptor = rt.spawn_task([&]() -> Task<> {
       std::vector<TcpStream> keep;
       for (int i = 0; i < kWaiting - 100; ++i) {
-        Result<TcpStream> s =
-            co_await listener->async_accept({.deadline = SyncClock::now() + 1h});
+        Result<TcpStream> s = co_await listener->async_accept({.deadline = SyncClock::now() + 1h});
         if (!s.ok()) break;
         keep.push_back(std::move(*s));
         accepted.fetch_add(1);
@@ -285,7 +261,8 @@ TEST(TaskIoTest, AnAcceptLoopLetsAYieldingTaskRunAndTheShutdownEndsIt) {
     ASSERT_TRUE(yielder.join().ok());
     EXPECT_EQ(accepted.load(), kWaiting - 100);
     int max_gap = 0;
-    for (std::size_t i = 1; i < seen.size(); ++i) max_gap = std::max(max_gap, seen[i] - seen[i - 1]);
+    for (std::size_t i = 1; i < seen.size(); ++i)
+      max_gap = std::max(max_gap, seen[i] - seen[i - 1]);
     EXPECT_LE(max_gap, static_cast<int>(scheduler_internal::kDirectIoBudget) + 1) << seen.size();
     rt.spawn_task([&]() -> Task<> {
         (void)co_await this_task::sleep_for(1h);  // until the shutdown interrupts it
@@ -302,7 +279,6 @@ TEST(TaskIoTest, AnAcceptLoopLetsAYieldingTaskRunAndTheShutdownEndsIt) {
     }
   }
   EXPECT_EQ(after_shutdown.load(), 0);
-  for (int c : clients) ::close(c);
 }
 
 using testing::Eager;  // a coroutine that is not a task (a fiber runs it, below)

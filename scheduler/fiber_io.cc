@@ -288,7 +288,7 @@ bool TakeDirectIoTurn() {
   // connections that keep arriving) went on, and held the shutdown up for as long.
   if (w->current->waiter.interrupted()) [[unlikely]]
     return false;
-  if (w->direct_io_tick != w->tick) {       // a new run of a fiber: a fresh budget
+  if (w->direct_io_tick != w->tick) {  // a new run of a fiber: a fresh budget
     w->direct_io_tick = w->tick;
     w->direct_io_used = 0;
   }

@@ -1,8 +1,8 @@
 // api/testing/dual_mode.h: for weft's own tests of calls that work both on fibers and on plain
 // threads: a fixture parameterised by Mode that runs a test body on a fiber of its runtime or
 // on the test's thread, with a concurrent execution of the same kind; and OpenFds (Linux), the
-// count of the process's open file descriptors, for leak checks, RaiseFdLimit and SocketPair
-// (Linux). Bazel target:
+// count of the process's open file descriptors, for leak checks, RaiseFdLimit, SocketPair and
+// Backlog (Linux); NoSoftFaults. Bazel target:
 // //api:dual_mode_testing (testonly).
 
 #ifndef WEFT_API_TESTING_DUAL_MODE_H_
@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #endif
 
 #include <functional>
@@ -19,9 +20,12 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "weft/api/io.h"
+#include "weft/api/net.h"
+#include "weft/base/fault.h"
 #include "weft/scheduler/runtime.h"
 
 namespace weft::testing {
@@ -111,6 +115,31 @@ struct SocketPair {
   }
 };
 
+// Backlog: a loopback listener with n connections waiting to be accepted (blocking connects
+// from the calling thread: the kernel completes them without an accept); the clients' ends
+// close with it. `waiting` says how many connected.
+struct Backlog {
+  explicit Backlog(int n) : listener(net::TcpListener::bind(net::SocketAddress::ipv4_loopback(0))) {
+    if (!listener.ok()) return;
+    const net::SocketAddress addr = *listener->local_address();
+    for (int i = 0; i < n; ++i) {
+      const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (c < 0) return;
+      clients.push_back(c);
+      if (::connect(c, addr.data(), addr.size()) != 0) return;
+      ++waiting;
+    }
+  }
+  ~Backlog() {
+    for (int c : clients) ::close(c);
+  }
+  Backlog(const Backlog&) = delete;
+  Backlog& operator=(const Backlog&) = delete;
+  Result<net::TcpListener> listener;
+  std::vector<int> clients;
+  int waiting = 0;
+};
+
 // OpenFds: how many file descriptors the process has open now (one more while counting).
 inline int OpenFds() {
   int n = 0;
@@ -121,6 +150,20 @@ inline int OpenFds() {
   return n;
 }
 #endif
+
+// NoSoftFaults: no injected faults while it lives (base/fault.h; the faults configurations set
+// WEFT_FAULTS), for a test of what a call does when the system does not fail it: with faults
+// some direct tries say EAGAIN, and the call then parks in the reactor.
+class NoSoftFaults {
+ public:
+  NoSoftFaults() { fault::Configure({}); }
+  ~NoSoftFaults() { fault::Configure(before_); }
+  NoSoftFaults(const NoSoftFaults&) = delete;
+  NoSoftFaults& operator=(const NoSoftFaults&) = delete;
+
+ private:
+  fault::Config before_ = fault::Current();
+};
 
 }  // namespace weft::testing
 
