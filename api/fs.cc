@@ -27,6 +27,7 @@
 #include "weft/scheduler/io.h"
 #include "weft/scheduler/runtime.h"
 #include "weft/scheduler/task.h"
+#include "weft/sync/waiter.h"
 
 namespace weft::fs {
 namespace {
@@ -35,10 +36,15 @@ constexpr std::uint64_t kMaxOffset = static_cast<std::uint64_t>(INT64_MAX);
 constexpr std::size_t kMaxDirectRead = std::size_t{128} << 10;
 
 // Ready: whether a call may start: not cancelled, not past its deadline, not in a simulation
-// (which touches no real file).
+// (which touches no real file), not from a fiber or task that the runtime's shutdown has
+// interrupted (whichever way the call would go: a cached read done directly, or a blocking
+// thread's call, which nothing interrupts, ended it as the reactor's path does).
 Result<void> Ready(const WaitOptions& options) {
   if (scheduler_internal::InSimulation()) return std::errc::not_supported;
   if (options.cancel != nullptr && options.cancel->is_cancelled()) {
+    return std::errc::operation_canceled;
+  }
+  if (const Waiter* w = sync_internal::CurrentWaiterIfReady(); w != nullptr && w->interrupted()) {
     return std::errc::operation_canceled;
   }
   if (options.deadline && *options.deadline <= SyncClock::now()) return std::errc::timed_out;

@@ -307,6 +307,58 @@ TEST_P(FsTest, AReadTheCacheCannotServeStillReturnsTheBytes) {
 INSTANTIATE_TEST_SUITE_P(FibersAndThreads, FsTest, ::testing::Values(Mode::kFibers, Mode::kThreads),
                          testing::ModeName);
 
+// Once the runtime's shutdown has interrupted a fiber or a task, its file calls end
+// operation_canceled, however each would go (io_uring, a read the page cache serves directly,
+// or a blocking thread under epoll, which nothing interrupts): a loop of reads that never wait
+// cannot hold the shutdown up. A File still closes.
+TEST(FsShutdownTest, AnInterruptedFibersAndTasksFileCallsEndCanceled) {
+  const std::string path = Path("interrupted");
+  {
+    Result<fs::File> f = fs::File::open(path, {.write = true, .create = true, .truncate = true});
+    ASSERT_TRUE(f.ok());
+    ASSERT_EQ(*f->write_at("0123456789", 10, 0), 10u);
+  }
+  std::atomic<int> fiber_cancelled{0}, task_cancelled{0}, closed{0};
+  Result<fs::File> for_task = fs::File::open(path, {.write = true});  // (a task opens through
+  ASSERT_TRUE(for_task.ok());                                         // a blocking thread)
+  {
+    Runtime rt({.workers = 1});
+    rt.spawn([&] {
+        Result<fs::File> f = fs::File::open(path, {.write = true});
+        ASSERT_TRUE(f.ok());
+        (void)this_fiber::sleep_for(1h);  // until the shutdown interrupts it
+        char c;
+        fiber_cancelled += f->read_at(&c, 1, 0).error() == std::errc::operation_canceled;
+        fiber_cancelled += f->write_at("x", 1, 0).error() == std::errc::operation_canceled;
+        fiber_cancelled += f->stat().error() == std::errc::operation_canceled;
+        fiber_cancelled += fs::File::open(path).error() == std::errc::operation_canceled;
+        closed += f->close().ok();
+      }).detach();
+    rt.spawn_task([&]() -> Task<> {
+        (void)co_await this_task::sleep_for(1h);
+        char c;
+        task_cancelled +=
+            (co_await for_task->async_read_at(&c, 1, 0)).error() == std::errc::operation_canceled;
+        task_cancelled +=
+            (co_await for_task->async_write_at("x", 1, 0)).error() == std::errc::operation_canceled;
+      }).detach();
+    for (int i = 0; i < 2000; ++i) {
+      const std::string dump = rt.dump_fibers();
+      std::size_t sleeping = 0;
+      for (std::size_t at = dump.find("sleep"); at != std::string::npos;
+           at = dump.find("sleep", at + 1)) {
+        ++sleeping;
+      }
+      if (sleeping == 2) break;
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  EXPECT_EQ(fiber_cancelled.load(), 4);
+  EXPECT_EQ(task_cancelled.load(), 2);
+  EXPECT_EQ(closed.load(), 1);
+  std::filesystem::remove(path);
+}
+
 // ---- From stackless tasks: async_read_at and async_write_at ----
 
 class FsTaskTest : public ::testing::TestWithParam<unsigned> {};

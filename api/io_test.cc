@@ -660,6 +660,38 @@ TEST(IoShutdownTest, AnInterruptedFibersCallsThatWouldNotWaitEndCanceledToo) {
 }
 #endif
 
+// Inside a BlockingRegion a fiber's I/O blocks its thread, but the runtime's shutdown still ends
+// it: an accept with nobody connecting ends operation_canceled (before, ~Runtime waited for a
+// connection that never came), and so does one with connections waiting.
+#ifndef _WIN32
+TEST(IoShutdownTest, ShutdownEndsAFibersIoInsideARegion) {
+  Backlog b(3);
+  ASSERT_EQ(b.waiting, 3);
+  auto idle = TcpListener::bind(SocketAddress::ipv4_loopback(0));
+  ASSERT_TRUE(idle.ok());
+  std::atomic<int> cancelled{0}, accepted_after{0};
+  {
+    Runtime rt({.workers = 2});
+    rt.spawn([&] {
+        BlockingRegion region;
+        cancelled += idle->accept().error() == std::errc::operation_canceled;
+      }).detach();
+    rt.spawn([&] {
+        BlockingRegion region;
+        Event never;
+        cancelled += never.wait().error() == std::errc::operation_canceled;  // the interruption
+        for (Result<TcpStream> s = b.listener->accept(); s.ok(); s = b.listener->accept()) {
+          ++accepted_after;
+        }
+        cancelled += 1;
+      }).detach();
+    std::this_thread::sleep_for(50ms);  // both into their regions' waits (or not: the same)
+  }
+  EXPECT_EQ(cancelled.load(), 3);
+  EXPECT_EQ(accepted_after.load(), 0);
+}
+#endif
+
 // A simulated runtime (RuntimeOptions::simulation) touches no real fd: fiber I/O, including the
 // send that would first be tried as a direct system call, fails with ENOTSUP and leaves the
 // pipe untouched; a new socket is the simulated network's.

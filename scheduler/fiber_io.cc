@@ -163,6 +163,10 @@ std::int64_t IoWait::Finish() {
   return ByDeadline(req_.result, deadline_by_token_, req_.op.deadline);
 }
 
+// kRegionInterruptCheck: how often a fiber's I/O inside a BlockingRegion looks whether the
+// runtime's shutdown interrupted it (its thread blocks in its own reactor meanwhile).
+constexpr std::chrono::milliseconds kRegionInterruptCheck{10};
+
 std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const char* what, int fd,
                    std::int64_t epoch, IoEnd end) {
   Worker* w = t_worker;
@@ -183,6 +187,10 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
   // A plain thread (or a fiber in a BlockingRegion): the thread's own reactor, polled here.
   const CancellationToken* token = options.cancel;
   if (token != nullptr && token->is_cancelled()) return -ECANCELED;
+  // A fiber in a region: the runtime's shutdown interrupts its waits, this one too. Nothing
+  // wakes this thread's reactor for that, so its polls end every kRegionInterruptCheck to look.
+  Fiber* const region = end == IoEnd::kCancellable ? t_region_fiber : nullptr;
+  if (region != nullptr && region->waiter.interrupted()) return -ECANCELED;
   const sync_internal::EffectiveDeadline deadline = sync_internal::DeadlineOf(options);
   std::errc error;
   Reactor* r = ThreadReactorOrNull(&error);
@@ -207,11 +215,14 @@ std::int64_t RunIo(IoSubmit submit, void* arg, const WaitOptions& options, const
   bool registered = cs != nullptr && sync_internal::Register(cs, &reg);
   bool cancelled = false;
   while (!req.finished.load(std::memory_order_relaxed)) {
-    if (!cancelled && token != nullptr && token->is_cancelled()) {
+    if (!cancelled && ((token != nullptr && token->is_cancelled()) ||
+                       (region != nullptr && region->waiter.interrupted()))) {
       r->cancel(req.op);
       cancelled = true;
     }
-    (void)r->poll(std::nullopt);
+    std::optional<ReactorClock::time_point> until;
+    if (region != nullptr && !cancelled) until = ReactorClock::now() + kRegionInterruptCheck;
+    (void)r->poll(until);
   }
   if (registered) sync_internal::Deregister(cs, &reg);
   return ByDeadline(req.result, deadline.by_token, deadline.at);
@@ -281,7 +292,12 @@ void AbortIfTask(const char* what) {
 
 bool TakeDirectIoTurn() {
   Worker* w = t_worker;
-  if (w == nullptr || w->current == nullptr) return true;  // a plain thread: it blocks anyway
+  if (w == nullptr || w->current == nullptr) {
+    // A plain thread blocks anyway; a fiber in a region too, until the shutdown interrupts it
+    // (then RunIo ends the call, as below).
+    const Fiber* region = t_region_fiber;
+    return region == nullptr || !region->waiter.interrupted();
+  }
   if (w->reactor == nullptr) return false;  // RunIo reports why (a simulation: ENOTSUP)
   // Interrupted (the runtime is shutting down): RunIo ends the call with ECANCELED at once, as it
   // ends any cancellable call then. Tried directly, a loop of calls that never wait (accepts of

@@ -56,6 +56,7 @@ void Runtime::Impl::RunTask(Worker& w, Fiber* f) {
           // Saved before TaskWait may publish the park (the task may then run elsewhere).
           f->saved_errno = *w.errno_slot;
           resume = TaskWait(w, f, /*parked=*/false);
+          if (!resume) HandOffAfterPark(w);
           break;
         case kTaskYielding:
           f->saved_errno = *w.errno_slot;
@@ -90,6 +91,16 @@ void Runtime::Impl::RunTask(Worker& w, Fiber* f) {
     w.run_next = nullptr;
     f = next;
   }
+}
+
+void Runtime::Impl::HandOffAfterPark(Worker& w) {
+  // As a fiber's park does (Leave: DirectNext): the worker's next local fiber, the yield ring's
+  // included, runs before the loop looks at timers and the reactor, unless a fairness pass is
+  // due. Through the loop, which polled first, a task whose I/O completed at once (an accept
+  // loop past its budget of direct turns) was back in run_next ahead of the yielders, which
+  // then ran once per fairness pass.
+  if (w.run_next != nullptr || w.tick - w.fair_tick >= kFairnessInterval) return;
+  w.run_next = NextLocal(w);
 }
 
 void Runtime::Impl::FinishTask(Worker& w, Fiber* f) {

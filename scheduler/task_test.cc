@@ -972,6 +972,35 @@ TEST_P(TaskWorkersTest, SelectFromTasksOverChannelsTimersAndTokens) {
   EXPECT_EQ(*h.join(), long{n} * (n - 1) / 2);
 }
 
+// A timer that comes due while a task yields in a loop (and nothing else is runnable) wakes its
+// sleeper at the yielder's next turn or so: a task's yield goes back through the worker loop,
+// which pops due timers before it serves the yield ring. (Served first, the timer waited for
+// the fairness pass, about 60 turns.)
+TEST(TaskTest, ATimerDueWhileATaskYieldsWakesItsSleeperAtOnce) {
+  Runtime rt({.workers = 1});
+  std::atomic<bool> woken{false};
+  std::atomic<std::int64_t> due_ns{0};
+  auto sleeper = rt.spawn_task([&]() -> Task<> {
+    const SyncClock::time_point due = SyncClock::now() + 2ms;
+    due_ns = due.time_since_epoch().count();
+    EXPECT_TRUE(co_await this_task::sleep_until(due));
+    woken = true;
+  });
+  auto yielder = rt.spawn_task([&]() -> Task<int> {
+    int turns_late = 0;  // turns of this task after the sleeper's deadline, before it woke
+    while (!woken.load()) {
+      const std::int64_t due = due_ns.load();
+      if (due != 0 && SyncClock::now().time_since_epoch().count() > due) ++turns_late;
+      co_await this_task::yield();
+    }
+    co_return turns_late;
+  });
+  ASSERT_TRUE(sleeper.join().ok());
+  Result<int> late = yielder.join();
+  ASSERT_TRUE(late.ok());
+  EXPECT_LE(*late, 3);
+}
+
 TEST(TaskTest, SleepsWakeInDeadlineOrder) {
   Runtime rt({.workers = 1});
   std::vector<int> order;

@@ -148,19 +148,14 @@ int Runtime::Impl::PollReactor(Worker& w, std::optional<Clock::time_point> deadl
     if (Fiber* g = NextLocal(w)) return g;
   }
   if (w.has_mail.load(std::memory_order_relaxed)) TakeMail(w);
-  // Local work first, the yield ring's too: a fiber's yield or park switches straight to the
-  // next of these (DirectNext), and the timers and the reactor wait for the fairness pass.
-  // A task's yield or park comes back here instead; had the reactor been polled first, a task
-  // whose I/O completed at once (an accept loop, past its budget of direct turns) was back in
-  // run_next before the yielders, which ran once per fairness pass.
-  if (w.pinned_local.count != 0 || w.queue.size_approx() != 0 || w.yields.count != 0) {
+  if (w.pinned_local.count != 0 || w.queue.size_approx() != 0) {
     if (Fiber* g = NextLocal(w)) return g;
   }
   PopDueTimers(w);
   if (w.reactor != nullptr && w.reactor->pending_ops() != 0) {
     PollReactor(w, Clock::time_point::min());
   }
-  // A fiber woken by a timer or a completion (run_next or the queue).
+  // A fiber woken by a timer or a completion (run_next or the queue), else the yield ring.
   if (Fiber* g = NextLocal(w)) return g;
   if (std::optional<Fiber*> g = inject.try_pop()) return *g;
   if (Fiber* g = TakeOverflow(w, /*batch=*/true)) return g;

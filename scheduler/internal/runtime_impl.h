@@ -654,6 +654,9 @@ struct Runtime::Impl {
   void Run(Worker& w, Fiber* f);
   // RunTask: Run for a task: resumes its coroutine on w's stack until it parks, yields or ends.
   void RunTask(Worker& w, Fiber* f);
+  // HandOffAfterPark: a task parked: its worker's next local fiber into run_next, as a fiber's
+  // park switches to it directly (unless a fairness pass is due, or run_next holds one).
+  void HandOffAfterPark(Worker& w);
   void FinishTask(Worker& w, Fiber* f);
 };
 
