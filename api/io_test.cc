@@ -105,7 +105,9 @@ struct Pipe {
   }
 };
 
-using testing::Backlog;
+#ifndef _WIN32
+using testing::Backlog;  // (Linux)
+#endif
 using testing::Mode;
 
 class IoTest : public testing::DualModeTest {
