@@ -342,16 +342,7 @@ TEST(FsShutdownTest, AnInterruptedFibersAndTasksFileCallsEndCanceled) {
         task_cancelled +=
             (co_await for_task->async_write_at("x", 1, 0)).error() == std::errc::operation_canceled;
       }).detach();
-    for (int i = 0; i < 2000; ++i) {
-      const std::string dump = rt.dump_fibers();
-      std::size_t sleeping = 0;
-      for (std::size_t at = dump.find("sleep"); at != std::string::npos;
-           at = dump.find("sleep", at + 1)) {
-        ++sleeping;
-      }
-      if (sleeping == 2) break;
-      std::this_thread::sleep_for(1ms);
-    }
+    testing::WaitUntilDumpShows(rt, "sleep", 2, /*tries=*/2000);
   }
   EXPECT_EQ(fiber_cancelled.load(), 4);
   EXPECT_EQ(task_cancelled.load(), 2);

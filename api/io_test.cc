@@ -463,17 +463,6 @@ TEST_P(IoTest, AcceptOutOfFdsIsReportedAndTheListenerRecovers) {
   });
 }
 
-// ParkedSoFar: how many times rt's fibers have parked (stats_json's "parked", every worker).
-std::uint64_t ParkedSoFar(const Runtime& rt) {
-  const std::string stats = rt.stats_json();
-  std::uint64_t parked = 0;
-  for (std::size_t at = stats.find("\"parked\":"); at != std::string::npos;
-       at = stats.find("\"parked\":", at + 1)) {
-    parked += std::strtoull(stats.c_str() + at + 9, nullptr, 10);
-  }
-  return parked;
-}
-
 // Connections already in a listener's backlog are accepted without parking (the call tries
 // accept4 before the reactor, as a send tries send), and each comes non-blocking and
 // close-on-exec, as the reactor's accepts do. A cancelled token still wins over a waiting
@@ -487,7 +476,7 @@ TEST(IoAcceptTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
   const std::vector<int>& clients = b.clients;
   Runtime rt({.workers = 1});
   rt.block_on([&] {
-    const std::uint64_t parked_before = ParkedSoFar(rt);
+    const std::uint64_t parked_before = testing::ParkedSoFar(rt);
     std::vector<TcpStream> accepted;
     for (int i = 0; i < kWaiting; ++i) {
       Result<TcpStream> s = l->accept(In(5000ms));
@@ -496,7 +485,7 @@ TEST(IoAcceptTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
       EXPECT_NE(::fcntl(s->fd(), F_GETFD) & FD_CLOEXEC, 0);
       accepted.push_back(std::move(*s));
     }
-    EXPECT_EQ(ParkedSoFar(rt), parked_before);
+    EXPECT_EQ(testing::ParkedSoFar(rt), parked_before);
     CancellationSource src;
     src.cancel();
     const CancellationToken tok = src.token();
@@ -653,9 +642,7 @@ TEST(IoShutdownTest, AnInterruptedFibersCallsThatWouldNotWaitEndCanceledToo) {
         accepted = n;
         send_cancelled = io::send(room.w, "x", 1, 0).error() == std::errc::operation_canceled;
       }).detach();
-    for (int i = 0; i < 1000 && rt.dump_fibers().find("sleep") == std::string::npos; ++i) {
-      std::this_thread::sleep_for(1ms);
-    }
+    testing::WaitUntilDumpShows(rt, "sleep", 1);
   }
   EXPECT_EQ(accepted.load(), 0);
   EXPECT_TRUE(send_cancelled.load());

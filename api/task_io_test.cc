@@ -200,13 +200,8 @@ TEST(TaskIoTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
   ASSERT_EQ(b.waiting, kWaiting);
   Result<TcpListener>& listener = b.listener;
   Runtime rt({.workers = 1});
-  auto parked = [&rt] {
-    const std::string stats = rt.stats_json();
-    const std::size_t at = stats.find("\"parked\":");
-    return at == std::string::npos ? ~0ull : std::strtoull(stats.c_str() + at + 9, nullptr, 10);
-  };
   auto h = rt.spawn_task([&]() -> Task<int> {
-    const unsigned long long before = parked();
+    const std::uint64_t before = testing::ParkedSoFar(rt);
     int good = 0;
     for (int i = 0; i < kWaiting; ++i) {
       Result<TcpStream> s = co_await listener->async_accept();
@@ -215,7 +210,7 @@ TEST(TaskIoTest, ConnectionsWaitingInTheBacklogAreAcceptedWithoutParking) {
         ++good;
       }
     }
-    EXPECT_EQ(parked(), before);
+    EXPECT_EQ(testing::ParkedSoFar(rt), before);
     co_return good;
   });
   Result<int> good = h.join();
@@ -274,9 +269,7 @@ TEST(TaskIoTest, AnAcceptLoopLetsAYieldingTaskRunAndTheShutdownEndsIt) {
         }
         after_shutdown = n;
       }).detach();
-    for (int i = 0; i < 1000 && rt.dump_fibers().find("sleep") == std::string::npos; ++i) {
-      std::this_thread::sleep_for(1ms);
-    }
+    testing::WaitUntilDumpShows(rt, "sleep", 1);
   }
   EXPECT_EQ(after_shutdown.load(), 0);
 }

@@ -2,7 +2,7 @@
 // threads: a fixture parameterised by Mode that runs a test body on a fiber of its runtime or
 // on the test's thread, with a concurrent execution of the same kind; and OpenFds (Linux), the
 // count of the process's open file descriptors, for leak checks, RaiseFdLimit, SocketPair and
-// Backlog (Linux); NoSoftFaults. Bazel target:
+// Backlog (Linux); NoSoftFaults, ParkedSoFar and WaitUntilDumpShows. Bazel target:
 // //api:dual_mode_testing (testonly).
 
 #ifndef WEFT_API_TESTING_DUAL_MODE_H_
@@ -15,6 +15,10 @@
 #include <unistd.h>
 #endif
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -164,6 +168,34 @@ class NoSoftFaults {
  private:
   fault::Config before_ = fault::Current();
 };
+
+// ParkedSoFar: how many times rt's fibers and tasks have parked (stats_json's "parked", summed
+// over the workers).
+inline std::uint64_t ParkedSoFar(const Runtime& rt) {
+  const std::string stats = rt.stats_json();
+  std::uint64_t parked = 0;
+  for (std::size_t at = stats.find("\"parked\":"); at != std::string::npos;
+       at = stats.find("\"parked\":", at + 1)) {
+    parked += std::strtoull(stats.c_str() + at + 9, nullptr, 10);
+  }
+  return parked;
+}
+
+// WaitUntilDumpShows: from a thread outside rt, until rt.dump_fibers() holds `needle` at least
+// n times ("sleep": n fibers or tasks asleep), looking every millisecond, at most `tries` times.
+inline void WaitUntilDumpShows(const Runtime& rt, const char* needle, std::size_t n,
+                               int tries = 1000) {
+  for (int i = 0; i < tries; ++i) {
+    const std::string dump = rt.dump_fibers();
+    std::size_t seen = 0;
+    for (std::size_t at = dump.find(needle); at != std::string::npos;
+         at = dump.find(needle, at + 1)) {
+      ++seen;
+    }
+    if (seen >= n) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 }  // namespace weft::testing
 
